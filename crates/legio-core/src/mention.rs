@@ -1,0 +1,152 @@
+//! `@mention` parsing: which agents a user message addresses.
+//!
+//! A mention is `@` followed by a name, where the `@` starts the text or follows a character that
+//! cannot be part of a word (so `a@b` and e-mail addresses are not mentions), and the name ends at
+//! a character that cannot be part of a name. Text inside backtick code spans and fenced code
+//! blocks is skipped, so `@decorator` in pasted code is not a mention. Names match without regard
+//! to case. `@all` addresses everyone.
+
+use crate::error::MentionError;
+use crate::message::Audience;
+use crate::name::{AgentName, Participant};
+
+/// Finds the mentions in `text`. `Ok(None)`: no mention (the message goes to the orchestrator).
+/// `Ok(Some(Audience::All))`: `@all` was mentioned. Otherwise the mentioned agents, sorted.
+/// A mention of an agent not in `known` is an error listing the known agents.
+pub fn parse_mentions(text: &str, known: &[AgentName]) -> Result<Option<Audience>, MentionError> {
+    let mut named: Vec<AgentName> = Vec::new();
+    let mut all = false;
+    for token in mention_tokens(text) {
+        let lower = token.to_ascii_lowercase();
+        if lower == "all" {
+            all = true;
+            continue;
+        }
+        match known.iter().find(|k| k.as_str() == lower) {
+            Some(agent) => named.push(agent.clone()),
+            None => {
+                let mut known_names: Vec<String> = known.iter().map(|k| k.to_string()).collect();
+                known_names.sort();
+                return Err(MentionError::UnknownAgent {
+                    name: token.to_owned(),
+                    known: known_names,
+                });
+            }
+        }
+    }
+    if all {
+        return Ok(Some(Audience::All));
+    }
+    if named.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(Audience::only(
+        named.into_iter().map(Participant::Agent),
+    )))
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+/// Characters that, right before an `@`, make it part of a word (an address, code) rather than a
+/// mention.
+fn joins_word(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '@' | '/' | '\\' | '+' | '=' | '`')
+}
+
+/// The raw names after each `@` that counts as a mention, outside code.
+fn mention_tokens(text: &str) -> Vec<&str> {
+    let mut tokens = Vec::new();
+    let mut in_fence = false;
+    for line in text.split('\n') {
+        if line.trim_start().starts_with("```") {
+            in_fence = !in_fence;
+            continue;
+        }
+        if in_fence {
+            continue;
+        }
+        let mut in_code = false;
+        let mut prev: Option<char> = None;
+        let mut iter = line.char_indices().peekable();
+        while let Some((i, c)) = iter.next() {
+            if c == '`' {
+                in_code = !in_code;
+            } else if c == '@' && !in_code && !prev.is_some_and(joins_word) {
+                let rest = &line[i + 1..];
+                let end = rest
+                    .find(|ch: char| !is_name_char(ch))
+                    .unwrap_or(rest.len());
+                let name = &rest[..end];
+                // A name continues into `.x` (as in `@host.com`): not a mention.
+                let continues = rest[end..]
+                    .strip_prefix('.')
+                    .and_then(|after| after.chars().next())
+                    .is_some_and(is_name_char);
+                if name.starts_with(|ch: char| ch.is_ascii_alphabetic()) && !continues {
+                    tokens.push(name);
+                }
+            }
+            prev = Some(c);
+        }
+    }
+    tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known() -> Vec<AgentName> {
+        ["legatus", "vorenus", "pullo"]
+            .into_iter()
+            .map(|n| AgentName::new(n).unwrap())
+            .collect()
+    }
+
+    /// `expected`: "none", "all", a comma-separated list of agents, or "error:<name>".
+    fn check(text: &str, expected: &str) {
+        let got = match parse_mentions(text, &known()) {
+            Ok(None) => "none".to_owned(),
+            Ok(Some(audience)) => audience.to_string(),
+            Err(MentionError::UnknownAgent { name, .. }) => format!("error:{name}"),
+        };
+        assert_eq!(got, expected, "input {text:?}");
+    }
+
+    #[test]
+    fn table() {
+        check("hello there", "none");
+        check("@vorenus review this", "vorenus");
+        check("@vorenus @pullo compare", "pullo,vorenus");
+        check("@pullo, then @vorenus.", "pullo,vorenus");
+        check("(@pullo) and @vorenus!", "pullo,vorenus");
+        check("@VORENUS hi", "vorenus");
+        check("@vorenus @vorenus twice", "vorenus");
+        check("@all status please", "all");
+        check("@all and @vorenus", "all");
+        check("mail me at a@b.com", "none");
+        check("write to someone@vorenus", "none");
+        check("user@example.org", "none");
+        check("see x@vorenus", "none");
+        check("@example.org is a domain", "none");
+        check("use `@decorator` here", "none");
+        check("```\n@property\ndef x(): pass\n```\n@pullo look", "pullo");
+        check("@ nobody", "none");
+        check("@@vorenus", "none");
+        check("@123", "none");
+        check("@nobody hello", "error:nobody");
+        check("ask @Nobody", "error:Nobody");
+        check("end with @pullo", "pullo");
+        check("line one\n@vorenus on line two", "vorenus");
+    }
+
+    #[test]
+    fn unknown_agent_error_lists_known_agents() {
+        let err = parse_mentions("@brutus hi", &known()).unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("\"brutus\""), "{text}");
+        assert!(text.contains("legatus, pullo, vorenus"), "{text}");
+    }
+}

@@ -1,0 +1,85 @@
+//! The key-value surface the log is built on: a few ordered trees. The sled backend and the
+//! in-memory backend both provide it, so the log's logic (seq assignment, indexes, reads, verify)
+//! is written once.
+
+use std::ops::ControlFlow;
+
+use crate::error::Result;
+
+/// The trees of the log (see `keys` for their layouts).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub(crate) enum TreeId {
+    Events,
+    ByConv,
+    Visible,
+    Sessions,
+    Meta,
+}
+
+impl TreeId {
+    pub(crate) const ALL: [TreeId; 5] = [
+        Self::Events,
+        Self::ByConv,
+        Self::Visible,
+        Self::Sessions,
+        Self::Meta,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Events => "events",
+            Self::ByConv => "by_conv",
+            Self::Visible => "visible",
+            Self::Sessions => "sessions",
+            Self::Meta => "meta",
+        }
+    }
+}
+
+/// Writes for one commit, grouped by tree, applied in `TreeId::ALL` order (events first, the
+/// watermark in `meta` last).
+#[derive(Default, Debug)]
+pub(crate) struct WriteSet {
+    pub(crate) puts: Vec<(TreeId, Vec<u8>, Vec<u8>)>,
+    pub(crate) removes: Vec<(TreeId, Vec<u8>)>,
+    pub(crate) bytes: u64,
+}
+
+impl WriteSet {
+    pub(crate) fn put(&mut self, tree: TreeId, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += (key.len() + value.len()) as u64;
+        self.puts.push((tree, key, value));
+    }
+}
+
+/// Direction of a scan.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Direction {
+    Forward,
+    Backward,
+}
+
+/// An ordered key-value store with named trees.
+pub(crate) trait Backend: Send + Sync + 'static {
+    /// Reads one key.
+    fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Vec<u8>>>;
+
+    /// Visits keys in `[start, end)` in `direction` until `visit` breaks.
+    fn scan(
+        &self,
+        tree: TreeId,
+        start: &[u8],
+        end: Option<&[u8]>,
+        direction: Direction,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<()>;
+
+    /// The last key and value of a tree.
+    fn last(&self, tree: TreeId) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
+
+    /// Applies a write set (not yet durable).
+    fn apply(&self, writes: WriteSet) -> Result<()>;
+
+    /// Bytes on disk, if the backend has a disk.
+    fn size_on_disk(&self) -> Result<u64>;
+}

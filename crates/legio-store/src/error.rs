@@ -1,0 +1,95 @@
+//! The store's errors. Expected conditions (locked db, too-large message, corrupt record) are
+//! values; the store never panics on bad bytes.
+
+use std::path::PathBuf;
+
+use legio_core::Seq;
+use thiserror::Error;
+
+/// What can go wrong in the event log. `Clone` so that one commit failure can be reported to every
+/// writer of the group.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    /// Another process holds the database.
+    #[error("database at {path} is locked by another process; stop that process (for example `legio serve`) or go through it with --server")]
+    Locked {
+        /// The database folder.
+        path: PathBuf,
+    },
+    /// No database at the path, and creating one was not asked for.
+    #[error("no database at {path}; check the path (--db or store.path), or run a command that creates one")]
+    NotFound {
+        /// The database folder.
+        path: PathBuf,
+    },
+    /// A message is over `max_message_bytes`; nothing of its batch was stored.
+    #[error("message of {size} bytes is over the limit of {limit} bytes (store.max_message_bytes); nothing was stored")]
+    MessageTooLarge {
+        /// The message's content size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// An event's encoded record is over the record limit; nothing of its batch was stored.
+    #[error("event record of {size} bytes is over the limit of {limit} bytes; nothing was stored")]
+    RecordTooLarge {
+        /// The encoded size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// An append of no events.
+    #[error("an append needs at least one event")]
+    EmptyBatch,
+    /// A record whose format version this build does not know (written by a newer legio?).
+    #[error("record at seq {seq} has unknown format version {version}; this build reads versions up to {known}: upgrade legio")]
+    UnknownFormatVersion {
+        /// Where.
+        seq: Seq,
+        /// The version byte found.
+        version: u8,
+        /// The newest version this build knows.
+        known: u8,
+    },
+    /// A record that does not decode.
+    #[error("record {what} is corrupt: {reason}; run `legio verify` for a full report")]
+    Corrupt {
+        /// Which record (`seq 12`, `session state test:1/vorenus`).
+        what: String,
+        /// What the decoder said.
+        reason: String,
+    },
+    /// An event or seq that the caller asked for is not in the log.
+    #[error("seq range {from}..={to} is invalid: {reason}")]
+    BadRange {
+        /// Start.
+        from: Seq,
+        /// End.
+        to: Seq,
+        /// Why.
+        reason: String,
+    },
+    /// The log was closed (its committer stopped).
+    #[error("the event log is closed")]
+    Closed,
+    /// A filesystem or database failure.
+    #[error("storage failure during {during}: {reason}")]
+    Io {
+        /// What the store was doing.
+        during: &'static str,
+        /// The underlying error.
+        reason: String,
+    },
+}
+
+impl StoreError {
+    pub(crate) fn io(during: &'static str, err: impl std::fmt::Display) -> Self {
+        Self::Io {
+            during,
+            reason: err.to_string(),
+        }
+    }
+}
+
+/// The store's result type.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -1,0 +1,80 @@
+//! Key layouts of the log's trees. Every index key ends with the event's seq, big endian, so keys
+//! sort in log order within their prefix. Strings are length-prefixed (one byte; names and keys are
+//! at most 128 bytes), so no prefix is ambiguous.
+//!
+//! | tree       | key                                     | value                      |
+//! |------------|-----------------------------------------|----------------------------|
+//! | `events`   | seq                                     | versioned event record     |
+//! | `by_conv`  | conv · seq                              | empty                      |
+//! | `visible`  | conv · visibility key · seq             | empty                      |
+//! | `sessions` | conv · agent                            | versioned session state    |
+//! | `meta`     | `indexed_through`                       | seq: indexes cover up to it|
+
+use legio_core::{AgentName, ConversationKey, Seq, VisibilityKey};
+
+/// The meta key holding the index watermark.
+pub(crate) const META_INDEXED_THROUGH: &[u8] = b"indexed_through";
+
+pub(crate) fn seq_key(seq: Seq) -> [u8; 8] {
+    seq.0.to_be_bytes()
+}
+
+/// The seq at the end of an index key, or of an events key.
+pub(crate) fn seq_suffix(key: &[u8]) -> Option<Seq> {
+    let start = key.len().checked_sub(8)?;
+    let bytes: [u8; 8] = key[start..].try_into().ok()?;
+    Some(Seq(u64::from_be_bytes(bytes)))
+}
+
+fn push_str(out: &mut Vec<u8>, s: &[u8]) {
+    // Names and keys are at most 128 bytes: one length byte is enough.
+    out.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
+    out.extend_from_slice(s);
+}
+
+pub(crate) fn conv_prefix(conv: &ConversationKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(conv.as_str().len() + 9);
+    push_str(&mut out, conv.as_str().as_bytes());
+    out
+}
+
+pub(crate) fn conv_key(conv: &ConversationKey, seq: Seq) -> Vec<u8> {
+    let mut out = conv_prefix(conv);
+    out.extend_from_slice(&seq_key(seq));
+    out
+}
+
+pub(crate) fn visible_prefix(conv: &ConversationKey, key: &VisibilityKey) -> Vec<u8> {
+    let mut out = conv_prefix(conv);
+    push_str(&mut out, key.as_bytes());
+    out
+}
+
+pub(crate) fn visible_key(conv: &ConversationKey, key: &VisibilityKey, seq: Seq) -> Vec<u8> {
+    let mut out = visible_prefix(conv, key);
+    out.extend_from_slice(&seq_key(seq));
+    out
+}
+
+pub(crate) fn session_key(conv: &ConversationKey, agent: &AgentName) -> Vec<u8> {
+    let mut out = conv_prefix(conv);
+    push_str(&mut out, agent.as_str().as_bytes());
+    out
+}
+
+/// Splits a length-prefixed string off the front of `key`.
+pub(crate) fn split_str(key: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (&len, rest) = key.split_first()?;
+    let len = usize::from(len);
+    (rest.len() >= len).then(|| rest.split_at(len))
+}
+
+/// The smallest key greater than every key starting with `prefix`. Prefixes here end in a length
+/// byte or an ASCII character, never 0xff, so incrementing the last byte is exact.
+pub(crate) fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    if let Some(last) = end.last_mut() {
+        *last = last.saturating_add(1);
+    }
+    end
+}

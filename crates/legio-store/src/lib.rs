@@ -1,0 +1,26 @@
+//! legio-store: the append-only event log, the source of truth of a legion.
+//!
+//! [`EventLog`] is the contract; [`SledLog`] is the durable implementation (the only code in legio
+//! that names sled) and [`MemoryLog`] the in-memory one for tests. Both share one engine: seqs,
+//! indexes, reads and verify are written once. See `docs/storage.md` for the write path and what a
+//! crash can lose.
+
+mod backend;
+mod codec;
+mod engine;
+mod error;
+mod keys;
+mod log;
+mod memory;
+pub mod metrics;
+mod options;
+mod sled_log;
+mod verify;
+
+pub use codec::{decode_event, encode_event, FORMAT_VERSION};
+pub use error::{Result, StoreError};
+pub use log::{AppendHandle, EventLog, Subscription};
+pub use memory::MemoryLog;
+pub use options::{Durability, StoreOptions};
+pub use sled_log::SledLog;
+pub use verify::{Finding, VerifyProgress, VerifyReport, MAX_FINDINGS};

@@ -1,0 +1,59 @@
+//! Options for opening a log: durability mode and limits.
+
+use std::time::Duration;
+
+/// When an append counts as done.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub enum Durability {
+    /// Acknowledge only after the group is flushed by sled and `fdatasync`ed by legio: survives
+    /// `kill -9` and power loss. The default.
+    #[default]
+    Sync,
+    /// Acknowledge once applied; sled flushes in the background every `flush_every`. A crash or
+    /// power loss may lose what was acknowledged within that window (never a torn batch, never a
+    /// gap in what remains).
+    Relaxed {
+        /// How often sled's background flusher runs.
+        flush_every: Duration,
+    },
+}
+
+impl Durability {
+    /// Relaxed mode with sled's default 500 ms flush interval.
+    pub const RELAXED: Durability = Durability::Relaxed {
+        flush_every: Duration::from_millis(500),
+    };
+
+    /// Parses `sync` or `relaxed` (the configuration's words).
+    pub fn parse(word: &str) -> Option<Self> {
+        match word {
+            "sync" => Some(Self::Sync),
+            "relaxed" => Some(Self::RELAXED),
+            _ => None,
+        }
+    }
+}
+
+/// How to open a log.
+#[derive(Clone, Debug)]
+pub struct StoreOptions {
+    /// Durability mode (default `Sync`).
+    pub durability: Durability,
+    /// The largest message content accepted, in bytes (default 1 MiB).
+    pub max_message_bytes: usize,
+    /// Create the database when the folder does not exist (default true).
+    pub create_if_missing: bool,
+    /// sled's page cache size in bytes (default 256 MiB).
+    pub cache_capacity_bytes: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            durability: Durability::Sync,
+            max_message_bytes: 1024 * 1024,
+            create_if_missing: true,
+            cache_capacity_bytes: 256 * 1024 * 1024,
+        }
+    }
+}

@@ -1,0 +1,521 @@
+//! The durable event log on sled 0.34.7, with one committer thread doing group commit.
+//!
+//! Write path (docs/storage.md has the full story): writers validate and encode on their own
+//! thread, then send the batch to the committer; the committer drains every waiting batch, applies
+//! them in one pass (events, then indexes, then the watermark), calls sled's `flush` (which on
+//! Linux only issues `sync_file_range`), then `fdatasync`s sled's data file and any new blob file
+//! itself, and only then acknowledges every writer of the group.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs::File;
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use legio_core::{
+    AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, SeqRange, Viewer,
+};
+use tokio::sync::oneshot;
+
+use crate::backend::{Backend, Direction, TreeId, WriteSet};
+use crate::engine::{Encoded, Engine, Limits};
+use crate::error::{Result, StoreError};
+use crate::log::{AppendHandle, EventLog, Subscription};
+use crate::metrics as m;
+use crate::options::{Durability, StoreOptions};
+use crate::verify::{self, VerifyProgress, VerifyReport};
+
+/// The most events one commit group takes.
+const MAX_GROUP_EVENTS: usize = 4096;
+
+pub(crate) struct SledBackend {
+    db: sled::Db,
+    trees: [sled::Tree; 5],
+    path: PathBuf,
+    data_file: File,
+    synced_blobs: Mutex<HashSet<OsString>>,
+}
+
+impl std::fmt::Debug for SledBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledBackend")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn sled_err(during: &'static str) -> impl Fn(sled::Error) -> StoreError {
+    move |e| StoreError::io(during, e)
+}
+
+impl SledBackend {
+    fn open(path: &Path, options: &StoreOptions) -> Result<Self> {
+        if !options.create_if_missing && !path.join("db").exists() {
+            return Err(StoreError::NotFound {
+                path: path.to_owned(),
+            });
+        }
+        let config = sled::Config::new()
+            .path(path)
+            .cache_capacity(options.cache_capacity_bytes)
+            .flush_every_ms(match options.durability {
+                // The committer flushes every group itself.
+                Durability::Sync => None,
+                Durability::Relaxed { flush_every } => Some(flush_every.as_millis().max(1) as u64),
+            });
+        let db = open_with_lock_grace(&config, path)?;
+        let tree = |id: TreeId| db.open_tree(id.name()).map_err(sled_err("opening a tree"));
+        let trees = [
+            tree(TreeId::Events)?,
+            tree(TreeId::ByConv)?,
+            tree(TreeId::Visible)?,
+            tree(TreeId::Sessions)?,
+            tree(TreeId::Meta)?,
+        ];
+        let data_file = File::open(path.join("db"))
+            .map_err(|e| StoreError::io("opening the data file for fsync", e))?;
+        let backend = Self {
+            db,
+            trees,
+            path: path.to_owned(),
+            data_file,
+            synced_blobs: Mutex::new(HashSet::new()),
+        };
+        // Make the files' directory entries durable once (a fresh database's `db` file).
+        backend.sync()?;
+        sync_dir(path)?;
+        Ok(backend)
+    }
+
+    fn tree(&self, id: TreeId) -> &sled::Tree {
+        &self.trees[id as usize]
+    }
+
+    /// Makes everything applied so far durable: sled's flush, then a real fdatasync of the data
+    /// file, then fsync of blob files sled wrote since the last sync (sled never fsyncs them).
+    fn sync(&self) -> Result<()> {
+        self.db.flush().map_err(sled_err("flushing"))?;
+        self.data_file
+            .sync_data()
+            .map_err(|e| StoreError::io("fdatasync of the data file", e))?;
+        let mut fsyncs = 1;
+        let blob_dir = self.path.join("blobs");
+        if let Ok(entries) = std::fs::read_dir(&blob_dir) {
+            let mut synced = self
+                .synced_blobs
+                .lock()
+                .map_err(|_| StoreError::io("syncing blobs", "lock poisoned"))?;
+            let mut present = HashSet::new();
+            let mut new_blobs = false;
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if !synced.contains(&name) {
+                    // A blob may be removed by sled's GC between listing and opening: skip it.
+                    if let Ok(file) = File::open(entry.path()) {
+                        file.sync_all()
+                            .map_err(|e| StoreError::io("fsync of a blob file", e))?;
+                        fsyncs += 1;
+                        new_blobs = true;
+                    }
+                }
+                present.insert(name);
+            }
+            if new_blobs {
+                sync_dir(&blob_dir)?;
+                fsyncs += 1;
+            }
+            *synced = present;
+        }
+        m::fsyncs(fsyncs);
+        Ok(())
+    }
+}
+
+/// How long `open` keeps retrying a held lock. sled hands some writes to its own thread pool,
+/// which can hold the file (and its lock) for a moment after the last handle in this process is
+/// dropped; a lock held by another live process is still reported within this time.
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+
+fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> {
+    let deadline = Instant::now() + LOCK_GRACE;
+    loop {
+        match config.open() {
+            Ok(db) => return Ok(db),
+            Err(e) => {
+                let text = e.to_string();
+                if !text.contains("could not acquire lock") {
+                    return Err(StoreError::io(
+                        "opening the database",
+                        format!("{} ({text})", path.display()),
+                    ));
+                }
+                if Instant::now() >= deadline {
+                    return Err(StoreError::Locked {
+                        path: path.to_owned(),
+                    });
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn sync_dir(path: &Path) -> Result<()> {
+    File::open(path)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StoreError::io("fsync of the database folder", e))
+}
+
+impl Backend for SledBackend {
+    fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self
+            .tree(tree)
+            .get(key)
+            .map_err(sled_err("reading"))?
+            .map(|v| v.to_vec()))
+    }
+
+    fn scan(
+        &self,
+        tree: TreeId,
+        start: &[u8],
+        end: Option<&[u8]>,
+        direction: Direction,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+    ) -> Result<()> {
+        let tree = self.tree(tree);
+        let iter = match end {
+            Some(end) => tree.range(start..end),
+            None => tree.range(start..),
+        };
+        let mut step = |item: sled::Result<(sled::IVec, sled::IVec)>| -> Result<bool> {
+            let (k, v) = item.map_err(sled_err("scanning"))?;
+            Ok(visit(&k, &v).is_break())
+        };
+        match direction {
+            Direction::Forward => {
+                for item in iter {
+                    if step(item)? {
+                        break;
+                    }
+                }
+            }
+            Direction::Backward => {
+                for item in iter.rev() {
+                    if step(item)? {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn last(&self, tree: TreeId) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+        Ok(self
+            .tree(tree)
+            .last()
+            .map_err(sled_err("reading"))?
+            .map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+
+    fn apply(&self, writes: WriteSet) -> Result<()> {
+        let mut batches: [sled::Batch; 5] = Default::default();
+        for (tree, key) in writes.removes {
+            batches[tree as usize].remove(key);
+        }
+        for (tree, key, value) in writes.puts {
+            batches[tree as usize].insert(key, value);
+        }
+        // Events first, the watermark (meta) last: recovery re-derives indexes past it.
+        for (id, batch) in TreeId::ALL.into_iter().zip(batches) {
+            self.tree(id)
+                .apply_batch(batch)
+                .map_err(sled_err("applying a batch"))?;
+        }
+        Ok(())
+    }
+
+    fn size_on_disk(&self) -> Result<u64> {
+        self.db.size_on_disk().map_err(sled_err("measuring size"))
+    }
+}
+
+struct Request {
+    batch: Vec<Encoded>,
+    ack: oneshot::Sender<Result<SeqRange>>,
+    submitted: Instant,
+}
+
+/// The durable event log. One process may open a database at a time; a second gets
+/// `StoreError::Locked`. Dropping the log (or [`SledLog::close`]) drains pending appends, flushes
+/// and releases the database.
+pub struct SledLog {
+    engine: Arc<Engine<SledBackend>>,
+    sender: Mutex<Option<mpsc::Sender<Request>>>,
+    committer: Mutex<Option<JoinHandle<()>>>,
+    durability: Durability,
+}
+
+impl std::fmt::Debug for SledLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledLog")
+            .field("path", &self.engine.backend.path)
+            .field("durability", &self.durability)
+            .field("last_seq", &self.engine.committed())
+            .finish()
+    }
+}
+
+impl SledLog {
+    /// Opens (or creates) the log in the folder `path`.
+    pub fn open(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self> {
+        let path = path.as_ref();
+        let _span = tracing::info_span!("open", path = %path.display()).entered();
+        let backend = SledBackend::open(path, options)?;
+        let limits = Limits {
+            max_message_bytes: options.max_message_bytes,
+        };
+        let engine = Arc::new(Engine::open(backend, limits)?);
+        // Recovery may have re-derived index entries: make them durable before serving.
+        engine.backend.sync()?;
+        let (sender, receiver) = mpsc::channel();
+        let committer = {
+            let engine = Arc::clone(&engine);
+            let durability = options.durability;
+            std::thread::Builder::new()
+                .name("legio-committer".into())
+                .spawn(move || run_committer(&engine, &receiver, durability))
+                .map_err(|e| StoreError::io("starting the committer thread", e))?
+        };
+        tracing::info!(last_seq = %engine.committed(), "event log open");
+        Ok(Self {
+            engine,
+            sender: Mutex::new(Some(sender)),
+            committer: Mutex::new(Some(committer)),
+            durability: options.durability,
+        })
+    }
+
+    /// The database folder.
+    pub fn path(&self) -> &Path {
+        &self.engine.backend.path
+    }
+
+    /// Stops accepting appends, commits what is pending, flushes and waits for the committer.
+    pub fn close(&self) -> Result<()> {
+        if let Ok(mut sender) = self.sender.lock() {
+            sender.take();
+        }
+        let handle = self.committer.lock().ok().and_then(|mut h| h.take());
+        if let Some(handle) = handle {
+            handle
+                .join()
+                .map_err(|_| StoreError::io("closing", "the committer thread panicked"))?;
+        }
+        self.engine.backend.sync()
+    }
+
+    #[doc(hidden)]
+    /// Test support: overwrites the stored bytes of one event, bypassing every check, to simulate
+    /// corruption on disk. Never use this outside tests.
+    pub fn overwrite_raw_record_for_tests(&self, seq: Seq, bytes: &[u8]) -> Result<()> {
+        let mut ws = WriteSet::default();
+        ws.put(
+            TreeId::Events,
+            crate::keys::seq_key(seq).to_vec(),
+            bytes.to_vec(),
+        );
+        self.engine.backend.apply(ws)?;
+        self.engine.backend.sync()
+    }
+
+    #[doc(hidden)]
+    /// Test support: removes every index entry of one conversation's event at `seq` from the
+    /// `by_conv` index, to simulate an index that disagrees with the log.
+    pub fn remove_conversation_index_entry_for_tests(
+        &self,
+        conversation: &ConversationKey,
+        seq: Seq,
+    ) -> Result<()> {
+        let mut ws = WriteSet::default();
+        ws.removes
+            .push((TreeId::ByConv, crate::keys::conv_key(conversation, seq)));
+        self.engine.backend.apply(ws)?;
+        self.engine.backend.sync()
+    }
+}
+
+impl Drop for SledLog {
+    fn drop(&mut self) {
+        if let Err(e) = self.close() {
+            tracing::error!(error = %e, "closing the event log failed");
+        }
+    }
+}
+
+fn run_committer(
+    engine: &Engine<SledBackend>,
+    receiver: &mpsc::Receiver<Request>,
+    durability: Durability,
+) {
+    // After a failed fsync the state on disk is unknown: refuse everything from then on.
+    let mut failed: Option<StoreError> = None;
+    while let Ok(first) = receiver.recv() {
+        let mut events = first.batch.len();
+        let mut group = vec![first];
+        while events < MAX_GROUP_EVENTS {
+            match receiver.try_recv() {
+                Ok(request) => {
+                    events += request.batch.len();
+                    group.push(request);
+                }
+                Err(_) => break,
+            }
+        }
+        if let Some(error) = &failed {
+            for request in group {
+                let _ = request.ack.send(Err(error.clone()));
+            }
+            continue;
+        }
+        let _span = tracing::debug_span!("commit", events, writers = group.len()).entered();
+        let mut acks = Vec::with_capacity(group.len());
+        let mut batches = Vec::with_capacity(group.len());
+        for request in group {
+            acks.push((request.ack, request.submitted));
+            batches.push(request.batch);
+        }
+        let result = engine.apply_group(batches).and_then(|(ranges, bytes)| {
+            if durability == Durability::Sync {
+                engine.backend.sync()?;
+            }
+            Ok((ranges, bytes))
+        });
+        match result {
+            Ok((ranges, bytes)) => {
+                let last = ranges.last().map_or(Seq::ZERO, |r| r.last);
+                engine.publish(last);
+                m::committed(events as u64, bytes, last.0);
+                for ((ack, submitted), range) in acks.into_iter().zip(ranges) {
+                    m::ack_latency(submitted.elapsed());
+                    let _ = ack.send(Ok(range));
+                }
+            }
+            Err(error) => {
+                tracing::error!(error = %error, "commit failed; the log refuses further appends");
+                for (ack, _) in acks {
+                    let _ = ack.send(Err(error.clone()));
+                }
+                failed = Some(error);
+            }
+        }
+    }
+    if let Err(e) = engine.backend.sync() {
+        tracing::error!(error = %e, "final flush failed");
+    }
+}
+
+fn weak_reader(engine: &Arc<Engine<SledBackend>>) -> Weak<Engine<SledBackend>> {
+    Arc::downgrade(engine)
+}
+
+impl EventLog for SledLog {
+    fn submit(&self, events: Vec<Event>) -> Result<AppendHandle> {
+        let batch = self.engine.encode_batch(events)?;
+        let (ack, rx) = oneshot::channel();
+        let sender = self.sender.lock().map_err(|_| StoreError::Closed)?;
+        let sender = sender.as_ref().ok_or(StoreError::Closed)?;
+        sender
+            .send(Request {
+                batch,
+                ack,
+                submitted: Instant::now(),
+            })
+            .map_err(|_| StoreError::Closed)?;
+        Ok(AppendHandle::pending(rx))
+    }
+
+    fn last_seq(&self) -> Seq {
+        self.engine.committed()
+    }
+
+    fn read_range(&self, from: Seq, to: Seq, limit: usize) -> Result<Vec<Record>> {
+        self.engine.read_range(from, to, limit)
+    }
+
+    fn conversation_events(
+        &self,
+        conversation: &ConversationKey,
+        after: Seq,
+        limit: usize,
+    ) -> Result<Vec<Record>> {
+        self.engine.conversation_events(conversation, after, limit)
+    }
+
+    fn conversations(&self) -> Result<Vec<ConversationKey>> {
+        self.engine.conversations()
+    }
+
+    fn visible_window(
+        &self,
+        conversation: &ConversationKey,
+        viewer: Viewer<'_>,
+        limit: usize,
+    ) -> Result<Vec<Record>> {
+        self.engine.visible_window(conversation, viewer, limit)
+    }
+
+    fn visible_after(
+        &self,
+        conversation: &ConversationKey,
+        viewer: Viewer<'_>,
+        after: Seq,
+        limit: usize,
+    ) -> Result<Vec<Record>> {
+        self.engine
+            .visible_after(conversation, viewer, after, limit)
+    }
+
+    fn session_state(
+        &self,
+        conversation: &ConversationKey,
+        agent: &AgentName,
+    ) -> Result<Option<AgentSessionState>> {
+        self.engine.session_state(conversation, agent)
+    }
+
+    fn session_states(&self, conversation: &ConversationKey) -> Result<Vec<AgentSessionState>> {
+        self.engine.session_states(conversation)
+    }
+
+    fn subscribe(&self, from: Seq) -> Subscription {
+        // A subscription must not keep the database open (and locked) after the log is dropped.
+        let weak = weak_reader(&self.engine);
+        Subscription::new(
+            Arc::new(move |a, b, n| {
+                weak.upgrade()
+                    .ok_or(StoreError::Closed)?
+                    .read_range(a, b, n)
+            }),
+            self.engine.watch(),
+            from,
+        )
+    }
+
+    fn verify(&self, progress: &mut dyn FnMut(VerifyProgress)) -> Result<VerifyReport> {
+        verify::verify(&self.engine, progress)
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.engine.backend.sync()
+    }
+
+    fn size_on_disk(&self) -> Result<u64> {
+        self.engine.backend.size_on_disk()
+    }
+}

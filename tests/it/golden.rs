@@ -1,0 +1,136 @@
+//! Golden files: the stored v1 encoding must keep decoding. If this test fails, a change broke the
+//! format of existing logs: add a new format version and an upcast instead (docs/storage.md).
+//! To write the file after adding events to `samples()` (new variants only), run with
+//! `LEGIO_BLESS=1` and commit the file.
+
+use legio_core::{
+    AgentFailed, BoundaryReason, DeliveryMode, Event, OpenReason, Seq, SessionStart,
+    SummaryRecorded, TurnFailed,
+};
+use legio_store::{decode_event, encode_event, FORMAT_VERSION};
+use legio_tests::*;
+
+const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/events-v1.bin");
+
+/// One sample of every event variant and every message part, with fixed values.
+fn samples() -> Vec<Event> {
+    let mut gen = TrafficGen::new(1, 3, 1, 0, 8);
+    let Event::SessionOpened(mut resumed) = session_opened(5, "golden:1", "vorenus", 2) else {
+        unreachable!()
+    };
+    resumed.why = OpenReason::After(BoundaryReason::Crashed);
+    resumed.how = SessionStart::Resumed {
+        provider_session: "resp_abc".into(),
+        checkpoint: Seq(4),
+    };
+    let Event::ContextDelivered(mut full) = context_delivered(7, "golden:1", "vorenus", 2, 6)
+    else {
+        unreachable!()
+    };
+    full.mode = DeliveryMode::Full;
+    let Event::SessionClosed(suspended) =
+        session_closed(9, "golden:1", "vorenus", 2, BoundaryReason::Idle)
+    else {
+        unreachable!()
+    };
+    vec![
+        text_message(
+            1,
+            "golden:1",
+            "user",
+            "vorenus,pullo",
+            "@vorenus @pullo compare",
+        ),
+        text_message(2, "golden:1", "vorenus", "user", "my position"),
+        text_message(3, "golden:1", "user", "all", "@all status"),
+        gen.tool_exchange("golden:1", "pullo"),
+        session_opened(4, "golden:1", "vorenus", 1),
+        Event::SessionOpened(resumed),
+        context_delivered(6, "golden:1", "vorenus", 2, 5),
+        Event::ContextDelivered(full),
+        turn_completed(8, "golden:1", "vorenus", 2, 1234),
+        Event::TurnFailed(TurnFailed {
+            conversation: conv("golden:1"),
+            agent: agent("pullo"),
+            session: None,
+            at: ts(9),
+            error: "timeout after 300 s".into(),
+        }),
+        Event::SessionSuspended(suspended),
+        session_closed(10, "golden:1", "vorenus", 2, BoundaryReason::ManualReset),
+        Event::SummaryRecorded(SummaryRecorded {
+            conversation: conv("golden:1"),
+            agent: agent("vorenus"),
+            at: ts(11),
+            covers_up_to: Seq(8),
+            text: "decisions: ship it".into(),
+            tokens_before: 9000,
+            tokens_after: 300,
+        }),
+        Event::AgentFailed(AgentFailed {
+            conversation: conv("golden:1"),
+            agent: agent("pullo"),
+            at: ts(12),
+            reason: "panicked".into(),
+            restarts: 5,
+        }),
+    ]
+}
+
+fn frame(records: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for r in records {
+        out.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        out.extend_from_slice(r);
+    }
+    out
+}
+
+fn unframe(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    while bytes.len() >= 4 {
+        let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;
+        out.push(bytes[4..4 + len].to_vec());
+        bytes = &bytes[4 + len..];
+    }
+    out
+}
+
+#[test]
+fn v1_records_still_decode_and_encode_identically() {
+    assert_eq!(
+        FORMAT_VERSION, 1,
+        "a new format version needs its own golden file and this test extended"
+    );
+    let samples = samples();
+    let encoded: Vec<Vec<u8>> = samples.iter().map(|e| encode_event(e).unwrap()).collect();
+    if std::env::var_os("LEGIO_BLESS").is_some() {
+        std::fs::create_dir_all(std::path::Path::new(GOLDEN).parent().unwrap()).unwrap();
+        std::fs::write(GOLDEN, frame(&encoded)).unwrap();
+    }
+    let golden = std::fs::read(GOLDEN)
+        .expect("golden file missing: run once with LEGIO_BLESS=1 and commit it");
+    let stored = unframe(&golden);
+    assert!(
+        stored.len() <= samples.len(),
+        "the golden file has records this test no longer builds"
+    );
+    for (i, bytes) in stored.iter().enumerate() {
+        assert_eq!(bytes[0], 1, "record {i} is not v1");
+        let decoded = decode_event(Seq(i as u64 + 1), bytes)
+            .unwrap_or_else(|e| panic!("golden record {i}: {e}"));
+        assert_eq!(
+            decoded, samples[i],
+            "golden record {i} decodes to something else"
+        );
+        assert_eq!(
+            &encoded[i], bytes,
+            "record {i} now encodes differently: that breaks old logs"
+        );
+    }
+    assert_eq!(
+        stored.len(),
+        samples.len(),
+        "new samples: re-bless with LEGIO_BLESS=1 (appending is compatible)"
+    );
+}

@@ -1,0 +1,7 @@
+//! The workspace's integration tests, one binary with a module per area.
+
+mod contract;
+mod crash;
+mod golden;
+mod model;
+mod sled_log;

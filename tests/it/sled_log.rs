@@ -1,0 +1,185 @@
+//! What only the durable log has: reopening, the process lock, corruption on disk, blobs.
+
+use legio_core::{Event, Seq, Viewer};
+use legio_store::{EventLog, SledLog, StoreError, StoreOptions};
+use legio_tests::*;
+
+fn open(path: &std::path::Path) -> SledLog {
+    SledLog::open(path, &StoreOptions::default()).unwrap()
+}
+
+#[test]
+fn everything_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut gen = TrafficGen::new(11, 10, 2, 5, 100);
+    let events: Vec<Event> = (0..500).map(|_| gen.next_message()).collect();
+    {
+        let log = open(&path);
+        log.append(events.clone()).unwrap();
+        log.append(vec![session_opened(1, "bench:0", "a3", 1)])
+            .unwrap();
+    }
+    let log = open(&path);
+    assert_eq!(log.last_seq(), Seq(501));
+    let back = log.read_range(Seq(1), Seq(500), 1000).unwrap();
+    assert_eq!(
+        back.into_iter().map(|r| r.event).collect::<Vec<_>>(),
+        events
+    );
+    assert!(log
+        .session_state(&conv("bench:0"), &agent("a3"))
+        .unwrap()
+        .is_some());
+    let r = log
+        .append(vec![text_message(9000, "bench:1", "user", "lead", "more")])
+        .unwrap();
+    assert_eq!(r.first, Seq(502));
+    assert!(log.verify(&mut |_| {}).unwrap().is_clean());
+}
+
+#[test]
+fn a_second_open_fails_fast_naming_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let _first = open(&path);
+    let started = std::time::Instant::now();
+    let err = SledLog::open(&path, &StoreOptions::default()).unwrap_err();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "must fail fast"
+    );
+    assert_eq!(err, StoreError::Locked { path: path.clone() });
+    let text = err.to_string();
+    assert!(
+        text.contains("locked by another process") && text.contains("--server"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_missing_database_is_not_created_when_asked_not_to() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("nope");
+    let options = StoreOptions {
+        create_if_missing: false,
+        ..Default::default()
+    };
+    let err = SledLog::open(&path, &options).unwrap_err();
+    assert_eq!(err, StoreError::NotFound { path: path.clone() });
+    assert!(!path.exists(), "nothing may be created");
+}
+
+#[test]
+fn corrupt_records_are_reported_not_panicked_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let log = open(&path);
+    log.append(
+        (1..=5)
+            .map(|n| text_message(n, "t:1", "user", "lead", "m"))
+            .collect(),
+    )
+    .unwrap();
+    log.overwrite_raw_record_for_tests(Seq(3), &[1, 0xde, 0xad])
+        .unwrap();
+    log.overwrite_raw_record_for_tests(Seq(4), &[9, 0, 0])
+        .unwrap();
+    let err = log.read_range(Seq(1), Seq(5), 10).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+    let err = log.read_range(Seq(4), Seq(4), 10).unwrap_err();
+    assert!(
+        matches!(err, StoreError::UnknownFormatVersion { version: 9, .. }),
+        "{err}"
+    );
+    let report = log.verify(&mut |_| {}).unwrap();
+    assert_eq!(
+        report.counts.get("undecodable"),
+        Some(&2),
+        "{:?}",
+        report.findings
+    );
+    drop(log);
+    // Reopening a log with corrupt records works; the corruption is still reported.
+    let log = open(&path);
+    assert_eq!(
+        log.verify(&mut |_| {}).unwrap().counts.get("undecodable"),
+        Some(&2)
+    );
+}
+
+#[test]
+fn index_disagreement_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(&dir.path().join("db"));
+    log.append(
+        (1..=5)
+            .map(|n| text_message(n, "t:1", "user", "lead", "m"))
+            .collect(),
+    )
+    .unwrap();
+    log.remove_conversation_index_entry_for_tests(&conv("t:1"), Seq(2))
+        .unwrap();
+    let report = log.verify(&mut |_| {}).unwrap();
+    assert_eq!(
+        report.counts.get("missing_index_entry"),
+        Some(&1),
+        "{:?}",
+        report.findings
+    );
+    assert!(!report.is_clean());
+}
+
+#[test]
+fn large_messages_round_trip_through_blobs_and_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let big = "y".repeat(1024 * 1024); // exactly the limit: accepted, stored by sled as a blob
+    {
+        let log = open(&path);
+        log.append(vec![text_message(1, "t:1", "user", "lead", &big)])
+            .unwrap();
+        log.append(vec![text_message(2, "t:1", "user", "lead", "small")])
+            .unwrap();
+    }
+    let log = open(&path);
+    let back = log.read_range(Seq(1), Seq(1), 1).unwrap();
+    assert_eq!(
+        back[0].event.as_message().unwrap().text_content().len(),
+        big.len()
+    );
+    let window = log
+        .visible_window(&conv("t:1"), Viewer::Everything, 5)
+        .unwrap();
+    assert_eq!(window.len(), 2);
+}
+
+#[test]
+fn appends_can_be_awaited_and_subscribers_see_a_closed_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = open(&dir.path().join("db"));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut sub = log.subscribe(Seq::ZERO);
+    rt.block_on(async {
+        let handles: Vec<_> = (0..32)
+            .map(|i| {
+                log.submit(vec![text_message(i, "t:1", "user", "lead", "async")])
+                    .unwrap()
+            })
+            .collect();
+        for h in handles {
+            h.await.unwrap();
+        }
+        for want in 1..=32 {
+            assert_eq!(sub.next().await.unwrap().seq, Seq(want));
+        }
+    });
+    drop(log);
+    rt.block_on(async {
+        assert_eq!(sub.next().await.unwrap_err(), StoreError::Closed);
+    });
+}
