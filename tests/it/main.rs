@@ -5,3 +5,4 @@ mod crash;
 mod golden;
 mod model;
 mod sled_log;
+mod tidy;

@@ -69,8 +69,7 @@ fn mention_tokens(text: &str) -> Vec<&str> {
         }
         let mut in_code = false;
         let mut prev: Option<char> = None;
-        let mut iter = line.char_indices().peekable();
-        while let Some((i, c)) = iter.next() {
+        for (i, c) in line.char_indices() {
             if c == '`' {
                 in_code = !in_code;
             } else if c == '@' && !in_code && !prev.is_some_and(joins_word) {

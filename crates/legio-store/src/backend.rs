@@ -52,6 +52,9 @@ impl WriteSet {
     }
 }
 
+/// What a scan calls for each key and value; `Break` stops the scan.
+pub(crate) type Visitor<'a> = dyn FnMut(&[u8], &[u8]) -> ControlFlow<()> + 'a;
+
 /// Direction of a scan.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Direction {
@@ -71,7 +74,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
         start: &[u8],
         end: Option<&[u8]>,
         direction: Direction,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+        visit: &mut Visitor<'_>,
     ) -> Result<()>;
 
     /// The last key and value of a tree.

@@ -2,12 +2,12 @@
 //! that need no durability. Appends are acknowledged as soon as they are applied.
 
 use std::collections::BTreeMap;
-use std::ops::{Bound, ControlFlow};
+use std::ops::Bound;
 use std::sync::{Arc, RwLock};
 
 use legio_core::{AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, Viewer};
 
-use crate::backend::{Backend, Direction, TreeId, WriteSet};
+use crate::backend::{Backend, Direction, TreeId, Visitor, WriteSet};
 use crate::engine::{Engine, Limits};
 use crate::error::{Result, StoreError};
 use crate::log::{AppendHandle, EventLog, Subscription};
@@ -50,7 +50,7 @@ impl Backend for MemoryBackend {
         start: &[u8],
         end: Option<&[u8]>,
         direction: Direction,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+        visit: &mut Visitor<'_>,
     ) -> Result<()> {
         let trees = self.read()?;
         let upper = end.map_or(Bound::Unbounded, Bound::Excluded);

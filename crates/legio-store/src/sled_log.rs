@@ -9,7 +9,6 @@
 use std::collections::HashSet;
 use std::ffi::OsString;
 use std::fs::File;
-use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, Weak};
@@ -21,7 +20,7 @@ use legio_core::{
 };
 use tokio::sync::oneshot;
 
-use crate::backend::{Backend, Direction, TreeId, WriteSet};
+use crate::backend::{Backend, Direction, TreeId, Visitor, WriteSet};
 use crate::engine::{Encoded, Engine, Limits};
 use crate::error::{Result, StoreError};
 use crate::log::{AppendHandle, EventLog, Subscription};
@@ -185,7 +184,7 @@ impl Backend for SledBackend {
         start: &[u8],
         end: Option<&[u8]>,
         direction: Direction,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> ControlFlow<()>,
+        visit: &mut Visitor<'_>,
     ) -> Result<()> {
         let tree = self.tree(tree);
         let iter = match end {

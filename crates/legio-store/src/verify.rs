@@ -221,7 +221,7 @@ pub(crate) fn verify<B: Backend>(
             }
             expected = seq.next();
             report.events += 1;
-            if report.events % 10_000 == 0 {
+            if report.events.is_multiple_of(10_000) {
                 progress(VerifyProgress {
                     done: report.events,
                     total: last.0,

@@ -1,0 +1,104 @@
+//! One readable line per event, for the operator: seq, time, kind, who, to whom, a cut of the text.
+
+use legio_core::{Event, Part, Record, SessionStart};
+
+/// How many characters of a message's text a line shows.
+const TEXT_CUT: usize = 72;
+
+fn cut(text: &str) -> String {
+    let flat = text.replace('\n', " ");
+    if flat.chars().count() <= TEXT_CUT {
+        flat
+    } else {
+        let head: String = flat.chars().take(TEXT_CUT - 1).collect();
+        format!("{head}…")
+    }
+}
+
+/// The line for `record`.
+pub fn line(record: &Record) -> String {
+    let event = &record.event;
+    let time = event.at().to_rfc3339();
+    let time = &time[11..19]; // HH:MM:SS
+    let detail = match event {
+        Event::MessagePosted(m) => {
+            let mut text = m.text_content();
+            for part in &m.parts {
+                match part {
+                    Part::ToolCall { id, name, .. } => {
+                        text.push_str(&format!(" [tool call {name} {id}]"))
+                    }
+                    Part::ToolResult { call_id, .. } => {
+                        text.push_str(&format!(" [tool result {call_id}]"))
+                    }
+                    Part::Text { .. } => {}
+                }
+            }
+            format!("{} -> {}: {}", m.sender, m.audience, cut(&text))
+        }
+        Event::SessionOpened(e) => {
+            let how = match &e.how {
+                SessionStart::Stateless => "stateless".to_owned(),
+                SessionStart::Bootstrapped { up_to } => format!("bootstrapped up to #{up_to}"),
+                SessionStart::Resumed {
+                    provider_session,
+                    checkpoint,
+                } => {
+                    format!("resumed {provider_session} at #{checkpoint}")
+                }
+            };
+            format!(
+                "{} session {} ({:?}; {how})",
+                e.agent,
+                short(&e.session.to_string()),
+                e.why
+            )
+        }
+        Event::ContextDelivered(e) => format!(
+            "{} {} context up to #{} ({} messages, ~{} tokens)",
+            e.agent,
+            e.mode.as_str(),
+            e.up_to,
+            e.messages,
+            e.estimated_tokens
+        ),
+        Event::TurnCompleted(e) => format!(
+            "{} turn done: {} in / {} out tokens",
+            e.agent, e.usage.input, e.usage.output
+        ),
+        Event::TurnFailed(e) => format!("{} turn failed: {}", e.agent, cut(&e.error)),
+        Event::SessionSuspended(e) => format!(
+            "{} session {} suspended ({})",
+            e.agent,
+            short(&e.session.to_string()),
+            e.why
+        ),
+        Event::SessionClosed(e) => format!(
+            "{} session {} closed ({})",
+            e.agent,
+            short(&e.session.to_string()),
+            e.why
+        ),
+        Event::SummaryRecorded(e) => format!(
+            "{} summary up to #{}: {}",
+            e.agent,
+            e.covers_up_to,
+            cut(&e.text)
+        ),
+        Event::AgentFailed(e) => format!(
+            "{} FAILED after {} restarts: {}",
+            e.agent,
+            e.restarts,
+            cut(&e.reason)
+        ),
+    };
+    format!(
+        "#{:<5} {time} {:<18} {detail}",
+        record.seq.get(),
+        event.kind().as_str()
+    )
+}
+
+fn short(id: &str) -> &str {
+    id.get(id.len().saturating_sub(8)..).unwrap_or(id)
+}

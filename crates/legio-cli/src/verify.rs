@@ -1,0 +1,42 @@
+//! `legio verify`: the store's integrity report. Exit 0 when clean, 3 when anything is wrong.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use legio_store::{EventLog, SledLog};
+
+use crate::Context;
+
+/// Arguments of `legio verify`.
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+/// Runs the command.
+pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
+    let store = context.store()?;
+    let mut options = store.options.clone();
+    options.create_if_missing = false;
+    let log = SledLog::open(&store.path, &options)?;
+    let report = log.verify(&mut |_| {})?;
+    println!(
+        "verified {} events up to seq {} in {}",
+        report.events,
+        report.last_seq,
+        store.path.display()
+    );
+    if report.is_clean() {
+        println!("clean: no gaps, every record decodes, indexes agree with the events");
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{} problems found:", report.total_findings());
+    for finding in &report.findings {
+        println!("  {finding}");
+    }
+    if report.total_findings() > report.findings.len() as u64 {
+        println!(
+            "  ... and {} more",
+            report.total_findings() - report.findings.len() as u64
+        );
+    }
+    Ok(ExitCode::from(3))
+}
