@@ -183,3 +183,49 @@ fn appends_can_be_awaited_and_subscribers_see_a_closed_log() {
         assert_eq!(sub.next().await.unwrap_err(), StoreError::Closed);
     });
 }
+
+const HOLDER_ENV: &str = "LEGIO_LOCK_HOLDER_DB";
+
+/// Another process holds the database: opening fails fast with `Locked`, and works once it exits.
+#[test]
+fn a_database_held_by_another_process_is_reported_as_locked() {
+    use std::io::{BufRead, BufReader, Read};
+    if let Ok(path) = std::env::var(HOLDER_ENV) {
+        let _log = open(std::path::Path::new(&path));
+        println!("\nHOLDING");
+        // Hold the lock until the parent closes our stdin.
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    drop(open(&path)); // create it
+    let mut holder = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sled_log::a_database_held_by_another_process_is_reported_as_locked",
+            "--nocapture",
+        ])
+        .env(HOLDER_ENV, &path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(holder.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|l| l.unwrap().contains("HOLDING")),
+        "the holder never opened the database"
+    );
+    let started = std::time::Instant::now();
+    let err = SledLog::open(&path, &StoreOptions::default()).unwrap_err();
+    assert_eq!(err, StoreError::Locked { path: path.clone() });
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+    drop(holder.stdin.take()); // let the holder exit
+    assert!(holder.wait().unwrap().success());
+    let log = open(&path);
+    assert_eq!(log.last_seq(), Seq::ZERO);
+}

@@ -1,25 +1,33 @@
 //! legio-core: the pure domain of legio. Names, messages, events, visibility, mentions and the
-//! session projection. No IO, no clock or randomness reads, no async runtime: time and random
+//! session projection, session lifecycle decisions and context planning. No IO, no clock or randomness reads, no async runtime: time and random
 //! bytes are passed in by the caller.
 
+mod context;
 mod error;
 mod event;
+mod lifecycle;
 mod mention;
 mod message;
 mod name;
 mod seq;
 mod session;
 mod timestamp;
+mod tokens;
 mod visibility;
 
 #[cfg(test)]
 mod test_support;
 
+pub use context::{plan_context, triggers_turn, ContextItem, ContextPlan};
 pub use error::{MentionError, NameError, TimestampError};
 pub use event::{
     AgentFailed, BoundaryReason, ContextDelivered, DeliveryMode, Event, EventKind, OpenReason,
     Record, SessionEnded, SessionId, SessionOpened, SessionStart, SummaryRecorded, TokenUsage,
     TurnCompleted, TurnFailed,
+};
+pub use lifecycle::{
+    crash_cleanup, decide_session, restored_notice, Delivery, EndSession, History, SessionDecision,
+    SessionFacts, Start,
 };
 pub use mention::parse_mentions;
 pub use message::{Audience, Message, MessageId, Part};
@@ -30,4 +38,5 @@ pub use name::{
 pub use seq::{Seq, SeqRange};
 pub use session::{AgentSessionState, FailedInfo, SessionInfo, SessionStatus};
 pub use timestamp::Timestamp;
+pub use tokens::{estimate_message_tokens, estimate_tokens};
 pub use visibility::{can_see, visibility_keys, Viewer, VisibilityKey};

@@ -1,0 +1,142 @@
+//! Context planning: exactly which messages a turn sends to an agent's provider.
+//!
+//! - **Full** (stateless providers): the last `history_window` visible messages before the new one,
+//!   then the new message.
+//! - **Bootstrap** (first turn of a stateful session): the same window, with a notice when the
+//!   session was restored after a boundary.
+//! - **Delta** (later turns of a stateful session): the visible messages after the checkpoint that
+//!   the session has not seen in its own thread (its own replies it wrote itself), then the new
+//!   message.
+//!
+//! No message is ever in a plan twice. The one at-least-once case: a turn that failed or died
+//! after its request reached the provider but before its checkpoint was recorded leaves messages
+//! after the checkpoint that the provider may already hold. They are detected from the log (a
+//! message that would have triggered a turn of this agent lies after the checkpoint and before
+//! the new message) and marked `redelivered`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::event::{DeliveryMode, Record};
+use crate::lifecycle::Delivery;
+use crate::message::{Audience, Message};
+use crate::name::{AgentName, Participant};
+use crate::seq::Seq;
+use crate::tokens::estimate_message_tokens;
+
+/// One message in a context.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ContextItem {
+    /// Its seq in the log.
+    pub seq: Seq,
+    /// The message.
+    pub message: Message,
+    /// The provider may have received it already (see the module docs).
+    pub redelivered: bool,
+}
+
+/// What one turn sends to an agent's provider.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ContextPlan {
+    /// Full, bootstrap or delta.
+    pub mode: DeliveryMode,
+    /// The restored-from-the-log notice, for a bootstrap after a boundary.
+    pub notice: Option<String>,
+    /// Messages before the new one, in log order.
+    pub history: Vec<ContextItem>,
+    /// The message the turn answers.
+    pub new_message: ContextItem,
+    /// The checkpoint to record once the provider call succeeded: the new message's seq.
+    pub up_to: Seq,
+    /// Estimated tokens of the messages in the plan (history and new message).
+    pub estimated_tokens: u64,
+}
+
+impl ContextPlan {
+    /// Every message of the plan in order: history, then the new message.
+    pub fn messages(&self) -> impl Iterator<Item = &ContextItem> {
+        self.history
+            .iter()
+            .chain(std::iter::once(&self.new_message))
+    }
+}
+
+/// Whether `message` asks `agent` for a turn: it names the agent or all, and the agent did not
+/// send it.
+pub fn triggers_turn(agent: &AgentName, message: &Message) -> bool {
+    let me = Participant::Agent(agent.clone());
+    message.sender != me && (message.audience == Audience::All || message.audience.names(&me))
+}
+
+/// Plans a turn's context.
+///
+/// `visible` holds the agent's visible messages in log order: for `Full` and `Bootstrap` at least
+/// the last `history_window` before the new message; for `Delta` every visible message after the
+/// checkpoint. Messages at or after the new message are ignored, so a caller may pass a window
+/// that already includes it.
+pub fn plan_context(
+    agent: &AgentName,
+    delivery: &Delivery,
+    visible: &[Record],
+    new_message: &Record,
+    history_window: usize,
+) -> ContextPlan {
+    let before = visible
+        .iter()
+        .filter(|r| r.seq < new_message.seq && r.event.as_message().is_some());
+    let item = |r: &Record, redelivered: bool| ContextItem {
+        seq: r.seq,
+        message: r
+            .event
+            .as_message()
+            .cloned()
+            .unwrap_or_else(|| unreachable!("filtered to messages")),
+        redelivered,
+    };
+    let (mode, notice, history) = match delivery {
+        Delivery::Full | Delivery::Bootstrap { .. } => {
+            let window: Vec<&Record> = before.collect();
+            let skip = window.len().saturating_sub(history_window);
+            let history: Vec<ContextItem> = window[skip..].iter().map(|r| item(r, false)).collect();
+            match delivery {
+                Delivery::Bootstrap { notice } => {
+                    (DeliveryMode::Bootstrap, notice.clone(), history)
+                }
+                _ => (DeliveryMode::Full, None, history),
+            }
+        }
+        Delivery::Delta { checkpoint } => {
+            let me = Participant::Agent(agent.clone());
+            let unseen: Vec<&Record> = before
+                .filter(|r| r.seq > *checkpoint)
+                .filter(|r| r.event.as_message().is_some_and(|m| m.sender != me))
+                .collect();
+            // Everything up to the last message that would have triggered an earlier turn of
+            // this agent may have reached the provider in that turn's request.
+            let last_trigger = unseen.iter().rposition(|r| {
+                r.event
+                    .as_message()
+                    .is_some_and(|m| triggers_turn(agent, m))
+            });
+            let history: Vec<ContextItem> = unseen
+                .iter()
+                .enumerate()
+                .map(|(i, r)| item(r, last_trigger.is_some_and(|t| i <= t)))
+                .collect();
+            (DeliveryMode::Delta, None, history)
+        }
+    };
+    let new_item = item(new_message, false);
+    let estimated_tokens = history
+        .iter()
+        .chain(std::iter::once(&new_item))
+        .map(|i: &ContextItem| estimate_message_tokens(&i.message))
+        .sum();
+    ContextPlan {
+        mode,
+        notice,
+        history,
+        up_to: new_message.seq,
+        new_message: new_item,
+        estimated_tokens,
+    }
+}

@@ -1,0 +1,273 @@
+//! Session lifecycle decisions: given an agent's session state from the log, what boundary (if
+//! any) to record and how the next turn's session gets its context. Pure: the runtime appends the
+//! events this returns and acts on the plan.
+
+use crate::event::{BoundaryReason, OpenReason};
+use crate::seq::Seq;
+use crate::session::{AgentSessionState, SessionStatus};
+
+/// How a provider keeps conversation history.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum History {
+    /// It keeps none: every request carries the (windowed) history.
+    Stateless,
+    /// It keeps its own thread per session; `resumable` if a session survives our process.
+    Session {
+        /// Whether a provider session can be resumed after the actor or the process stops.
+        resumable: bool,
+    },
+}
+
+impl History {
+    /// Whether the provider keeps its own history.
+    pub fn is_stateful(self) -> bool {
+        matches!(self, Self::Session { .. })
+    }
+
+    /// Whether a session can be resumed after a stop.
+    pub fn is_resumable(self) -> bool {
+        matches!(self, Self::Session { resumable: true })
+    }
+}
+
+/// Ending the current session before the turn.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct EndSession {
+    /// Suspend (provider session kept) rather than close.
+    pub suspend: bool,
+    /// Why.
+    pub why: BoundaryReason,
+}
+
+/// How the session for the turn gets its context.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Start {
+    /// Keep the current open session.
+    Continue,
+    /// Open a new session without provider state: stateless providers.
+    OpenStateless {
+        /// Why it is opened.
+        why: OpenReason,
+    },
+    /// Open a new provider session and bootstrap it from the log.
+    OpenBootstrap {
+        /// Why it is opened.
+        why: OpenReason,
+    },
+    /// Open a legio session that resumes an existing provider session.
+    OpenResume {
+        /// Why it is opened.
+        why: OpenReason,
+        /// The provider's session id.
+        provider_session: String,
+        /// What it already holds.
+        checkpoint: Seq,
+    },
+}
+
+/// What the context of the turn is.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Delivery {
+    /// The windowed history (stateless providers).
+    Full,
+    /// The windowed history as a bootstrap block, with a notice if the session was restored.
+    Bootstrap {
+        /// The restored-from-the-log notice, if the session follows a boundary.
+        notice: Option<String>,
+    },
+    /// Only what the session has not seen since `checkpoint`.
+    Delta {
+        /// The session's checkpoint.
+        checkpoint: Seq,
+    },
+}
+
+/// The decision for one turn.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct SessionDecision {
+    /// A boundary to record first, if any.
+    pub end: Option<EndSession>,
+    /// How the turn's session starts.
+    pub start: Start,
+    /// What context the turn sends.
+    pub delivery: Delivery,
+}
+
+/// The facts a decision needs.
+#[derive(Clone, Copy, Debug)]
+pub struct SessionFacts<'a> {
+    /// The agent's session state from the log (`None`: never had one).
+    pub state: Option<&'a AgentSessionState>,
+    /// Whether this actor opened the current session itself (false after an actor or process
+    /// restart: an open session in the log is then a leftover of a crash).
+    pub live: bool,
+    /// The provider's history capability.
+    pub history: History,
+    /// The hash of the system prompt the turn would use.
+    pub prompt_hash: &'a str,
+    /// Rotate a stateful session once its cumulative input tokens exceed this.
+    pub max_input_tokens: u64,
+}
+
+/// The notice a restored session gets, naming why it was restored.
+pub fn restored_notice(why: BoundaryReason) -> String {
+    let cause = match why {
+        BoundaryReason::Idle => "an idle pause",
+        BoundaryReason::TokenCeiling => "the previous session grew too long",
+        BoundaryReason::PromptChanged => "a change of your instructions",
+        BoundaryReason::ManualReset => "a manual reset",
+        BoundaryReason::Crashed | BoundaryReason::Shutdown => "a restart",
+        BoundaryReason::ProviderSessionLost => "the provider lost the previous session",
+        BoundaryReason::AgentFailed => "a failure",
+    };
+    format!(
+        "This conversation was restored from the log after {cause}; the messages below are the most recent ones you may see. Ask the user if something is unclear."
+    )
+}
+
+/// Whether a stopped session can be resumed by a new actor.
+fn resumable(state: &crate::session::SessionInfo, history: History) -> bool {
+    history.is_resumable() && state.provider_session.is_some() && state.turns > 0
+}
+
+/// The crash-cleanup boundary for an actor that starts: an open session left in the log by a dead
+/// actor or process is suspended (if it can be resumed) or closed, as crashed. `None` when the
+/// latest session is not open.
+pub fn crash_cleanup(state: Option<&AgentSessionState>, history: History) -> Option<EndSession> {
+    let current = state?.current.as_ref()?;
+    (current.status == SessionStatus::Open).then(|| EndSession {
+        suspend: resumable(current, history),
+        why: BoundaryReason::Crashed,
+    })
+}
+
+/// Decides how the next turn's session starts and what it is sent.
+pub fn decide_session(facts: SessionFacts<'_>) -> SessionDecision {
+    let Some(current) = facts.state.and_then(|s| s.current.as_ref()) else {
+        return open_new(facts.history, OpenReason::FirstUse, None);
+    };
+    let prompt_changed = current.prompt_hash != facts.prompt_hash;
+    let over_ceiling = facts.history.is_stateful() && current.usage.input > facts.max_input_tokens;
+    match current.status {
+        SessionStatus::Open if facts.live => {
+            if prompt_changed {
+                return rotate(facts.history, BoundaryReason::PromptChanged);
+            }
+            if over_ceiling {
+                return rotate(facts.history, BoundaryReason::TokenCeiling);
+            }
+            let delivery = match facts.history {
+                History::Stateless => Delivery::Full,
+                // No turn of this session completed: the provider may hold nothing yet.
+                History::Session { .. } if current.turns == 0 => Delivery::Bootstrap {
+                    notice: match current.why {
+                        OpenReason::FirstUse => None,
+                        OpenReason::After(why) => Some(restored_notice(why)),
+                    },
+                },
+                History::Session { .. } => Delivery::Delta {
+                    checkpoint: current.checkpoint,
+                },
+            };
+            SessionDecision {
+                end: None,
+                start: Start::Continue,
+                delivery,
+            }
+        }
+        // Left open by a dead actor or process (normally cleaned up when the actor starts).
+        SessionStatus::Open => after_stop(
+            facts,
+            current,
+            BoundaryReason::Crashed,
+            true,
+            prompt_changed,
+            over_ceiling,
+        ),
+        SessionStatus::Suspended => {
+            let why = current.ended.unwrap_or(BoundaryReason::Crashed);
+            after_stop(facts, current, why, false, prompt_changed, over_ceiling)
+        }
+        SessionStatus::Closed => {
+            let why = current.ended.unwrap_or(BoundaryReason::Crashed);
+            open_new(facts.history, OpenReason::After(why), Some(why))
+        }
+    }
+}
+
+/// The session stopped (suspended, or still open after a crash): resume it when the provider can,
+/// otherwise end it for good and open a new one. Either way the old session ends exactly once.
+fn after_stop(
+    facts: SessionFacts<'_>,
+    current: &crate::session::SessionInfo,
+    why: BoundaryReason,
+    crashed_open: bool,
+    prompt_changed: bool,
+    over_ceiling: bool,
+) -> SessionDecision {
+    if resumable(current, facts.history) && !prompt_changed && !over_ceiling {
+        if let Some(provider_session) = &current.provider_session {
+            return SessionDecision {
+                end: crashed_open.then_some(EndSession {
+                    suspend: true,
+                    why: BoundaryReason::Crashed,
+                }),
+                start: Start::OpenResume {
+                    why: OpenReason::After(why),
+                    provider_session: provider_session.clone(),
+                    checkpoint: current.checkpoint,
+                },
+                delivery: Delivery::Delta {
+                    checkpoint: current.checkpoint,
+                },
+            };
+        }
+    }
+    let reason = if prompt_changed {
+        BoundaryReason::PromptChanged
+    } else if over_ceiling {
+        BoundaryReason::TokenCeiling
+    } else {
+        why
+    };
+    let mut decision = open_new(facts.history, OpenReason::After(reason), Some(reason));
+    decision.end = Some(EndSession {
+        suspend: false,
+        why: if crashed_open {
+            BoundaryReason::Crashed
+        } else {
+            reason
+        },
+    });
+    decision
+}
+
+fn rotate(history: History, why: BoundaryReason) -> SessionDecision {
+    let mut decision = open_new(history, OpenReason::After(why), Some(why));
+    decision.end = Some(EndSession {
+        suspend: false,
+        why,
+    });
+    decision
+}
+
+fn open_new(
+    history: History,
+    why: OpenReason,
+    restored_after: Option<BoundaryReason>,
+) -> SessionDecision {
+    match history {
+        History::Stateless => SessionDecision {
+            end: None,
+            start: Start::OpenStateless { why },
+            delivery: Delivery::Full,
+        },
+        History::Session { .. } => SessionDecision {
+            end: None,
+            start: Start::OpenBootstrap { why },
+            delivery: Delivery::Bootstrap {
+                notice: restored_after.map(restored_notice),
+            },
+        },
+    }
+}
