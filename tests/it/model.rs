@@ -21,6 +21,7 @@ enum Op {
     Window {
         conv: usize,
         viewer: Option<usize>,
+        before: u64,
         limit: usize,
     },
     After {
@@ -41,7 +42,8 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => proptest::collection::vec(message, 1..6).prop_map(Op::Append),
         1 => (0..40u64, 0..40u64, 1..20usize).prop_map(|(from, len, limit)| Op::Read { from, len, limit }),
-        2 => (0..3usize, proptest::option::of(1..4usize), 1..12usize).prop_map(|(conv, viewer, limit)| Op::Window { conv, viewer, limit }),
+        2 => (0..3usize, proptest::option::of(1..4usize), 0..60u64, 1..12usize)
+            .prop_map(|(conv, viewer, before, limit)| Op::Window { conv, viewer, before, limit }),
         1 => (0..3usize, proptest::option::of(1..4usize), 0..40u64, 1..12usize)
             .prop_map(|(conv, viewer, after, limit)| Op::After { conv, viewer, after, limit }),
         1 => Just(Op::Reopen),
@@ -109,10 +111,17 @@ fn run(ops: Vec<Op>, mut open: impl FnMut(Option<Box<dyn EventLog>>) -> Box<dyn 
             Op::Window {
                 conv: c,
                 viewer,
+                before,
                 limit,
             } => {
                 let viewer = viewer_of(viewer, &names);
-                let got = log.visible_window(&conv(CONVS[c]), viewer, limit).unwrap();
+                // `before` 0 stands for "no bound": the plain window.
+                let got = if before == 0 {
+                    log.visible_window(&conv(CONVS[c]), viewer, limit).unwrap()
+                } else {
+                    log.visible_before(&conv(CONVS[c]), viewer, Seq(before), limit)
+                        .unwrap()
+                };
                 let visible: Vec<u64> = model
                     .iter()
                     .enumerate()
@@ -121,6 +130,7 @@ fn run(ops: Vec<Op>, mut open: impl FnMut(Option<Box<dyn EventLog>>) -> Box<dyn 
                             && can_see(viewer, e.as_message().unwrap())
                     })
                     .map(|(i, _)| i as u64 + 1)
+                    .filter(|s| before == 0 || *s < before)
                     .collect();
                 assert_eq!(
                     seqs(&got),

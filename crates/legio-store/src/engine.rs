@@ -317,22 +317,23 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Seqs listed under `prefix` in `tree` (index keys end in a seq), newest first when
-    /// `direction` is backward, at most `limit`, only those `<= committed` and `> after`.
+    /// `direction` is backward, at most `limit`, only those `> after`, `< before` and
+    /// `<= committed`.
     fn index_seqs(
         &self,
         tree: TreeId,
         prefix: &[u8],
-        after: Seq,
+        (after, before): (Seq, Seq),
         direction: Direction,
         limit: usize,
     ) -> Result<Vec<Seq>> {
-        let committed = self.committed();
+        let end_seq = before.min(self.committed().next());
         let mut start = prefix.to_vec();
         start.extend_from_slice(&keys::seq_key(after.next()));
         let mut end = prefix.to_vec();
-        end.extend_from_slice(&keys::seq_key(committed.next()));
+        end.extend_from_slice(&keys::seq_key(end_seq));
         let mut out = Vec::new();
-        if limit == 0 || after >= committed {
+        if limit == 0 || after.next() >= end_seq {
             return Ok(out);
         }
         self.backend
@@ -378,7 +379,7 @@ impl<B: Backend> Engine<B> {
         let seqs = self.index_seqs(
             TreeId::ByConv,
             &keys::conv_prefix(conv),
-            after,
+            (after, Seq(u64::MAX)),
             Direction::Forward,
             limit,
         )?;
@@ -390,14 +391,14 @@ impl<B: Backend> Engine<B> {
         &self,
         conv: &ConversationKey,
         viewer: Viewer<'_>,
-        after: Seq,
+        bounds: (Seq, Seq),
         direction: Direction,
         limit: usize,
     ) -> Result<Vec<Seq>> {
         let mut seqs = Vec::new();
         for key in VisibilityKey::for_viewer(viewer) {
             let prefix = keys::visible_prefix(conv, &key);
-            seqs.extend(self.index_seqs(TreeId::Visible, &prefix, after, direction, limit)?);
+            seqs.extend(self.index_seqs(TreeId::Visible, &prefix, bounds, direction, limit)?);
         }
         seqs.sort_unstable();
         seqs.dedup();
@@ -410,16 +411,23 @@ impl<B: Backend> Engine<B> {
         Ok(seqs)
     }
 
-    /// Exactly the last `limit` messages `viewer` may see (fewer only if fewer exist), in log
-    /// order.
-    pub(crate) fn visible_window(
+    /// Exactly the last `limit` messages `viewer` may see with seq below `before` (fewer only
+    /// if fewer exist), in log order.
+    pub(crate) fn visible_before(
         &self,
         conv: &ConversationKey,
         viewer: Viewer<'_>,
+        before: Seq,
         limit: usize,
     ) -> Result<Vec<Record>> {
         m::read("visible_window");
-        let seqs = self.visible_seqs(conv, viewer, Seq::ZERO, Direction::Backward, limit)?;
+        let seqs = self.visible_seqs(
+            conv,
+            viewer,
+            (Seq::ZERO, before),
+            Direction::Backward,
+            limit,
+        )?;
         self.records(seqs)
     }
 
@@ -432,7 +440,13 @@ impl<B: Backend> Engine<B> {
         limit: usize,
     ) -> Result<Vec<Record>> {
         m::read("visible_after");
-        let seqs = self.visible_seqs(conv, viewer, after, Direction::Forward, limit)?;
+        let seqs = self.visible_seqs(
+            conv,
+            viewer,
+            (after, Seq(u64::MAX)),
+            Direction::Forward,
+            limit,
+        )?;
         self.records(seqs)
     }
 

@@ -62,6 +62,18 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
         conversation: &ConversationKey,
         viewer: Viewer<'_>,
         limit: usize,
+    ) -> Result<Vec<Record>> {
+        self.visible_before(conversation, viewer, Seq(u64::MAX), limit)
+    }
+
+    /// Exactly the last `limit` messages `viewer` may see in `conversation` with seq below
+    /// `before` (fewer only when fewer exist), in log order.
+    fn visible_before(
+        &self,
+        conversation: &ConversationKey,
+        viewer: Viewer<'_>,
+        before: Seq,
+        limit: usize,
     ) -> Result<Vec<Record>>;
 
     /// The messages `viewer` may see in `conversation` with seq after `after`, in log order, at

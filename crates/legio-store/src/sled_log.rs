@@ -460,13 +460,15 @@ impl EventLog for SledLog {
         self.engine.conversations()
     }
 
-    fn visible_window(
+    fn visible_before(
         &self,
         conversation: &ConversationKey,
         viewer: Viewer<'_>,
+        before: Seq,
         limit: usize,
     ) -> Result<Vec<Record>> {
-        self.engine.visible_window(conversation, viewer, limit)
+        self.engine
+            .visible_before(conversation, viewer, before, limit)
     }
 
     fn visible_after(

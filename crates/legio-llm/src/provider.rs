@@ -1,0 +1,82 @@
+//! The `Provider` trait: what the runtime asks of a model provider, and what it gets back.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+
+use legio_core::{AgentName, ContextPlan, ConversationKey, History, TokenUsage};
+use thiserror::Error;
+
+/// What a provider can do.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Capabilities {
+    /// Whether it keeps its own history, and whether a session survives our process.
+    pub history: History,
+    /// Its context window in tokens.
+    pub context_window: u64,
+}
+
+/// One turn's request.
+#[derive(Clone, Debug)]
+pub struct ProviderRequest {
+    /// The conversation.
+    pub conversation: ConversationKey,
+    /// The agent the request is for.
+    pub agent: AgentName,
+    /// The agent's system prompt (for the orchestrator, with the roster).
+    pub system_prompt: String,
+    /// The provider session to continue; `None` starts a new one (stateful providers).
+    pub resume: Option<String>,
+    /// What to send: mode, notice, history and the new message.
+    pub plan: ContextPlan,
+    /// The specialists' current status, sent in the orchestrator's message (never the system
+    /// prompt, so it cannot go stale).
+    pub status: Option<String>,
+}
+
+/// A successful turn.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderReply {
+    /// The reply's text.
+    pub text: String,
+    /// Usage as the provider reported it, if it did.
+    pub usage: Option<TokenUsage>,
+    /// The provider session after this turn (stateful providers), to resume with next time.
+    pub provider_session: Option<String>,
+}
+
+/// Why a provider call failed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ProviderError {
+    /// The provider no longer knows the session to resume (expired, 404): the runtime records a
+    /// boundary and bootstraps a new session from the log.
+    #[error("the provider no longer knows session {session}")]
+    SessionLost {
+        /// The session id that was asked for.
+        session: String,
+    },
+    /// Any other failure; the message says what to check.
+    #[error("{message}")]
+    Failed {
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// The future a provider call returns.
+pub type ProviderFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<ProviderReply, ProviderError>> + Send + 'a>>;
+
+/// A model provider.
+///
+/// Contract: `call` sends exactly what the request's plan holds (the runtime decided what the
+/// provider has not seen); it never records anything itself. It may be cancelled at any await
+/// point (the runtime's per-turn timeout drops the future). A stateful provider returns the
+/// session id to resume with next time in `provider_session`.
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// What the provider can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Runs one turn.
+    fn call(&self, request: ProviderRequest) -> ProviderFuture<'_>;
+}

@@ -1,0 +1,127 @@
+//! Rendering a context plan for a model: as chat turns (stateless providers: the agent's own
+//! messages as assistant turns, everyone else's as user turns attributed to their sender) or as
+//! one structured bootstrap block (a new stateful session: every message with its id and sender).
+
+use legio_core::{AgentName, ContextItem, ContextPlan, Part, Participant};
+
+/// Who speaks in a chat turn.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum ChatRole {
+    /// The model itself.
+    Assistant,
+    /// Anyone else (the user, other agents), attributed by `name`.
+    User,
+}
+
+/// One chat turn.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ChatTurn {
+    /// Assistant or user.
+    pub role: ChatRole,
+    /// The sender's name for user turns (`user`, or another agent's name).
+    pub name: Option<String>,
+    /// The text, with tool parts described inline.
+    pub text: String,
+}
+
+fn item_text(item: &ContextItem) -> String {
+    let mut out = String::new();
+    for part in &item.message.parts {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        match part {
+            Part::Text { text } => out.push_str(text),
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => out.push_str(&format!("[tool call {name} id={id}] {arguments}")),
+            Part::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => {
+                let label = if *is_error {
+                    "tool error"
+                } else {
+                    "tool result"
+                };
+                out.push_str(&format!("[{label} id={call_id}] {content}"));
+            }
+        }
+    }
+    out
+}
+
+fn turn(agent: &AgentName, item: &ContextItem) -> ChatTurn {
+    let own = item.message.sender == Participant::Agent(agent.clone());
+    ChatTurn {
+        role: if own {
+            ChatRole::Assistant
+        } else {
+            ChatRole::User
+        },
+        name: (!own).then(|| item.message.sender.as_str().to_owned()),
+        text: item_text(item),
+    }
+}
+
+/// The plan as chat turns: history, then the new message. A delta or bootstrap notice and the
+/// status block go in front of the new message's text.
+pub fn chat_turns(agent: &AgentName, plan: &ContextPlan, status: Option<&str>) -> Vec<ChatTurn> {
+    let mut turns: Vec<ChatTurn> = plan.history.iter().map(|i| turn(agent, i)).collect();
+    let mut last = turn(agent, &plan.new_message);
+    let mut prefix = String::new();
+    if let Some(notice) = &plan.notice {
+        prefix.push_str(&format!("<context_notice>{notice}</context_notice>\n"));
+    }
+    if let Some(status) = status {
+        prefix.push_str(status);
+        prefix.push('\n');
+    }
+    last.text = format!("{prefix}{}", last.text);
+    turns.push(last);
+    turns
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// The plan as one text block for a stateful session: the history as structured messages (every
+/// one with its id, seq and sender; possible redeliveries marked), the notice, the status, then
+/// the new message.
+pub fn bootstrap_block(plan: &ContextPlan, status: Option<&str>) -> String {
+    let mut out = String::new();
+    if !plan.history.is_empty() {
+        out.push_str(&format!("<history mode=\"{}\">\n", plan.mode.as_str()));
+        for item in &plan.history {
+            let redelivered = if item.redelivered {
+                " redelivered=\"true\""
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "<message id=\"{}\" seq=\"{}\" sender=\"{}\" at=\"{}\"{redelivered}>\n{}\n</message>\n",
+                item.message.id,
+                item.seq,
+                item.message.sender,
+                item.message.at,
+                escape(&item_text(item))
+            ));
+        }
+        out.push_str("</history>\n");
+    }
+    if let Some(notice) = &plan.notice {
+        out.push_str(&format!("<context_notice>{notice}</context_notice>\n"));
+    }
+    if let Some(status) = status {
+        out.push_str(status);
+        out.push('\n');
+    }
+    out.push_str(&item_text(&plan.new_message));
+    out
+}

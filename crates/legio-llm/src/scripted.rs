@@ -1,0 +1,258 @@
+//! The scripted provider: deterministic, offline, configurable as stateless, session-stateful and
+//! resumable, or session-stateful and not resumable. It records every request it receives, keeps a
+//! per-session thread of what each provider session was sent, answers with text derived from its
+//! input, and can be told to fail (error, panic, hang, lose a session) on chosen turns.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use legio_core::{estimate_tokens, AgentName, ContextPlan, History, Seq, TokenUsage};
+
+use crate::provider::{
+    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+};
+use crate::render::{bootstrap_block, chat_turns};
+
+/// How the scripted provider behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct ScriptedConfig {
+    /// Stateless, or stateful and (not) resumable.
+    pub history: History,
+    /// Simulated latency of every call.
+    pub latency: Duration,
+    /// The context window it claims.
+    pub context_window: u64,
+}
+
+impl ScriptedConfig {
+    /// A zero-latency provider with the given history capability and a 200k window.
+    pub fn new(history: History) -> Self {
+        Self {
+            history,
+            latency: Duration::ZERO,
+            context_window: 200_000,
+        }
+    }
+}
+
+/// A failure to inject into a future call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// Return an error.
+    Error(String),
+    /// Panic inside the call.
+    Panic,
+    /// Never answer (the runtime's turn timeout must fire).
+    Hang,
+    /// Answer that the session to resume is unknown.
+    LoseSession,
+}
+
+/// One request as the provider received it.
+#[derive(Clone, Debug)]
+pub struct RecordedRequest {
+    /// The agent.
+    pub agent: AgentName,
+    /// The conversation.
+    pub conversation: legio_core::ConversationKey,
+    /// The provider session the request ran in (stateful providers): the resumed one or the new
+    /// one created for it. `None` for stateless calls and failed calls.
+    pub provider_session: Option<String>,
+    /// Whether it asked to resume a session.
+    pub resumed: Option<String>,
+    /// The plan it carried.
+    pub plan: ContextPlan,
+    /// The status block, if any.
+    pub status: Option<String>,
+    /// The system prompt.
+    pub system_prompt: String,
+    /// The text the model would have read (bootstrap block or chat turns), for token counting.
+    pub rendered: String,
+    /// Whether the call succeeded.
+    pub succeeded: bool,
+}
+
+#[derive(Default)]
+struct State {
+    requests: Vec<RecordedRequest>,
+    /// Provider session id -> the seqs it was sent, in order.
+    sessions: HashMap<String, Vec<Seq>>,
+    next_session: u64,
+    /// Faults to inject, by agent name (`None`: any agent), in order.
+    faults: VecDeque<(Option<AgentName>, Fault)>,
+}
+
+/// The deterministic provider. Clone it to share its record between a runtime and a test.
+#[derive(Clone)]
+pub struct ScriptedProvider {
+    config: ScriptedConfig,
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for ScriptedProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScriptedProvider")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ScriptedProvider {
+    /// A provider with `config`.
+    pub fn new(config: ScriptedConfig) -> Self {
+        Self {
+            config,
+            state: Arc::new(Mutex::new(State::default())),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic injected on purpose may poison the lock: the record is still sound.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes the next call for `agent` (or for any agent, with `None`) fail with `fault`; calls
+    /// queue in order.
+    pub fn inject(&self, agent: Option<&AgentName>, fault: Fault) {
+        self.lock().faults.push_back((agent.cloned(), fault));
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.lock().requests.clone()
+    }
+
+    /// The seqs each provider session was sent, in order.
+    pub fn session_threads(&self) -> HashMap<String, Vec<Seq>> {
+        self.lock().sessions.clone()
+    }
+
+    /// Forgets every provider session (as a provider whose sessions expired would).
+    pub fn forget_sessions(&self) {
+        self.lock().sessions.clear();
+    }
+
+    fn take_fault(&self, agent: &AgentName) -> Option<Fault> {
+        let mut state = self.lock();
+        let index = state
+            .faults
+            .iter()
+            .position(|(who, _)| who.as_ref().is_none_or(|w| w == agent))?;
+        state.faults.remove(index).map(|(_, fault)| fault)
+    }
+
+    fn run(
+        &self,
+        request: ProviderRequest,
+        fault: Option<Fault>,
+    ) -> Result<ProviderReply, ProviderError> {
+        let stateful = self.config.history.is_stateful();
+        let rendered = if stateful {
+            bootstrap_block(&request.plan, request.status.as_deref())
+        } else {
+            chat_turns(&request.agent, &request.plan, request.status.as_deref())
+                .into_iter()
+                .map(|t| t.text)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let mut state = self.lock();
+        let mut record = RecordedRequest {
+            agent: request.agent.clone(),
+            conversation: request.conversation.clone(),
+            provider_session: None,
+            resumed: request.resume.clone(),
+            plan: request.plan.clone(),
+            status: request.status.clone(),
+            system_prompt: request.system_prompt.clone(),
+            rendered: rendered.clone(),
+            succeeded: false,
+        };
+        let session = match (&request.resume, stateful) {
+            (Some(id), true) => {
+                if fault == Some(Fault::LoseSession) || !state.sessions.contains_key(id) {
+                    state.requests.push(record);
+                    return Err(ProviderError::SessionLost {
+                        session: id.clone(),
+                    });
+                }
+                Some(id.clone())
+            }
+            (None, true) => {
+                state.next_session += 1;
+                let id = format!("scripted-{}-{}", request.agent, state.next_session);
+                state.sessions.insert(id.clone(), Vec::new());
+                Some(id)
+            }
+            (_, false) => None,
+        };
+        record.provider_session = session.clone();
+        if let Some(Fault::Error(message)) = fault {
+            state.requests.push(record);
+            return Err(ProviderError::Failed { message });
+        }
+        if let Some(id) = &session {
+            let thread = state.sessions.entry(id.clone()).or_default();
+            thread.extend(request.plan.messages().map(|i| i.seq));
+        }
+        record.succeeded = true;
+        state.requests.push(record);
+        let plan = &request.plan;
+        let redelivered = plan.history.iter().filter(|i| i.redelivered).count();
+        let text = format!(
+            "{} read {} message(s) ({}{}{}) and answers #{}.",
+            request.agent,
+            plan.history.len() + 1,
+            plan.mode.as_str(),
+            if plan.notice.is_some() {
+                ", restored"
+            } else {
+                ""
+            },
+            if redelivered > 0 {
+                format!(", {redelivered} marked redelivered")
+            } else {
+                String::new()
+            },
+            plan.new_message.seq
+        );
+        let input = estimate_tokens(&request.system_prompt) + estimate_tokens(&rendered);
+        Ok(ProviderReply {
+            usage: Some(TokenUsage {
+                input,
+                output: estimate_tokens(&text),
+                ..Default::default()
+            }),
+            text,
+            provider_session: session,
+        })
+    }
+}
+
+impl Provider for ScriptedProvider {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            history: self.config.history,
+            context_window: self.config.context_window,
+        }
+    }
+
+    fn call(&self, request: ProviderRequest) -> ProviderFuture<'_> {
+        Box::pin(async move {
+            if !self.config.latency.is_zero() {
+                tokio::time::sleep(self.config.latency).await;
+            }
+            let fault = self.take_fault(&request.agent);
+            match fault {
+                Some(Fault::Panic) => {
+                    panic!("scripted provider: injected panic for {}", request.agent)
+                }
+                Some(Fault::Hang) => std::future::pending().await,
+                other => self.run(request, other),
+            }
+        })
+    }
+}
