@@ -4,5 +4,6 @@ mod contract;
 mod crash;
 mod golden;
 mod model;
+mod runtime;
 mod sled_log;
 mod tidy;

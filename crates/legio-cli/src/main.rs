@@ -1,6 +1,5 @@
 //! `legio`, the operator command line: run the demo, verify a log.
 
-mod config;
 mod demo_log;
 mod render;
 mod verify;
@@ -44,25 +43,40 @@ enum Command {
     Verify(verify::Args),
 }
 
-/// Where the CLI finds its database.
+/// Where the CLI finds its configuration and database.
 #[derive(Debug)]
 pub struct Context {
     /// `--db`, if given.
     pub db: Option<PathBuf>,
-    /// The configuration file and whether it was named explicitly.
+    /// The configuration file.
     pub config: PathBuf,
-    /// Whether `--config`/`LEGIO_CONFIG` named it (a missing explicit file is an error).
+    /// Whether `--config` or `LEGIO_CONFIG` named it; the default file may be absent, and then
+    /// store-only commands use the built-in store defaults.
     pub config_explicit: bool,
 }
 
 impl Context {
-    /// The store settings, with `--db` applied.
-    pub fn store(&self) -> anyhow::Result<config::StoreConfig> {
-        let mut store = config::load(&self.config, self.config_explicit)?;
+    /// The validated configuration, with `--db` applied.
+    pub fn runtime_config(&self) -> anyhow::Result<legio_runtime::RuntimeConfig> {
+        let mut config = legio_runtime::RuntimeConfig::load(&self.config)?;
         if let Some(db) = &self.db {
-            store.path = db.clone();
+            config.store.path = db.clone();
         }
-        Ok(store)
+        Ok(config)
+    }
+
+    /// The store settings, with `--db` applied.
+    pub fn store(&self) -> anyhow::Result<legio_runtime::StoreSettings> {
+        if !self.config_explicit && !self.config.exists() {
+            return Ok(legio_runtime::StoreSettings {
+                path: self
+                    .db
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("data/legio")),
+                options: legio_store::StoreOptions::default(),
+            });
+        }
+        Ok(self.runtime_config()?.store)
     }
 }
 

@@ -120,6 +120,11 @@ impl ScriptedProvider {
         self.lock().faults.push_back((agent.cloned(), fault));
     }
 
+    /// Drops every fault not yet injected.
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.lock().requests.clone()

@@ -1,1 +1,21 @@
-//! placeholder
+//! legio-runtime: supervised agent actors that own their provider sessions (the only crate that
+//! names ractor), with exact context delivery across restarts.
+
+mod agent;
+mod config;
+mod error;
+pub mod metrics;
+mod restart;
+mod runtime;
+mod shared;
+mod status;
+mod supervisor;
+
+pub use agent::AgentReply;
+pub use config::{
+    AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
+};
+pub use error::{ConfigError, RuntimeError};
+pub use restart::{RestartDecision, RestartTracker};
+pub use runtime::{AgentStatus, Runtime};
+pub use status::Activity;

@@ -1,0 +1,558 @@
+//! The agent actor: one per (conversation, agent), owning that agent's provider session.
+//!
+//! Its state is rebuilt from the log in `pre_start` (an open session left by a dead actor or
+//! process is closed or suspended as crashed first). A turn asks the core what to do
+//! (`decide_session`, `plan_context`), records the boundary events, calls the provider, and
+//! records the outcome: context delivered (the checkpoint), the reply, the turn's usage.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use legio_core::{
+    crash_cleanup, decide_session, estimate_message_tokens, estimate_tokens, plan_context,
+    AgentName, Audience, BoundaryReason, ContextDelivered, ConversationKey, Delivery, DeliveryMode,
+    EndSession, Event, Message, MessageId, Participant, Record, Seq, SessionEnded, SessionFacts,
+    SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted, TurnFailed,
+};
+use legio_llm::{ProviderError, ProviderRequest};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot;
+
+use crate::config::Role;
+use crate::error::RuntimeError;
+use crate::metrics as m;
+use crate::shared::{fresh_uuid, now, Shared};
+use crate::status::Activity;
+
+/// The most delta messages one turn reads; beyond it the oldest are dropped (documented limit).
+const MAX_DELTA: usize = 10_000;
+
+/// One agent's answer to a message: a reply, or an error for this agent only.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentReply {
+    /// The agent.
+    pub agent: AgentName,
+    /// The reply's text, if the turn succeeded.
+    pub text: Option<String>,
+    /// The reply message's id.
+    pub message_id: Option<MessageId>,
+    /// The reply's seq in the log.
+    pub seq: Option<Seq>,
+    /// What went wrong, if the turn failed.
+    pub error: Option<String>,
+}
+
+impl AgentReply {
+    pub(crate) fn failed(agent: &AgentName, error: impl Into<String>) -> Self {
+        Self {
+            agent: agent.clone(),
+            text: None,
+            message_id: None,
+            seq: None,
+            error: Some(error.into()),
+        }
+    }
+}
+
+/// The message a turn answers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TurnRequest {
+    pub(crate) seq: Seq,
+    pub(crate) id: MessageId,
+}
+
+pub(crate) enum AgentMsg {
+    Turn {
+        request: TurnRequest,
+        reply: oneshot::Sender<AgentReply>,
+    },
+    /// Stop if idle longer than `idle`; answers whether it stopped.
+    ReapIfIdle {
+        idle: Duration,
+        reply: oneshot::Sender<bool>,
+    },
+    /// Graceful stop: suspend (or close) the session as `why`, then stop.
+    Stop {
+        why: BoundaryReason,
+        reply: oneshot::Sender<()>,
+    },
+    /// Manual reset: close the session; the next turn opens a new one.
+    Reset {
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+}
+
+pub(crate) struct AgentActor {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) conversation: ConversationKey,
+    pub(crate) agent: AgentName,
+}
+
+pub(crate) struct AgentState {
+    /// The session this actor opened (or resumed) itself; an open session in the log that is not
+    /// this one was left by a crash.
+    live_session: Option<SessionId>,
+    last_active: Instant,
+}
+
+impl Actor for AgentActor {
+    type Msg = AgentMsg;
+    type State = AgentState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        let spec = self
+            .shared
+            .spec(&self.agent)
+            .ok_or("agent not in the roster")?;
+        let history = self.shared.provider(spec)?.capabilities().history;
+        let (conversation, agent) = (self.conversation.clone(), self.agent.clone());
+        let state = self
+            .shared
+            .read(move |log| log.session_state(&conversation, &agent))
+            .await?;
+        if let (Some(end), Some(current)) = (
+            crash_cleanup(state.as_ref(), history),
+            state.as_ref().and_then(|s| s.current.as_ref()),
+        ) {
+            tracing::info!(conversation = %self.conversation, agent = %self.agent, suspend = end.suspend, "closing a session left open by a crash");
+            self.shared
+                .append(vec![self.end_event(current.session, end)])
+                .await?;
+            record_end(end);
+        }
+        metrics::gauge!(m::LIVE_ACTORS).increment(1.0);
+        Ok(AgentState {
+            live_session: None,
+            last_active: Instant::now(),
+        })
+    }
+
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        metrics::gauge!(m::LIVE_ACTORS).decrement(1.0);
+        Ok(())
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            AgentMsg::Turn { request, reply } => {
+                let started = Instant::now();
+                self.shared
+                    .board
+                    .set(&self.conversation, &self.agent, Activity::Working);
+                let outcome = match self.turn(state, request, true).await {
+                    Ok(outcome) => outcome,
+                    Err(e) => {
+                        // A store or prompt failure: record it if the log still takes writes.
+                        let _ = self
+                            .shared
+                            .append(vec![self.turn_failed(state.live_session, e.to_string())])
+                            .await;
+                        AgentReply::failed(&self.agent, e.to_string())
+                    }
+                };
+                let outcome_label = if outcome.error.is_none() {
+                    "ok"
+                } else {
+                    "error"
+                };
+                metrics::counter!(m::TURNS, "agent" => self.agent.to_string(), "outcome" => outcome_label).increment(1);
+                metrics::histogram!(m::TURN_LATENCY, "agent" => self.agent.to_string())
+                    .record(started.elapsed().as_secs_f64());
+                self.shared
+                    .board
+                    .set(&self.conversation, &self.agent, Activity::Idle);
+                state.last_active = Instant::now();
+                let _ = reply.send(outcome);
+            }
+            AgentMsg::ReapIfIdle { idle, reply } => {
+                let reaped = state.last_active.elapsed() >= idle;
+                if reaped {
+                    self.end_live_session(state, BoundaryReason::Idle).await?;
+                    metrics::counter!(m::REAPED).increment(1);
+                    myself.stop(Some("reaped".into()));
+                }
+                let _ = reply.send(reaped);
+            }
+            AgentMsg::Stop { why, reply } => {
+                self.end_live_session(state, why).await?;
+                myself.stop(Some(why.as_str().into()));
+                let _ = reply.send(());
+            }
+            AgentMsg::Reset { reply } => {
+                let result = self.reset(state).await;
+                let _ = reply.send(result);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn record_end(end: EndSession) {
+    let name = if end.suspend {
+        m::SESSIONS_SUSPENDED
+    } else {
+        m::SESSIONS_CLOSED
+    };
+    metrics::counter!(name, "reason" => end.why.as_str()).increment(1);
+}
+
+impl AgentActor {
+    fn end_event(&self, session: SessionId, end: EndSession) -> Event {
+        let ended = SessionEnded {
+            conversation: self.conversation.clone(),
+            agent: self.agent.clone(),
+            session,
+            at: now(),
+            why: end.why,
+        };
+        if end.suspend {
+            Event::SessionSuspended(ended)
+        } else {
+            Event::SessionClosed(ended)
+        }
+    }
+
+    fn turn_failed(&self, session: Option<SessionId>, error: String) -> Event {
+        Event::TurnFailed(TurnFailed {
+            conversation: self.conversation.clone(),
+            agent: self.agent.clone(),
+            session,
+            at: now(),
+            error,
+        })
+    }
+
+    /// Ends this actor's live session, if it still is the open one: suspended when the provider
+    /// can resume it, closed when not.
+    async fn end_live_session(
+        &self,
+        state: &mut AgentState,
+        why: BoundaryReason,
+    ) -> Result<(), RuntimeError> {
+        let Some(live) = state.live_session.take() else {
+            return Ok(());
+        };
+        let (conversation, agent) = (self.conversation.clone(), self.agent.clone());
+        let current = self
+            .shared
+            .read(move |log| log.session_state(&conversation, &agent))
+            .await?
+            .and_then(|s| s.current);
+        let Some(current) =
+            current.filter(|c| c.session == live && c.status == legio_core::SessionStatus::Open)
+        else {
+            return Ok(());
+        };
+        let spec = self
+            .shared
+            .spec(&self.agent)
+            .ok_or_else(|| RuntimeError::Actor("agent left the roster".into()))?;
+        let history = self.shared.provider(spec)?.capabilities().history;
+        let end = EndSession {
+            suspend: history.is_resumable()
+                && current.provider_session.is_some()
+                && current.turns > 0,
+            why,
+        };
+        self.shared.append(vec![self.end_event(live, end)]).await?;
+        record_end(end);
+        Ok(())
+    }
+
+    async fn reset(&self, state: &mut AgentState) -> Result<(), RuntimeError> {
+        state.live_session = None;
+        let (conversation, agent) = (self.conversation.clone(), self.agent.clone());
+        let current = self
+            .shared
+            .read(move |log| log.session_state(&conversation, &agent))
+            .await?;
+        let session = current
+            .and_then(|s| s.current)
+            .map(|c| c.session)
+            .unwrap_or(SessionId(uuid::Uuid::nil()));
+        let end = EndSession {
+            suspend: false,
+            why: BoundaryReason::ManualReset,
+        };
+        self.shared
+            .append(vec![self.end_event(session, end)])
+            .await?;
+        record_end(end);
+        Ok(())
+    }
+
+    /// One turn. `retry_lost` allows one retry with a new session when the provider lost the one
+    /// to resume.
+    async fn turn(
+        &self,
+        state: &mut AgentState,
+        request: TurnRequest,
+        retry_lost: bool,
+    ) -> Result<AgentReply, RuntimeError> {
+        let shared = &self.shared;
+        let spec = shared
+            .spec(&self.agent)
+            .ok_or_else(|| RuntimeError::Actor("agent left the roster".into()))?
+            .clone();
+        let provider = shared.provider(&spec)?;
+        let capabilities = provider.capabilities();
+        let settings = &shared.config.runtime;
+        let (system_prompt, prompt_hash) = shared.system_prompt(&spec).await?;
+
+        let (conversation, agent) = (self.conversation.clone(), self.agent.clone());
+        let log_state = shared
+            .read(move |log| log.session_state(&conversation, &agent))
+            .await?;
+        let current = log_state.as_ref().and_then(|s| s.current.clone());
+        let live = matches!((&current, state.live_session), (Some(c), Some(id)) if c.session == id && c.status == legio_core::SessionStatus::Open);
+        let decision = decide_session(SessionFacts {
+            state: log_state.as_ref(),
+            live,
+            history: capabilities.history,
+            prompt_hash: &prompt_hash,
+            max_input_tokens: settings.max_input_tokens,
+        });
+
+        // The context: read what the plan needs, bounded by the message being answered.
+        let viewer_spec = spec.clone();
+        let (conversation, window) = (self.conversation.clone(), settings.history_window);
+        let delivery = decision.delivery.clone();
+        let (new_record, visible) = shared
+            .read(move |log| {
+                let viewer = viewer_spec.viewer();
+                let new = log.read_range(request.seq, request.seq, 1)?;
+                let visible = match delivery {
+                    Delivery::Full | Delivery::Bootstrap { .. } => {
+                        log.visible_before(&conversation, viewer, request.seq, window)?
+                    }
+                    Delivery::Delta { checkpoint } => {
+                        log.visible_after(&conversation, viewer, checkpoint, MAX_DELTA)?
+                    }
+                };
+                Ok((new, visible))
+            })
+            .await?;
+        let new_record: Record = new_record.into_iter().next().ok_or_else(|| {
+            RuntimeError::Actor(format!("message at seq {} is not in the log", request.seq))
+        })?;
+        let plan = plan_context(
+            &self.agent,
+            &decision.delivery,
+            &visible,
+            &new_record,
+            settings.history_window,
+        );
+
+        // Boundaries first: end the old session, open the new one.
+        let mut events = Vec::new();
+        if let (Some(end), Some(c)) = (decision.end, &current) {
+            events.push(self.end_event(c.session, end));
+            record_end(end);
+        }
+        let (session, resume) = match &decision.start {
+            Start::Continue => {
+                let c = current
+                    .as_ref()
+                    .ok_or_else(|| RuntimeError::Actor("continue without a session".into()))?;
+                (
+                    c.session,
+                    if capabilities.history.is_stateful() {
+                        c.provider_session.clone()
+                    } else {
+                        None
+                    },
+                )
+            }
+            Start::OpenStateless { why }
+            | Start::OpenBootstrap { why }
+            | Start::OpenResume { why, .. } => {
+                let session = SessionId(fresh_uuid());
+                let (how, resume) = match &decision.start {
+                    Start::OpenStateless { .. } => (SessionStart::Stateless, None),
+                    Start::OpenResume {
+                        provider_session,
+                        checkpoint,
+                        ..
+                    } => (
+                        SessionStart::Resumed {
+                            provider_session: provider_session.clone(),
+                            checkpoint: *checkpoint,
+                        },
+                        Some(provider_session.clone()),
+                    ),
+                    _ => (SessionStart::Bootstrapped { up_to: plan.up_to }, None),
+                };
+                events.push(Event::SessionOpened(SessionOpened {
+                    conversation: self.conversation.clone(),
+                    agent: self.agent.clone(),
+                    session,
+                    at: now(),
+                    why: *why,
+                    how,
+                    prompt_hash: prompt_hash.clone(),
+                }));
+                let reason = match why {
+                    legio_core::OpenReason::FirstUse => "first_use",
+                    legio_core::OpenReason::After(r) => r.as_str(),
+                };
+                metrics::counter!(m::SESSIONS_OPENED, "reason" => reason).increment(1);
+                (session, resume)
+            }
+        };
+        if !events.is_empty() {
+            shared.append(events).await?;
+        }
+        state.live_session = Some(session);
+
+        let status =
+            (spec.role == Role::Orchestrator).then(|| shared.status_block(&self.conversation));
+        let provider_request = ProviderRequest {
+            conversation: self.conversation.clone(),
+            agent: self.agent.clone(),
+            system_prompt,
+            resume,
+            plan: plan.clone(),
+            status,
+        };
+        let result =
+            tokio::time::timeout(settings.turn_timeout, provider.call(provider_request)).await;
+        match result {
+            Ok(Ok(reply)) => {
+                let reply_id = MessageId(fresh_uuid());
+                let message = Message::text(
+                    reply_id,
+                    self.conversation.clone(),
+                    Participant::Agent(self.agent.clone()),
+                    Audience::user(),
+                    reply.text.clone(),
+                    now(),
+                )
+                .replying_to(request.id);
+                let usage = reply.usage.unwrap_or_else(|| TokenUsage {
+                    input: estimate_tokens(&provider_request_text(&plan)),
+                    output: estimate_tokens(&reply.text),
+                    ..Default::default()
+                });
+                let range = shared
+                    .append(vec![
+                        Event::ContextDelivered(ContextDelivered {
+                            conversation: self.conversation.clone(),
+                            agent: self.agent.clone(),
+                            session,
+                            at: now(),
+                            up_to: plan.up_to,
+                            mode: plan.mode,
+                            messages: u32::try_from(plan.history.len() + 1).unwrap_or(u32::MAX),
+                            estimated_tokens: plan.estimated_tokens,
+                        }),
+                        Event::MessagePosted(message),
+                        Event::TurnCompleted(TurnCompleted {
+                            conversation: self.conversation.clone(),
+                            agent: self.agent.clone(),
+                            session,
+                            at: now(),
+                            usage,
+                            provider_session: reply.provider_session.clone(),
+                            reply: Some(reply_id),
+                        }),
+                    ])
+                    .await?;
+                metrics::counter!(m::TOKENS_SENT, "mode" => plan.mode.as_str())
+                    .increment(plan.estimated_tokens);
+                if plan.mode == DeliveryMode::Delta {
+                    let avoided = self
+                        .window_tokens(&spec, &new_record)
+                        .await?
+                        .saturating_sub(plan.estimated_tokens);
+                    metrics::counter!(m::TOKENS_AVOIDED).increment(avoided);
+                }
+                Ok(AgentReply {
+                    agent: self.agent.clone(),
+                    text: Some(reply.text),
+                    message_id: Some(reply_id),
+                    seq: Some(Seq(range.first.0 + 1)),
+                    error: None,
+                })
+            }
+            Ok(Err(ProviderError::SessionLost { session: lost })) if retry_lost => {
+                tracing::warn!(agent = %self.agent, session = %lost, "the provider lost the session; opening a new one from the log");
+                let end = EndSession {
+                    suspend: false,
+                    why: BoundaryReason::ProviderSessionLost,
+                };
+                shared.append(vec![self.end_event(session, end)]).await?;
+                record_end(end);
+                state.live_session = None;
+                Box::pin(self.turn(state, request, false)).await
+            }
+            Ok(Err(e)) => {
+                let error = format!("{} failed: {e}", self.agent);
+                shared
+                    .append(vec![self.turn_failed(Some(session), error.clone())])
+                    .await?;
+                Ok(AgentReply::failed(&self.agent, error))
+            }
+            Err(_elapsed) => {
+                let error = format!(
+                    "{} did not answer within {} s (runtime.turn_timeout_seconds)",
+                    self.agent,
+                    settings.turn_timeout.as_secs_f64()
+                );
+                shared
+                    .append(vec![self.turn_failed(Some(session), error.clone())])
+                    .await?;
+                metrics::counter!(m::TURNS, "agent" => self.agent.to_string(), "outcome" => "timeout").increment(1);
+                Ok(AgentReply::failed(&self.agent, error))
+            }
+        }
+    }
+
+    /// Estimated tokens of the full window before `new` plus `new`: what the seed's approach
+    /// would have sent (for the tokens-avoided metric).
+    async fn window_tokens(
+        &self,
+        spec: &crate::config::AgentSpec,
+        new: &Record,
+    ) -> Result<u64, RuntimeError> {
+        let (conversation, spec, before, window) = (
+            self.conversation.clone(),
+            spec.clone(),
+            new.seq,
+            self.shared.config.runtime.history_window,
+        );
+        let records = self
+            .shared
+            .read(move |log| {
+                let viewer = spec.viewer();
+                log.visible_before(&conversation, viewer, before, window)
+            })
+            .await?;
+        Ok(records
+            .iter()
+            .chain(std::iter::once(new))
+            .filter_map(|r| r.event.as_message())
+            .map(estimate_message_tokens)
+            .sum())
+    }
+}
+
+fn provider_request_text(plan: &legio_core::ContextPlan) -> String {
+    plan.messages()
+        .map(|i| i.message.text_content())
+        .collect::<Vec<_>>()
+        .join("\n")
+}

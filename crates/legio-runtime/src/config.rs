@@ -1,0 +1,481 @@
+//! Configuration: `config/legio.toml` parsed strictly into a file struct, then validated into the
+//! settings the runtime uses.
+//!
+//! Unknown keys are errors naming the key and the file. Relative paths (the store, prompt files)
+//! resolve against the config file's folder. `LEGIO_STORE_PATH` and `LEGIO_STORE_DURABILITY`
+//! override the file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use legio_core::{AgentName, History};
+use legio_store::{Durability, StoreOptions};
+use serde::Deserialize;
+
+use crate::error::ConfigError;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    store: StoreSection,
+    #[serde(default)]
+    runtime: RuntimeSection,
+    #[serde(default)]
+    agents: BTreeMap<String, AgentSection>,
+    #[serde(default)]
+    providers: BTreeMap<String, ProviderSection>,
+    /// Read by the server (a later issue); accepted here so one file serves every layer.
+    #[serde(default)]
+    server: Option<toml::Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoreSection {
+    path: Option<PathBuf>,
+    durability: Option<String>,
+    max_message_bytes: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuntimeSection {
+    history_window: Option<usize>,
+    session_idle_timeout_minutes: Option<f64>,
+    max_input_tokens: Option<u64>,
+    turn_timeout_seconds: Option<f64>,
+    reap_interval_seconds: Option<f64>,
+    restart_max: Option<u32>,
+    restart_window_seconds: Option<f64>,
+    restart_backoff_ms: Option<u64>,
+    restart_backoff_max_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentSection {
+    role: String,
+    #[serde(default)]
+    description: String,
+    prompt: PathBuf,
+    provider: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderSection {
+    kind: String,
+    history: Option<String>,
+    latency_ms: Option<u64>,
+    context_window: Option<u64>,
+}
+
+/// Where the log lives and how it is opened.
+#[derive(Clone, Debug)]
+pub struct StoreSettings {
+    /// The database folder.
+    pub path: PathBuf,
+    /// Options for opening it.
+    pub options: StoreOptions,
+}
+
+/// How a failed agent actor is restarted.
+#[derive(Clone, Copy, Debug)]
+pub struct RestartSettings {
+    /// Restarts allowed within `window` before the agent is marked failed.
+    pub max_restarts: u32,
+    /// The intensity window.
+    pub window: Duration,
+    /// The first backoff; it doubles with each restart in the window.
+    pub backoff: Duration,
+    /// The largest backoff.
+    pub max_backoff: Duration,
+}
+
+/// The runtime's settings.
+#[derive(Clone, Debug)]
+pub struct RuntimeSettings {
+    /// Visible messages in a full or bootstrap context.
+    pub history_window: usize,
+    /// A session idle longer than this is reaped.
+    pub idle_timeout: Duration,
+    /// A stateful session whose cumulative input tokens exceed this is rotated.
+    pub max_input_tokens: u64,
+    /// A turn that takes longer than this is cancelled and answered with an error.
+    pub turn_timeout: Duration,
+    /// How often the reaper looks for idle actors.
+    pub reap_interval: Duration,
+    /// Restart policy.
+    pub restart: RestartSettings,
+}
+
+impl Default for RuntimeSettings {
+    fn default() -> Self {
+        Self {
+            history_window: 50,
+            idle_timeout: Duration::from_secs(30 * 60),
+            max_input_tokens: 150_000,
+            turn_timeout: Duration::from_secs(300),
+            reap_interval: Duration::from_secs(60),
+            restart: RestartSettings {
+                max_restarts: 5,
+                window: Duration::from_secs(60),
+                backoff: Duration::from_millis(100),
+                max_backoff: Duration::from_secs(10),
+            },
+        }
+    }
+}
+
+/// An agent's role.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Role {
+    /// Talks with the user; sees everything.
+    Orchestrator,
+    /// Addressed with `@name`; sees what names it, what is for all, and what it sent.
+    Specialist,
+}
+
+impl Role {
+    /// The role as a word.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Orchestrator => "orchestrator",
+            Self::Specialist => "specialist",
+        }
+    }
+}
+
+/// One agent of the roster.
+#[derive(Clone, Debug)]
+pub struct AgentSpec {
+    /// Its name.
+    pub name: AgentName,
+    /// Its role.
+    pub role: Role,
+    /// What it is for (shown to the orchestrator).
+    pub description: String,
+    /// Its system prompt file.
+    pub prompt: PathBuf,
+    /// The provider it uses (a key of `providers`).
+    pub provider: String,
+}
+
+impl AgentSpec {
+    /// Whose view of a conversation this agent has.
+    pub fn viewer(&self) -> legio_core::Viewer<'_> {
+        match self.role {
+            Role::Orchestrator => legio_core::Viewer::Everything,
+            Role::Specialist => legio_core::Viewer::Specialist(&self.name),
+        }
+    }
+}
+
+/// A provider's configuration.
+#[derive(Clone, Debug)]
+pub enum ProviderSpec {
+    /// The deterministic scripted provider.
+    Scripted {
+        /// Its history capability.
+        history: History,
+        /// Simulated latency.
+        latency: Duration,
+        /// Claimed context window.
+        context_window: u64,
+    },
+}
+
+/// The whole configuration, validated.
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// The file it came from, if any.
+    pub source: Option<PathBuf>,
+    /// The store.
+    pub store: StoreSettings,
+    /// Runtime settings.
+    pub runtime: RuntimeSettings,
+    /// The roster, orchestrator first, then specialists by name.
+    pub agents: Vec<AgentSpec>,
+    /// Providers by name.
+    pub providers: BTreeMap<String, ProviderSpec>,
+}
+
+impl RuntimeConfig {
+    /// Loads and validates `file`.
+    pub fn load(file: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(file).map_err(|e| ConfigError::Read {
+            file: file.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text, file)
+    }
+
+    /// Parses and validates configuration text as if read from `file` (relative paths resolve
+    /// against its folder).
+    pub fn parse(text: &str, file: &Path) -> Result<Self, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            file: file.to_owned(),
+            message,
+        };
+        let parsed: FileConfig =
+            toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
+        let _ = &parsed.server;
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+
+        let mut options = StoreOptions::default();
+        let mut path = base.join(
+            parsed
+                .store
+                .path
+                .clone()
+                .unwrap_or_else(|| PathBuf::from("../data/legio")),
+        );
+        if let Some(p) = std::env::var_os("LEGIO_STORE_PATH") {
+            path = PathBuf::from(p);
+        }
+        if let Some(word) = std::env::var("LEGIO_STORE_DURABILITY")
+            .ok()
+            .or(parsed.store.durability.clone())
+        {
+            options.durability = Durability::parse(&word).ok_or_else(|| {
+                invalid(format!(
+                    "store.durability = {word:?} is not \"sync\" or \"relaxed\""
+                ))
+            })?;
+        }
+        if let Some(limit) = parsed.store.max_message_bytes {
+            if limit == 0 {
+                return Err(invalid("store.max_message_bytes must be above 0".into()));
+            }
+            options.max_message_bytes = limit;
+        }
+
+        let r = &parsed.runtime;
+        let mut runtime = RuntimeSettings::default();
+        let secs = |key: &str, v: f64| -> Result<Duration, ConfigError> {
+            Duration::try_from_secs_f64(v)
+                .map_err(|_| invalid(format!("runtime.{key} = {v} is not a valid duration")))
+        };
+        if let Some(v) = r.history_window {
+            if v == 0 {
+                return Err(invalid("runtime.history_window must be above 0".into()));
+            }
+            runtime.history_window = v;
+        }
+        if let Some(v) = r.session_idle_timeout_minutes {
+            runtime.idle_timeout = secs("session_idle_timeout_minutes", v * 60.0)?;
+        }
+        if let Some(v) = r.max_input_tokens {
+            runtime.max_input_tokens = v;
+        }
+        if let Some(v) = r.turn_timeout_seconds {
+            runtime.turn_timeout = secs("turn_timeout_seconds", v)?;
+        }
+        if let Some(v) = r.reap_interval_seconds {
+            runtime.reap_interval = secs("reap_interval_seconds", v)?;
+        }
+        if let Some(v) = r.restart_max {
+            runtime.restart.max_restarts = v;
+        }
+        if let Some(v) = r.restart_window_seconds {
+            runtime.restart.window = secs("restart_window_seconds", v)?;
+        }
+        if let Some(v) = r.restart_backoff_ms {
+            runtime.restart.backoff = Duration::from_millis(v);
+        }
+        if let Some(v) = r.restart_backoff_max_ms {
+            runtime.restart.max_backoff = Duration::from_millis(v);
+        }
+
+        let mut providers = BTreeMap::new();
+        for (name, p) in &parsed.providers {
+            let spec = match p.kind.as_str() {
+                "scripted" => {
+                    let history = match p.history.as_deref().unwrap_or("session") {
+                        "stateless" => History::Stateless,
+                        "session" => History::Session { resumable: true },
+                        "session-not-resumable" => History::Session { resumable: false },
+                        other => {
+                            return Err(invalid(format!(
+                                "providers.{name}.history = {other:?} is not \"stateless\", \"session\" or \"session-not-resumable\""
+                            )))
+                        }
+                    };
+                    ProviderSpec::Scripted {
+                        history,
+                        latency: Duration::from_millis(p.latency_ms.unwrap_or(0)),
+                        context_window: p.context_window.unwrap_or(200_000),
+                    }
+                }
+                other => {
+                    return Err(invalid(format!(
+                        "providers.{name}.kind = {other:?} is not a known provider kind (this build knows \"scripted\")"
+                    )))
+                }
+            };
+            providers.insert(name.clone(), spec);
+        }
+
+        let mut agents = Vec::new();
+        for (name, a) in &parsed.agents {
+            let agent = AgentName::new(name.as_str())
+                .map_err(|e| invalid(format!("agents.{name}: {e}")))?;
+            let role = match a.role.as_str() {
+                "orchestrator" => Role::Orchestrator,
+                "specialist" => Role::Specialist,
+                other => {
+                    return Err(invalid(format!(
+                        "agents.{name}.role = {other:?} is not \"orchestrator\" or \"specialist\""
+                    )))
+                }
+            };
+            if !providers.contains_key(&a.provider) {
+                let known: Vec<&str> = providers.keys().map(String::as_str).collect();
+                return Err(invalid(format!(
+                    "agents.{name}.provider = {:?} names no [providers.{}] table (known: {})",
+                    a.provider,
+                    a.provider,
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            }
+            let prompt = base.join(&a.prompt);
+            if !prompt.is_file() {
+                return Err(invalid(format!(
+                    "agents.{name}.prompt: no file at {}",
+                    prompt.display()
+                )));
+            }
+            agents.push(AgentSpec {
+                name: agent,
+                role,
+                description: a.description.clone(),
+                prompt,
+                provider: a.provider.clone(),
+            });
+        }
+        let orchestrators: Vec<&AgentSpec> = agents
+            .iter()
+            .filter(|a| a.role == Role::Orchestrator)
+            .collect();
+        if orchestrators.len() != 1 {
+            let names: Vec<&str> = orchestrators.iter().map(|a| a.name.as_str()).collect();
+            return Err(invalid(format!(
+                "exactly one agent must have role = \"orchestrator\"; found {} ({})",
+                orchestrators.len(),
+                names.join(", ")
+            )));
+        }
+        agents.sort_by_key(|a| (a.role != Role::Orchestrator, a.name.clone()));
+        Ok(Self {
+            source: Some(file.to_owned()),
+            store: StoreSettings { path, options },
+            runtime,
+            agents,
+            providers,
+        })
+    }
+
+    /// The orchestrator's spec.
+    pub fn orchestrator(&self) -> &AgentSpec {
+        &self.agents[0]
+    }
+
+    /// The spec of `name`.
+    pub fn agent(&self, name: &AgentName) -> Option<&AgentSpec> {
+        self.agents.iter().find(|a| &a.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_text(text: &str) -> Result<RuntimeConfig, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("lead.md"), "You lead.").unwrap();
+        std::fs::write(dir.path().join("spec.md"), "You help.").unwrap();
+        let file = dir.path().join("legio.toml");
+        std::fs::write(&file, text).unwrap();
+        RuntimeConfig::load(&file)
+    }
+
+    const GOOD: &str = r#"
+[store]
+path = "db"
+[runtime]
+history_window = 20
+[agents.lead]
+role = "orchestrator"
+description = "leads"
+prompt = "lead.md"
+provider = "local"
+[agents.ann]
+role = "specialist"
+prompt = "spec.md"
+provider = "local"
+[providers.local]
+kind = "scripted"
+history = "session-not-resumable"
+"#;
+
+    #[test]
+    fn a_good_file_validates() {
+        let c = load_text(GOOD).unwrap();
+        assert_eq!(c.orchestrator().name.as_str(), "lead");
+        assert_eq!(c.agents.len(), 2);
+        assert_eq!(c.runtime.history_window, 20);
+        assert!(c.store.path.is_absolute() && c.store.path.ends_with("db"));
+        assert!(matches!(
+            c.providers["local"],
+            ProviderSpec::Scripted {
+                history: History::Session { resumable: false },
+                ..
+            }
+        ));
+    }
+
+    fn err(text: &str) -> String {
+        load_text(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_file() {
+        let e = err(&GOOD.replace("history_window", "histroy_window"));
+        assert!(
+            e.contains("histroy_window") && e.contains("legio.toml"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace("[store]", "[stroe]"));
+        assert!(e.contains("stroe"), "{e}");
+        let e = err(&GOOD.replace(
+            "provider = \"local\"\n[agents.ann]",
+            "provider = \"nope\"\n[agents.ann]",
+        ));
+        assert!(
+            e.contains("agents.lead.provider") && e.contains("nope"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace("spec.md", "missing.md"));
+        assert!(e.contains("missing.md"), "{e}");
+        let e = err(&GOOD.replace("role = \"specialist\"", "role = \"orchestrator\""));
+        assert!(e.contains("exactly one"), "{e}");
+        let e = err(&GOOD.replace("session-not-resumable", "forever"));
+        assert!(e.contains("forever"), "{e}");
+        let e = err(&GOOD.replace("[agents.ann]", "[agents.Ann]"));
+        assert!(e.contains("\"Ann\""), "{e}");
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let e = RuntimeConfig::load(Path::new("/nonexistent/legio.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("/nonexistent/legio.toml"), "{e}");
+    }
+}

@@ -1,0 +1,53 @@
+//! The runtime's metrics, through the `metrics` facade.
+
+/// Turns, labelled by `agent` and `outcome` (ok, error, timeout, crashed, failed_agent).
+pub const TURNS: &str = "legio_turns_total";
+/// Turn latency in seconds (histogram), labelled by `agent`.
+pub const TURN_LATENCY: &str = "legio_turn_latency_seconds";
+/// Estimated tokens sent, labelled by `mode` (full, bootstrap, delta).
+pub const TOKENS_SENT: &str = "legio_context_tokens_sent_total";
+/// Estimated tokens not sent thanks to delta delivery (the window minus the delta).
+pub const TOKENS_AVOIDED: &str = "legio_context_tokens_avoided_total";
+/// Sessions opened, labelled by `reason`.
+pub const SESSIONS_OPENED: &str = "legio_sessions_opened_total";
+/// Sessions suspended, labelled by `reason`.
+pub const SESSIONS_SUSPENDED: &str = "legio_sessions_suspended_total";
+/// Sessions closed, labelled by `reason`.
+pub const SESSIONS_CLOSED: &str = "legio_sessions_closed_total";
+/// Agent actor restarts.
+pub const RESTARTS: &str = "legio_agent_restarts_total";
+/// Agents marked failed.
+pub const FAILED_AGENTS: &str = "legio_agents_failed_total";
+/// Live agent actors (gauge).
+pub const LIVE_ACTORS: &str = "legio_live_actors";
+/// Actors stopped by the idle reaper.
+pub const REAPED: &str = "legio_reaped_actors_total";
+
+/// Explicit buckets for [`TURN_LATENCY`], in seconds.
+pub const TURN_LATENCY_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Registers descriptions of the runtime's metrics.
+pub fn describe() {
+    metrics::describe_counter!(TURNS, "Agent turns by agent and outcome");
+    metrics::describe_histogram!(TURN_LATENCY, metrics::Unit::Seconds, "Agent turn latency");
+    metrics::describe_counter!(
+        TOKENS_SENT,
+        "Estimated context tokens sent, by delivery mode"
+    );
+    metrics::describe_counter!(
+        TOKENS_AVOIDED,
+        "Estimated tokens not re-sent thanks to delta delivery"
+    );
+    metrics::describe_counter!(SESSIONS_OPENED, "Sessions opened, by reason");
+    metrics::describe_counter!(SESSIONS_SUSPENDED, "Sessions suspended, by reason");
+    metrics::describe_counter!(SESSIONS_CLOSED, "Sessions closed, by reason");
+    metrics::describe_counter!(RESTARTS, "Agent actor restarts");
+    metrics::describe_counter!(
+        FAILED_AGENTS,
+        "Agents marked failed after too many restarts"
+    );
+    metrics::describe_gauge!(LIVE_ACTORS, "Live agent actors");
+    metrics::describe_counter!(REAPED, "Agent actors stopped by the idle reaper");
+}

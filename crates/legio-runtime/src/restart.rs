@@ -1,0 +1,117 @@
+//! The restart policy: exponential backoff with jitter, within an intensity limit (at most N
+//! restarts in a window). ractor's default is to stop; this is ours, written out.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::config::RestartSettings;
+
+/// What to do after a failure.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum RestartDecision {
+    /// Restart after this delay.
+    Restart(Duration),
+    /// Too many restarts in the window: the agent is failed until a manual reset.
+    GiveUp {
+        /// Restarts made within the window.
+        restarts: u32,
+    },
+}
+
+/// One agent's recent restarts.
+#[derive(Clone, Debug, Default)]
+pub struct RestartTracker {
+    restarts: VecDeque<Instant>,
+}
+
+impl RestartTracker {
+    /// Records a failure at `now`; `jitter` in `[0, 1)` spreads restarts of many agents apart.
+    pub fn on_failure(
+        &mut self,
+        settings: &RestartSettings,
+        now: Instant,
+        jitter: f64,
+    ) -> RestartDecision {
+        while self
+            .restarts
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > settings.window)
+        {
+            self.restarts.pop_front();
+        }
+        let count = self.restarts.len() as u32;
+        if count >= settings.max_restarts {
+            return RestartDecision::GiveUp { restarts: count };
+        }
+        self.restarts.push_back(now);
+        let exponential = settings.backoff.saturating_mul(1u32 << count.min(16));
+        let capped = exponential.min(settings.max_backoff);
+        // Jitter: between 50% and 100% of the backoff.
+        RestartDecision::Restart(capped.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0)))
+    }
+
+    /// Forgets every restart (after a manual reset).
+    pub fn clear(&mut self) {
+        self.restarts.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> RestartSettings {
+        RestartSettings {
+            max_restarts: 3,
+            window: Duration::from_secs(60),
+            backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(250),
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_is_capped_and_gives_up_past_the_intensity() {
+        let s = settings();
+        let mut t = RestartTracker::default();
+        let now = Instant::now();
+        assert_eq!(
+            t.on_failure(&s, now, 1.0),
+            RestartDecision::Restart(Duration::from_millis(100))
+        );
+        assert_eq!(
+            t.on_failure(&s, now, 1.0),
+            RestartDecision::Restart(Duration::from_millis(200))
+        );
+        assert_eq!(
+            t.on_failure(&s, now, 0.0),
+            RestartDecision::Restart(Duration::from_millis(125))
+        );
+        assert_eq!(
+            t.on_failure(&s, now, 1.0),
+            RestartDecision::GiveUp { restarts: 3 }
+        );
+    }
+
+    #[test]
+    fn old_restarts_leave_the_window() {
+        let s = settings();
+        let mut t = RestartTracker::default();
+        let start = Instant::now();
+        for _ in 0..3 {
+            assert!(matches!(
+                t.on_failure(&s, start, 0.5),
+                RestartDecision::Restart(_)
+            ));
+        }
+        let later = start + Duration::from_secs(61);
+        assert!(matches!(
+            t.on_failure(&s, later, 0.5),
+            RestartDecision::Restart(_)
+        ));
+        t.clear();
+        assert_eq!(
+            t.on_failure(&s, later, 1.0),
+            RestartDecision::Restart(Duration::from_millis(100))
+        );
+    }
+}

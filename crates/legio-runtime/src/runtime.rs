@@ -1,0 +1,464 @@
+//! The embedding API: `Runtime::open(config)`, then `post`, `history`, `reset`, `status`,
+//! `shutdown`. A user message is appended durably first, then dispatched: no mention goes to the
+//! orchestrator, `@a @b` to each named agent in parallel, `@all` to every agent. Replies are
+//! appended before they are returned; one agent's failure or timeout is an error reply for that
+//! agent only.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use legio_core::{
+    parse_mentions, AgentName, AgentSessionState, Audience, ConversationKey, Event, Message,
+    MessageId, Participant, Record, Viewer,
+};
+use legio_llm::{Provider, ScriptedConfig, ScriptedProvider};
+use legio_store::{EventLog, SledLog};
+use ractor::{Actor, ActorRef};
+use tokio::sync::oneshot;
+
+use crate::agent::{AgentReply, TurnRequest};
+use crate::config::{ProviderSpec, Role, RuntimeConfig};
+use crate::error::RuntimeError;
+use crate::shared::{fresh_uuid, now, Shared};
+use crate::status::{Activity, StatusBoard};
+use crate::supervisor::{ConversationMsg, RootMsg, RootSupervisor};
+
+/// One agent's status in a conversation.
+#[derive(Clone, Debug)]
+pub struct AgentStatus {
+    /// The agent.
+    pub agent: AgentName,
+    /// Its role.
+    pub role: Role,
+    /// What it is doing now.
+    pub activity: Activity,
+    /// Its session state from the log, if it ever had a session here.
+    pub session: Option<AgentSessionState>,
+}
+
+/// A running legion: the log, the supervisors and their agent actors.
+pub struct Runtime {
+    shared: Arc<Shared>,
+    root: ActorRef<RootMsg>,
+    reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    stopped: AtomicBool,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("log", &self.shared.log)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds the providers the configuration names.
+fn build_providers(config: &RuntimeConfig) -> HashMap<String, Arc<dyn Provider>> {
+    config
+        .providers
+        .iter()
+        .map(|(name, spec)| {
+            let provider: Arc<dyn Provider> = match spec {
+                ProviderSpec::Scripted {
+                    history,
+                    latency,
+                    context_window,
+                } => Arc::new(ScriptedProvider::new(ScriptedConfig {
+                    history: *history,
+                    latency: *latency,
+                    context_window: *context_window,
+                })),
+            };
+            (name.clone(), provider)
+        })
+        .collect()
+}
+
+impl Runtime {
+    /// Opens the log named by the configuration and starts the supervisors. Must be called
+    /// within a multi-threaded tokio runtime.
+    pub async fn open(config: RuntimeConfig) -> Result<Self, RuntimeError> {
+        Self::open_with(config, HashMap::new()).await
+    }
+
+    /// Like [`Runtime::open`], with some providers supplied by the host (by provider name) instead
+    /// of built from the configuration: host-made providers, or a shared scripted provider whose
+    /// record a test reads.
+    pub async fn open_with(
+        config: RuntimeConfig,
+        overrides: HashMap<String, Arc<dyn Provider>>,
+    ) -> Result<Self, RuntimeError> {
+        let store = config.store.clone();
+        let log = tokio::task::spawn_blocking(move || SledLog::open(&store.path, &store.options))
+            .await
+            .map_err(|e| RuntimeError::Actor(format!("opening the log was cancelled: {e}")))??;
+        Self::start(config, Arc::new(log), overrides).await
+    }
+
+    /// Starts a runtime on an already open log (an in-memory log for tests, for example).
+    pub async fn start(
+        config: RuntimeConfig,
+        log: Arc<dyn EventLog>,
+        overrides: HashMap<String, Arc<dyn Provider>>,
+    ) -> Result<Self, RuntimeError> {
+        crate::metrics::describe();
+        legio_store::metrics::describe();
+        let mut providers = build_providers(&config);
+        providers.extend(overrides);
+        let shared = Arc::new(Shared {
+            log,
+            config,
+            providers,
+            board: StatusBoard::default(),
+        });
+        let (root, _handle) = Actor::spawn(
+            None,
+            RootSupervisor {
+                shared: Arc::clone(&shared),
+            },
+            (),
+        )
+        .await
+        .map_err(|e| RuntimeError::Actor(format!("cannot start the root supervisor: {e}")))?;
+        let runtime = Self {
+            shared,
+            root,
+            reaper: Mutex::new(None),
+            stopped: AtomicBool::new(false),
+        };
+        runtime.start_reaper();
+        Ok(runtime)
+    }
+
+    fn start_reaper(&self) {
+        let interval = self.shared.config.runtime.reap_interval;
+        let idle = self.shared.config.runtime.idle_timeout;
+        let root = self.root.clone();
+        let task = tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(interval);
+            ticker.tick().await;
+            loop {
+                ticker.tick().await;
+                match reap(&root, idle).await {
+                    Ok(n) if n > 0 => tracing::info!(reaped = n, "reaped idle agents"),
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        if let Ok(mut slot) = self.reaper.lock() {
+            *slot = Some(task);
+        }
+    }
+
+    /// The event log.
+    pub fn log(&self) -> &Arc<dyn EventLog> {
+        &self.shared.log
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.shared.config
+    }
+
+    fn check_running(&self) -> Result<(), RuntimeError> {
+        if self.stopped.load(Ordering::SeqCst) {
+            Err(RuntimeError::ShutDown)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn known_agents(&self) -> Vec<AgentName> {
+        self.shared
+            .config
+            .agents
+            .iter()
+            .map(|a| a.name.clone())
+            .collect()
+    }
+
+    fn agent_name(&self, name: &str) -> Result<AgentName, RuntimeError> {
+        let known = self.known_agents();
+        known
+            .iter()
+            .find(|a| a.as_str() == name)
+            .cloned()
+            .ok_or_else(|| RuntimeError::UnknownAgent {
+                name: name.to_owned(),
+                known: known.iter().map(|a| a.to_string()).collect(),
+            })
+    }
+
+    async fn conversation(
+        &self,
+        key: &ConversationKey,
+    ) -> Result<ActorRef<ConversationMsg>, RuntimeError> {
+        let (tx, rx) = oneshot::channel();
+        self.root
+            .send_message(RootMsg::Get {
+                conversation: key.clone(),
+                reply: tx,
+            })
+            .map_err(|_| RuntimeError::ShutDown)?;
+        rx.await.map_err(|_| RuntimeError::ShutDown)?
+    }
+
+    /// Posts a user message: appended durably, then dispatched. Returns one reply per addressed
+    /// agent, in roster order; a failed agent's reply carries its error.
+    pub async fn post(
+        &self,
+        conversation: &str,
+        text: &str,
+    ) -> Result<Vec<AgentReply>, RuntimeError> {
+        self.check_running()?;
+        let key = ConversationKey::new(conversation)?;
+        if text.trim().is_empty() {
+            return Err(RuntimeError::EmptyMessage);
+        }
+        let known = self.known_agents();
+        let orchestrator = self.shared.config.orchestrator().name.clone();
+        let (audience, targets) = match parse_mentions(text, &known)? {
+            None => (Audience::agent(orchestrator.clone()), vec![orchestrator]),
+            Some(Audience::All) => (Audience::All, known.clone()),
+            Some(Audience::Only(list)) => {
+                let named: Vec<AgentName> = known
+                    .iter()
+                    .filter(|k| list.contains(&Participant::Agent((*k).clone())))
+                    .cloned()
+                    .collect();
+                (Audience::Only(list), named)
+            }
+        };
+        let id = MessageId(fresh_uuid());
+        let message = Message::text(id, key.clone(), Participant::User, audience, text, now());
+        let range = self
+            .shared
+            .append(vec![Event::MessagePosted(message)])
+            .await?;
+        self.dispatch(
+            &key,
+            TurnRequest {
+                seq: range.first,
+                id,
+            },
+            &targets,
+        )
+        .await
+    }
+
+    /// Sends a turn to each target in parallel and collects the replies in order.
+    async fn dispatch(
+        &self,
+        key: &ConversationKey,
+        request: TurnRequest,
+        targets: &[AgentName],
+    ) -> Result<Vec<AgentReply>, RuntimeError> {
+        let supervisor = self.conversation(key).await?;
+        // The actor enforces the turn timeout; this margin covers a restart backoff on top.
+        let wait = self.shared.config.runtime.turn_timeout
+            + self.shared.config.runtime.restart.max_backoff
+            + Duration::from_secs(5);
+        let mut pending = Vec::new();
+        for agent in targets {
+            let (tx, rx) = oneshot::channel();
+            let sent = supervisor.send_message(ConversationMsg::Turn {
+                agent: agent.clone(),
+                request,
+                reply: tx,
+            });
+            pending.push((agent.clone(), sent.is_ok(), rx));
+        }
+        let mut replies = Vec::with_capacity(pending.len());
+        for (agent, sent, rx) in pending {
+            let reply = if !sent {
+                AgentReply::failed(&agent, RuntimeError::ShutDown.to_string())
+            } else {
+                match tokio::time::timeout(wait, rx).await {
+                    Ok(Ok(reply)) => reply,
+                    Ok(Err(_)) => AgentReply::failed(
+                        &agent,
+                        format!("{agent} crashed during the turn and is being restarted"),
+                    ),
+                    Err(_) => AgentReply::failed(
+                        &agent,
+                        format!("{agent} did not answer within {} s", wait.as_secs()),
+                    ),
+                }
+            };
+            replies.push(reply);
+        }
+        Ok(replies)
+    }
+
+    /// The last `limit` messages of a conversation, as `agent` may see them (`None`: everything,
+    /// the user's and orchestrator's view).
+    pub async fn history(
+        &self,
+        conversation: &str,
+        agent: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<Record>, RuntimeError> {
+        let key = ConversationKey::new(conversation)?;
+        let spec = match agent {
+            Some(name) => {
+                let name = self.agent_name(name)?;
+                self.shared.spec(&name).cloned()
+            }
+            None => None,
+        };
+        self.shared
+            .read(move |log| {
+                let viewer = spec.as_ref().map_or(Viewer::Everything, |s| s.viewer());
+                log.visible_window(&key, viewer, limit)
+            })
+            .await
+    }
+
+    /// A manual reset: closes the agent's session (and clears a failed agent); its next turn opens
+    /// a new session restored from the log.
+    pub async fn reset(&self, conversation: &str, agent: &str) -> Result<(), RuntimeError> {
+        self.check_running()?;
+        let key = ConversationKey::new(conversation)?;
+        let agent = self.agent_name(agent)?;
+        let supervisor = self.conversation(&key).await?;
+        let (tx, rx) = oneshot::channel();
+        supervisor
+            .send_message(ConversationMsg::Reset { agent, reply: tx })
+            .map_err(|_| RuntimeError::ShutDown)?;
+        rx.await.map_err(|_| RuntimeError::ShutDown)?
+    }
+
+    /// Every agent's status in a conversation, in roster order.
+    pub async fn status(&self, conversation: &str) -> Result<Vec<AgentStatus>, RuntimeError> {
+        let key = ConversationKey::new(conversation)?;
+        let lookup = key.clone();
+        let states = self
+            .shared
+            .read(move |log| log.session_states(&lookup))
+            .await?;
+        Ok(self
+            .shared
+            .config
+            .agents
+            .iter()
+            .map(|spec| {
+                let session = states.iter().find(|s| s.agent == spec.name).cloned();
+                let failed = session.as_ref().is_some_and(|s| s.failed.is_some());
+                let activity = if failed {
+                    Activity::Failed
+                } else {
+                    self.shared.board.get(&key, &spec.name)
+                };
+                AgentStatus {
+                    agent: spec.name.clone(),
+                    role: spec.role,
+                    activity,
+                    session,
+                }
+            })
+            .collect())
+    }
+
+    /// Stops every agent idle longer than the configured timeout (the reaper does this on its
+    /// interval). Returns how many were stopped.
+    pub async fn reap_idle(&self) -> Result<usize, RuntimeError> {
+        reap(&self.root, self.shared.config.runtime.idle_timeout).await
+    }
+
+    /// Like [`Runtime::reap_idle`] with an explicit idle threshold.
+    pub async fn reap_idle_older_than(&self, idle: Duration) -> Result<usize, RuntimeError> {
+        reap(&self.root, idle).await
+    }
+
+    async fn supervisors(&self) -> Vec<ActorRef<ConversationMsg>> {
+        let (tx, rx) = oneshot::channel();
+        if self.root.send_message(RootMsg::All { reply: tx }).is_err() {
+            return Vec::new();
+        }
+        rx.await.unwrap_or_default()
+    }
+
+    fn stop_reaper(&self) {
+        if let Some(task) = self.reaper.lock().ok().and_then(|mut t| t.take()) {
+            task.abort();
+        }
+    }
+
+    /// Graceful shutdown: stops the reaper, suspends (or closes) every open session, stops the
+    /// actors and flushes the log.
+    pub async fn shutdown(self) -> Result<(), RuntimeError> {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.stop_reaper();
+        for supervisor in self.supervisors().await {
+            let (tx, rx) = oneshot::channel();
+            if supervisor
+                .send_message(ConversationMsg::Shutdown { reply: tx })
+                .is_ok()
+            {
+                let _ = rx.await;
+            }
+        }
+        self.teardown().await;
+        let log = Arc::clone(&self.shared.log);
+        tokio::task::spawn_blocking(move || log.flush())
+            .await
+            .map_err(|e| RuntimeError::Actor(e.to_string()))??;
+        Ok(())
+    }
+
+    /// Stops every actor at once without recording any boundary, as if the process had been
+    /// killed; the next `open` recovers (open sessions are closed or suspended as crashed). For
+    /// tests, demos and hosts that must stop immediately.
+    pub async fn abort(self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.stop_reaper();
+        self.teardown().await;
+    }
+
+    async fn teardown(&self) {
+        for supervisor in self.supervisors().await {
+            let (tx, rx) = oneshot::channel();
+            if supervisor
+                .send_message(ConversationMsg::Kill { reply: tx })
+                .is_ok()
+            {
+                let _ = rx.await;
+            }
+        }
+        let _ = self
+            .root
+            .stop_and_wait(None, Some(Duration::from_secs(5)))
+            .await;
+    }
+}
+
+async fn reap(root: &ActorRef<RootMsg>, idle: Duration) -> Result<usize, RuntimeError> {
+    let (tx, rx) = oneshot::channel();
+    root.send_message(RootMsg::All { reply: tx })
+        .map_err(|_| RuntimeError::ShutDown)?;
+    let supervisors = rx.await.map_err(|_| RuntimeError::ShutDown)?;
+    let mut total = 0;
+    for supervisor in supervisors {
+        let (tx, rx) = oneshot::channel();
+        if supervisor
+            .send_message(ConversationMsg::Reap { idle, reply: tx })
+            .is_ok()
+        {
+            total += rx.await.unwrap_or(0);
+        }
+    }
+    Ok(total)
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if !self.stopped.load(Ordering::SeqCst) {
+            tracing::warn!("runtime dropped without shutdown() or abort(): stopping actors without recording boundaries");
+            self.stop_reaper();
+            self.root.stop(None);
+        }
+    }
+}

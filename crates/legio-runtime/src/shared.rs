@@ -1,0 +1,134 @@
+//! What every actor of a runtime shares: the log, the configuration, the providers, the status
+//! board. Holds configuration only; no conversation state lives here.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use legio_core::{AgentName, ConversationKey, Event, SeqRange, Timestamp};
+use legio_llm::Provider;
+use legio_store::EventLog;
+use sha2::{Digest, Sha256};
+
+use crate::config::{AgentSpec, Role, RuntimeConfig};
+use crate::error::RuntimeError;
+use crate::status::StatusBoard;
+
+pub(crate) struct Shared {
+    pub(crate) log: Arc<dyn EventLog>,
+    pub(crate) config: RuntimeConfig,
+    pub(crate) providers: HashMap<String, Arc<dyn Provider>>,
+    pub(crate) board: StatusBoard,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("log", &self.log)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The current time (the runtime is an edge: it reads the clock; the core does not).
+pub(crate) fn now() -> Timestamp {
+    let micros = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0);
+    Timestamp::from_unix_micros(i64::try_from(micros).unwrap_or(i64::MAX))
+}
+
+/// A fresh UUID v7.
+pub(crate) fn fresh_uuid() -> uuid::Uuid {
+    uuid::Uuid::now_v7()
+}
+
+impl Shared {
+    /// Runs a blocking log read off the async workers.
+    pub(crate) async fn read<T, F>(self: &Arc<Self>, f: F) -> Result<T, RuntimeError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn EventLog) -> Result<T, legio_store::StoreError> + Send + 'static,
+    {
+        let shared = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(shared.log.as_ref()))
+            .await
+            .map_err(|e| RuntimeError::Actor(format!("a log read was cancelled: {e}")))?
+            .map_err(RuntimeError::from)
+    }
+
+    /// Appends and waits until durable (awaiting the committer, never blocking a worker).
+    pub(crate) async fn append(&self, events: Vec<Event>) -> Result<SeqRange, RuntimeError> {
+        Ok(self.log.submit(events)?.await?)
+    }
+
+    pub(crate) fn spec(&self, agent: &AgentName) -> Option<&AgentSpec> {
+        self.config.agent(agent)
+    }
+
+    pub(crate) fn provider(&self, spec: &AgentSpec) -> Result<Arc<dyn Provider>, RuntimeError> {
+        self.providers.get(&spec.provider).cloned().ok_or_else(|| {
+            RuntimeError::Actor(format!(
+                "provider {:?} of agent {} is not available",
+                spec.provider, spec.name
+            ))
+        })
+    }
+
+    /// The agent's system prompt and its hash. The orchestrator's carries the roster (names and
+    /// descriptions), so a roster change also rotates its session.
+    pub(crate) async fn system_prompt(
+        &self,
+        spec: &AgentSpec,
+    ) -> Result<(String, String), RuntimeError> {
+        let base = tokio::fs::read_to_string(&spec.prompt).await.map_err(|e| {
+            RuntimeError::Actor(format!(
+                "cannot read the prompt of {} at {}: {e}",
+                spec.name,
+                spec.prompt.display()
+            ))
+        })?;
+        let prompt = match spec.role {
+            Role::Specialist => base,
+            Role::Orchestrator => {
+                let mut roster = String::from("\n\n<roster>\n");
+                for a in self
+                    .config
+                    .agents
+                    .iter()
+                    .filter(|a| a.role == Role::Specialist)
+                {
+                    roster.push_str(&format!(
+                        "<agent name=\"{}\">{}</agent>\n",
+                        a.name, a.description
+                    ));
+                }
+                roster.push_str("</roster>");
+                base + &roster
+            }
+        };
+        let hash = Sha256::digest(prompt.as_bytes());
+        let hex: String = hash.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        Ok((prompt, format!("sha256:{hex}")))
+    }
+
+    /// The specialists' current status, for the orchestrator's message.
+    pub(crate) fn status_block(&self, conversation: &ConversationKey) -> String {
+        let mut out = String::from("<agent_status>\n");
+        for a in self
+            .config
+            .agents
+            .iter()
+            .filter(|a| a.role == Role::Specialist)
+        {
+            let activity = self.board.get(conversation, &a.name);
+            out.push_str(&format!(
+                "<agent name=\"{}\" status=\"{}\"/>\n",
+                a.name,
+                activity.as_str()
+            ));
+        }
+        out.push_str("</agent_status>");
+        out
+    }
+}

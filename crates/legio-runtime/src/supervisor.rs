@@ -1,0 +1,561 @@
+//! Supervisors. A conversation supervisor owns the agent actors of one conversation: it spawns
+//! them on first need, routes turns to them, and restarts a failed one with exponential backoff and
+//! jitter within an intensity limit; beyond it the agent is marked failed (an event) and answers
+//! with an error until a manual reset. A startup failure of a child counts as a failure of that
+//! child, never of the supervisor. The root supervisor owns the conversation supervisors.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use legio_core::{
+    AgentFailed, AgentName, BoundaryReason, ConversationKey, Event, SessionEnded, SessionId,
+    TurnFailed,
+};
+use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use rand::Rng;
+use tokio::sync::oneshot;
+
+use crate::agent::{AgentActor, AgentMsg, AgentReply, TurnRequest};
+use crate::error::RuntimeError;
+use crate::metrics as m;
+use crate::restart::{RestartDecision, RestartTracker};
+use crate::shared::{now, Shared};
+use crate::status::Activity;
+
+pub(crate) enum ConversationMsg {
+    Turn {
+        agent: AgentName,
+        request: TurnRequest,
+        reply: oneshot::Sender<AgentReply>,
+    },
+    Respawn {
+        agent: AgentName,
+    },
+    Reap {
+        idle: Duration,
+        reply: oneshot::Sender<usize>,
+    },
+    Reset {
+        agent: AgentName,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+    Kill {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+enum Slot {
+    Live(ActorRef<AgentMsg>),
+    /// Waiting for its backoff; turns queue.
+    Restarting(Vec<(TurnRequest, oneshot::Sender<AgentReply>)>),
+    Failed(String),
+}
+
+pub(crate) struct ConversationSupervisor {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) conversation: ConversationKey,
+}
+
+pub(crate) struct ConversationState {
+    slots: HashMap<AgentName, Slot>,
+    by_actor: HashMap<ActorId, AgentName>,
+    restarts: HashMap<AgentName, RestartTracker>,
+    shutting_down: bool,
+}
+
+impl Actor for ConversationSupervisor {
+    type Msg = ConversationMsg;
+    type State = ConversationState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(ConversationState {
+            slots: HashMap::new(),
+            by_actor: HashMap::new(),
+            restarts: HashMap::new(),
+            shutting_down: false,
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            ConversationMsg::Turn {
+                agent,
+                request,
+                reply,
+            } => {
+                if state.shutting_down {
+                    let _ = reply.send(AgentReply::failed(
+                        &agent,
+                        RuntimeError::ShutDown.to_string(),
+                    ));
+                    return Ok(());
+                }
+                if !state.slots.contains_key(&agent) {
+                    self.start(&myself, state, &agent).await;
+                }
+                match state.slots.get_mut(&agent) {
+                    Some(Slot::Live(actor)) => {
+                        // The actor died and its failure is not processed yet: answer, do not queue.
+                        if let Err(ractor::MessagingErr::SendErr(AgentMsg::Turn {
+                            reply, ..
+                        })) = actor.send_message(AgentMsg::Turn { request, reply })
+                        {
+                            let _ = reply.send(AgentReply::failed(
+                                &agent,
+                                format!("{agent} is restarting; try again"),
+                            ));
+                        }
+                    }
+                    Some(Slot::Restarting(queue)) => queue.push((request, reply)),
+                    Some(Slot::Failed(reason)) => {
+                        let _ =
+                            reply.send(AgentReply::failed(&agent, failed_message(&agent, reason)));
+                    }
+                    None => {
+                        let _ = reply.send(AgentReply::failed(
+                            &agent,
+                            format!("{agent} could not be started"),
+                        ));
+                    }
+                }
+            }
+            ConversationMsg::Respawn { agent } => {
+                if !matches!(state.slots.get(&agent), Some(Slot::Restarting(_)))
+                    || state.shutting_down
+                {
+                    return Ok(());
+                }
+                let queued = match state.slots.remove(&agent) {
+                    Some(Slot::Restarting(queue)) => queue,
+                    _ => Vec::new(),
+                };
+                self.start(&myself, state, &agent).await;
+                for (request, reply) in queued {
+                    match state.slots.get_mut(&agent) {
+                        Some(Slot::Live(actor)) => {
+                            let _ = actor.send_message(AgentMsg::Turn { request, reply });
+                        }
+                        Some(Slot::Restarting(queue)) => queue.push((request, reply)),
+                        Some(Slot::Failed(reason)) => {
+                            let _ = reply
+                                .send(AgentReply::failed(&agent, failed_message(&agent, reason)));
+                        }
+                        None => {
+                            let _ = reply.send(AgentReply::failed(
+                                &agent,
+                                format!("{agent} could not be started"),
+                            ));
+                        }
+                    }
+                }
+            }
+            ConversationMsg::Reap { idle, reply } => {
+                let mut waits = Vec::new();
+                for slot in state.slots.values() {
+                    if let Slot::Live(actor) = slot {
+                        let (tx, rx) = oneshot::channel();
+                        if actor
+                            .send_message(AgentMsg::ReapIfIdle { idle, reply: tx })
+                            .is_ok()
+                        {
+                            waits.push(rx);
+                        }
+                    }
+                }
+                // Answer without blocking this supervisor on a busy agent.
+                tokio::spawn(async move {
+                    let mut reaped = 0;
+                    for rx in waits {
+                        if rx.await.unwrap_or(false) {
+                            reaped += 1;
+                        }
+                    }
+                    let _ = reply.send(reaped);
+                });
+            }
+            ConversationMsg::Reset { agent, reply } => {
+                state.restarts.entry(agent.clone()).or_default().clear();
+                match state.slots.get(&agent) {
+                    Some(Slot::Live(actor)) => {
+                        if let Err(ractor::MessagingErr::SendErr(AgentMsg::Reset { reply })) =
+                            actor.send_message(AgentMsg::Reset { reply })
+                        {
+                            let _ = reply.send(Err(RuntimeError::Actor(format!(
+                                "{agent} is restarting; try again"
+                            ))));
+                        }
+                    }
+                    _ => {
+                        // Not running (failed, restarting or never started): record the reset
+                        // directly; the next turn starts a fresh actor.
+                        let queued = match state.slots.remove(&agent) {
+                            Some(Slot::Restarting(queue)) => queue,
+                            _ => Vec::new(),
+                        };
+                        self.shared
+                            .board
+                            .set(&self.conversation, &agent, Activity::Idle);
+                        let result = self.record_reset(&agent).await;
+                        let _ = reply.send(result);
+                        for (request, reply) in queued {
+                            let _ = myself.send_message(ConversationMsg::Turn {
+                                agent: agent.clone(),
+                                request,
+                                reply,
+                            });
+                        }
+                    }
+                }
+            }
+            ConversationMsg::Shutdown { reply } => {
+                state.shutting_down = true;
+                let mut waits = Vec::new();
+                for (agent, slot) in state.slots.drain() {
+                    match slot {
+                        Slot::Live(actor) => {
+                            let (tx, rx) = oneshot::channel();
+                            if actor
+                                .send_message(AgentMsg::Stop {
+                                    why: BoundaryReason::Shutdown,
+                                    reply: tx,
+                                })
+                                .is_ok()
+                            {
+                                waits.push(rx);
+                            }
+                        }
+                        Slot::Restarting(queue) => {
+                            for (_, r) in queue {
+                                let _ = r.send(AgentReply::failed(
+                                    &agent,
+                                    RuntimeError::ShutDown.to_string(),
+                                ));
+                            }
+                        }
+                        Slot::Failed(_) => {}
+                    }
+                }
+                tokio::spawn(async move {
+                    for rx in waits {
+                        let _ = rx.await;
+                    }
+                    let _ = reply.send(());
+                });
+            }
+            ConversationMsg::Kill { reply } => {
+                state.shutting_down = true;
+                for child in myself.get_children() {
+                    let _ = child.kill_and_wait(Some(Duration::from_secs(5))).await;
+                }
+                state.slots.clear();
+                let _ = reply.send(());
+                myself.stop(Some("killed".into()));
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match event {
+            SupervisionEvent::ActorFailed(cell, error) => {
+                let Some(agent) = state.by_actor.remove(&cell.get_id()) else {
+                    return Ok(());
+                };
+                if state.shutting_down {
+                    state.slots.remove(&agent);
+                    return Ok(());
+                }
+                tracing::warn!(conversation = %self.conversation, agent = %agent, error = %error, "agent actor failed");
+                metrics::counter!(m::TURNS, "agent" => agent.to_string(), "outcome" => "crashed")
+                    .increment(1);
+                // Record the crash so the audit shows it; the restarted actor closes or suspends
+                // the session it left open.
+                let _ = self
+                    .shared
+                    .append(vec![Event::TurnFailed(TurnFailed {
+                        conversation: self.conversation.clone(),
+                        agent: agent.clone(),
+                        session: None,
+                        at: now(),
+                        error: format!("actor crashed: {error}"),
+                    })])
+                    .await;
+                self.on_failure(&myself, state, &agent, error.to_string())
+                    .await;
+            }
+            SupervisionEvent::ActorTerminated(cell, _, _) => {
+                if let Some(agent) = state.by_actor.remove(&cell.get_id()) {
+                    if matches!(state.slots.get(&agent), Some(Slot::Live(a)) if a.get_id() == cell.get_id())
+                    {
+                        state.slots.remove(&agent);
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn failed_message(agent: &AgentName, reason: &str) -> String {
+    format!("{agent} has failed ({reason}) and is stopped until a manual reset (`legio reset --agent {agent}`)")
+}
+
+impl ConversationSupervisor {
+    /// Spawns the agent's actor unless the log says it is failed. A spawn failure is a failure of
+    /// the child (backoff or failed), never of this supervisor.
+    async fn start(
+        &self,
+        myself: &ActorRef<ConversationMsg>,
+        state: &mut ConversationState,
+        agent: &AgentName,
+    ) {
+        if self.shared.spec(agent).is_none() {
+            state
+                .slots
+                .insert(agent.clone(), Slot::Failed("not in the roster".into()));
+            return;
+        }
+        let (conversation, name) = (self.conversation.clone(), agent.clone());
+        match self
+            .shared
+            .read(move |log| log.session_state(&conversation, &name))
+            .await
+        {
+            Ok(Some(s)) if s.failed.is_some() => {
+                let reason = s.failed.map(|f| f.reason).unwrap_or_default();
+                self.shared
+                    .board
+                    .set(&self.conversation, agent, Activity::Failed);
+                state.slots.insert(agent.clone(), Slot::Failed(reason));
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                state.slots.insert(
+                    agent.clone(),
+                    Slot::Failed(format!("cannot read its state: {e}")),
+                );
+                return;
+            }
+        }
+        let actor = AgentActor {
+            shared: Arc::clone(&self.shared),
+            conversation: self.conversation.clone(),
+            agent: agent.clone(),
+        };
+        match Actor::spawn_linked(None, actor, (), myself.get_cell()).await {
+            Ok((actor_ref, _handle)) => {
+                state.by_actor.insert(actor_ref.get_id(), agent.clone());
+                state.slots.insert(agent.clone(), Slot::Live(actor_ref));
+                self.shared
+                    .board
+                    .set(&self.conversation, agent, Activity::Idle);
+            }
+            Err(e) => {
+                tracing::warn!(conversation = %self.conversation, agent = %agent, error = %e, "agent actor failed to start");
+                state
+                    .slots
+                    .insert(agent.clone(), Slot::Restarting(Vec::new()));
+                Box::pin(self.on_failure(myself, state, agent, format!("startup failed: {e}")))
+                    .await;
+            }
+        }
+    }
+
+    async fn on_failure(
+        &self,
+        myself: &ActorRef<ConversationMsg>,
+        state: &mut ConversationState,
+        agent: &AgentName,
+        reason: String,
+    ) {
+        let settings = self.shared.config.runtime.restart;
+        let jitter: f64 = rand::thread_rng().gen();
+        let decision = state.restarts.entry(agent.clone()).or_default().on_failure(
+            &settings,
+            Instant::now(),
+            jitter,
+        );
+        let queued = match state.slots.remove(agent) {
+            Some(Slot::Restarting(queue)) => queue,
+            _ => Vec::new(),
+        };
+        match decision {
+            RestartDecision::Restart(delay) => {
+                metrics::counter!(m::RESTARTS).increment(1);
+                self.shared
+                    .board
+                    .set(&self.conversation, agent, Activity::Restarting);
+                state.slots.insert(agent.clone(), Slot::Restarting(queued));
+                let name = agent.clone();
+                ractor::time::send_after(delay, myself.get_cell(), move || {
+                    ConversationMsg::Respawn { agent: name }
+                });
+            }
+            RestartDecision::GiveUp { restarts } => {
+                tracing::error!(conversation = %self.conversation, agent = %agent, restarts, "agent failed past its restart intensity");
+                metrics::counter!(m::FAILED_AGENTS).increment(1);
+                self.shared
+                    .board
+                    .set(&self.conversation, agent, Activity::Failed);
+                let _ = self
+                    .shared
+                    .append(vec![Event::AgentFailed(AgentFailed {
+                        conversation: self.conversation.clone(),
+                        agent: agent.clone(),
+                        at: now(),
+                        reason: reason.clone(),
+                        restarts,
+                    })])
+                    .await;
+                for (_, reply) in queued {
+                    let _ = reply.send(AgentReply::failed(agent, failed_message(agent, &reason)));
+                }
+                state.slots.insert(agent.clone(), Slot::Failed(reason));
+            }
+        }
+    }
+
+    async fn record_reset(&self, agent: &AgentName) -> Result<(), RuntimeError> {
+        let (conversation, name) = (self.conversation.clone(), agent.clone());
+        let current = self
+            .shared
+            .read(move |log| log.session_state(&conversation, &name))
+            .await?;
+        let session = current
+            .and_then(|s| s.current)
+            .map(|c| c.session)
+            .unwrap_or(SessionId(uuid::Uuid::nil()));
+        self.shared
+            .append(vec![Event::SessionClosed(SessionEnded {
+                conversation: self.conversation.clone(),
+                agent: agent.clone(),
+                session,
+                at: now(),
+                why: BoundaryReason::ManualReset,
+            })])
+            .await?;
+        metrics::counter!(m::SESSIONS_CLOSED, "reason" => "manual_reset").increment(1);
+        Ok(())
+    }
+}
+
+pub(crate) enum RootMsg {
+    Get {
+        conversation: ConversationKey,
+        reply: oneshot::Sender<Result<ActorRef<ConversationMsg>, RuntimeError>>,
+    },
+    All {
+        reply: oneshot::Sender<Vec<ActorRef<ConversationMsg>>>,
+    },
+}
+
+pub(crate) struct RootSupervisor {
+    pub(crate) shared: Arc<Shared>,
+}
+
+pub(crate) struct RootState {
+    conversations: HashMap<ConversationKey, ActorRef<ConversationMsg>>,
+    by_actor: HashMap<ActorId, ConversationKey>,
+}
+
+impl Actor for RootSupervisor {
+    type Msg = RootMsg;
+    type State = RootState;
+    type Arguments = ();
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        _args: (),
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(RootState {
+            conversations: HashMap::new(),
+            by_actor: HashMap::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        message: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match message {
+            RootMsg::Get {
+                conversation,
+                reply,
+            } => {
+                if let Some(existing) = state.conversations.get(&conversation) {
+                    let _ = reply.send(Ok(existing.clone()));
+                    return Ok(());
+                }
+                let supervisor = ConversationSupervisor {
+                    shared: Arc::clone(&self.shared),
+                    conversation: conversation.clone(),
+                };
+                let result =
+                    match Actor::spawn_linked(None, supervisor, (), myself.get_cell()).await {
+                        Ok((actor, _handle)) => {
+                            state.by_actor.insert(actor.get_id(), conversation.clone());
+                            state.conversations.insert(conversation, actor.clone());
+                            Ok(actor)
+                        }
+                        Err(e) => Err(RuntimeError::Actor(format!(
+                            "cannot start the supervisor of {conversation}: {e}"
+                        ))),
+                    };
+                let _ = reply.send(result);
+            }
+            RootMsg::All { reply } => {
+                let _ = reply.send(state.conversations.values().cloned().collect());
+            }
+        }
+        Ok(())
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        event: SupervisionEvent,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let cell: Option<ActorCell> = match event {
+            SupervisionEvent::ActorFailed(cell, error) => {
+                tracing::error!(error = %error, "a conversation supervisor failed; its agents are stopped and restart on the next turn");
+                // Its agents would be orphans: stop them; the next turn starts everything afresh
+                // from the log (their open sessions are cleaned up as crashed).
+                for child in cell.get_children() {
+                    child.kill();
+                }
+                Some(cell)
+            }
+            SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell),
+            _ => None,
+        };
+        if let Some(conversation) = cell.and_then(|c| state.by_actor.remove(&c.get_id())) {
+            state.conversations.remove(&conversation);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1 @@
+//! Property test of exactly-once context delivery (filled in next).
