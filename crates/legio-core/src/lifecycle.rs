@@ -2,7 +2,7 @@
 //! any) to record and how the next turn's session gets its context. Pure: the runtime appends the
 //! events this returns and acts on the plan.
 
-use crate::event::{BoundaryReason, OpenReason};
+use crate::event::{BoundaryReason, OpenReason, SessionStart};
 use crate::seq::Seq;
 use crate::session::{AgentSessionState, SessionStatus};
 
@@ -158,13 +158,20 @@ pub fn decide_session(facts: SessionFacts<'_>) -> SessionDecision {
             }
             let delivery = match facts.history {
                 History::Stateless => Delivery::Full,
-                // No turn of this session completed: the provider may hold nothing yet.
-                History::Session { .. } if current.turns == 0 => Delivery::Bootstrap {
-                    notice: match current.why {
-                        OpenReason::FirstUse => None,
-                        OpenReason::After(why) => Some(restored_notice(why)),
-                    },
-                },
+                // A bootstrapped session none of whose turns completed: the provider may hold
+                // nothing yet, so bootstrap again. A resumed session's provider thread already
+                // holds everything up to its checkpoint: it always continues with the delta.
+                History::Session { .. }
+                    if current.turns == 0
+                        && !matches!(current.how, SessionStart::Resumed { .. }) =>
+                {
+                    Delivery::Bootstrap {
+                        notice: match current.why {
+                            OpenReason::FirstUse => None,
+                            OpenReason::After(why) => Some(restored_notice(why)),
+                        },
+                    }
+                }
                 History::Session { .. } => Delivery::Delta {
                     checkpoint: current.checkpoint,
                 },

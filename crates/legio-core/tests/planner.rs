@@ -121,6 +121,14 @@ fn lifecycle_table() {
         "p",
         "-|continue|bootstrap",
     );
+    // Regression (found by the exactly-once property test): a resumed session whose first turn
+    // failed continues with the delta; its provider thread already holds the history.
+    let mut resumed = state(Open, 0, 0, Some("r1"), "p");
+    resumed.current.as_mut().unwrap().how = SessionStart::Resumed {
+        provider_session: "r1".into(),
+        checkpoint: Seq(7),
+    };
+    check(Some(&resumed), true, RESUMABLE, "p", "-|continue|delta@7");
     check(
         Some(&state(Open, 3, 10, None, "p")),
         true,

@@ -120,6 +120,9 @@ history = "{history_word}"
 
     pub fn events(&self) -> Vec<Record> {
         let log = self.rt().log();
+        if log.last_seq() == Seq::ZERO {
+            return Vec::new();
+        }
         log.read_range(Seq(1), log.last_seq(), usize::MAX).unwrap()
     }
 
