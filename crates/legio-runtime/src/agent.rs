@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use legio_core::{
-    crash_cleanup, decide_session, estimate_message_tokens, estimate_tokens, plan_context,
-    AgentName, Audience, BoundaryReason, ContextDelivered, ConversationKey, Delivery, DeliveryMode,
-    EndSession, Event, Message, MessageId, Participant, Record, Seq, SessionEnded, SessionFacts,
-    SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted, TurnFailed,
+    crash_cleanup, estimate_message_tokens, estimate_tokens, AgentName, Audience, BoundaryReason,
+    ContextDelivered, ConversationKey, DeliveryMode, EndSession, Event, Message, MessageId,
+    Participant, Seq, SessionEnded, SessionId, SessionOpened, SessionStart, Start, TokenUsage,
+    TurnCompleted, TurnFailed,
 };
 use legio_llm::{ProviderError, ProviderRequest};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -21,11 +21,9 @@ use tokio::sync::oneshot;
 use crate::config::Role;
 use crate::error::RuntimeError;
 use crate::metrics as m;
+use crate::prepare::{prepare_turn, PreparedTurn, TurnInputs};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::Activity;
-
-/// The most delta messages one turn reads; beyond it the oldest are dropped (documented limit).
-const MAX_DELTA: usize = 10_000;
 
 /// One agent's answer to a message: a reply, or an error for this agent only.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -313,49 +311,36 @@ impl AgentActor {
         let settings = &shared.config.runtime;
         let (system_prompt, prompt_hash) = shared.system_prompt(&spec).await?;
 
-        let (conversation, agent) = (self.conversation.clone(), self.agent.clone());
-        let log_state = shared
-            .read(move |log| log.session_state(&conversation, &agent))
-            .await?;
-        let current = log_state.as_ref().and_then(|s| s.current.clone());
-        let live = matches!((&current, state.live_session), (Some(c), Some(id)) if c.session == id && c.status == legio_core::SessionStatus::Open);
-        let decision = decide_session(SessionFacts {
-            state: log_state.as_ref(),
-            live,
-            history: capabilities.history,
-            prompt_hash: &prompt_hash,
-            max_input_tokens: settings.max_input_tokens,
-        });
-
-        // The context: read what the plan needs, bounded by the message being answered.
-        let viewer_spec = spec.clone();
-        let (conversation, window) = (self.conversation.clone(), settings.history_window);
-        let delivery = decision.delivery.clone();
-        let (new_record, visible) = shared
-            .read(move |log| {
-                let viewer = viewer_spec.viewer();
-                let new = log.read_range(request.seq, request.seq, 1)?;
-                let visible = match delivery {
-                    Delivery::Full | Delivery::Bootstrap { .. } => {
-                        log.visible_before(&conversation, viewer, request.seq, window)?
-                    }
-                    Delivery::Delta { checkpoint } => {
-                        log.visible_after(&conversation, viewer, checkpoint, MAX_DELTA)?
-                    }
-                };
-                Ok((new, visible))
+        let prepared = {
+            let (shared, spec, conversation) =
+                (Arc::clone(shared), spec.clone(), self.conversation.clone());
+            let (history, live_session, prompt_hash) = (
+                capabilities.history,
+                state.live_session,
+                prompt_hash.clone(),
+            );
+            tokio::task::spawn_blocking(move || {
+                prepare_turn(
+                    shared.log.as_ref(),
+                    TurnInputs {
+                        spec: &spec,
+                        conversation: &conversation,
+                        history,
+                        settings: &shared.config.runtime,
+                        prompt_hash: &prompt_hash,
+                        live_session,
+                        new_message: request.seq,
+                    },
+                )
             })
-            .await?;
-        let new_record: Record = new_record.into_iter().next().ok_or_else(|| {
-            RuntimeError::Actor(format!("message at seq {} is not in the log", request.seq))
-        })?;
-        let plan = plan_context(
-            &self.agent,
-            &decision.delivery,
-            &visible,
-            &new_record,
-            settings.history_window,
-        );
+            .await
+            .map_err(|e| RuntimeError::Actor(format!("preparing the turn was cancelled: {e}")))??
+        };
+        let PreparedTurn {
+            current,
+            decision,
+            plan,
+        } = prepared;
 
         // Boundaries first: end the old session, open the new one.
         let mut events = Vec::new();
@@ -475,7 +460,7 @@ impl AgentActor {
                     .increment(plan.estimated_tokens);
                 if plan.mode == DeliveryMode::Delta {
                     let avoided = self
-                        .window_tokens(&spec, &new_record)
+                        .window_tokens(&spec, &plan.new_message)
                         .await?
                         .saturating_sub(plan.estimated_tokens);
                     metrics::counter!(m::TOKENS_AVOIDED).increment(avoided);
@@ -526,7 +511,7 @@ impl AgentActor {
     async fn window_tokens(
         &self,
         spec: &crate::config::AgentSpec,
-        new: &Record,
+        new: &legio_core::ContextItem,
     ) -> Result<u64, RuntimeError> {
         let (conversation, spec, before, window) = (
             self.conversation.clone(),
@@ -543,8 +528,8 @@ impl AgentActor {
             .await?;
         Ok(records
             .iter()
-            .chain(std::iter::once(new))
             .filter_map(|r| r.event.as_message())
+            .chain(std::iter::once(&new.message))
             .map(estimate_message_tokens)
             .sum())
     }

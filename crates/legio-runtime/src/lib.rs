@@ -5,6 +5,7 @@ mod agent;
 mod config;
 mod error;
 pub mod metrics;
+mod prepare;
 mod restart;
 mod runtime;
 mod shared;
@@ -16,6 +17,7 @@ pub use config::{
     AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
 };
 pub use error::{ConfigError, RuntimeError};
+pub use prepare::{prepare_turn, PreparedTurn, TurnInputs, MAX_DELTA};
 pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime};
 pub use status::Activity;

@@ -213,14 +213,34 @@ impl Runtime {
         conversation: &str,
         text: &str,
     ) -> Result<Vec<AgentReply>, RuntimeError> {
+        self.post_as(conversation, "user", text).await
+    }
+
+    /// Posts a message from `sender`: `user`, or an agent of the roster (a host relaying what one
+    /// agent says to others). Mentions address agents as in [`Runtime::post`]; without one, a
+    /// specialist's message goes to the orchestrator, and the orchestrator's to the user (no turn).
+    /// The sender never gets a turn for its own message.
+    pub async fn post_as(
+        &self,
+        conversation: &str,
+        sender: &str,
+        text: &str,
+    ) -> Result<Vec<AgentReply>, RuntimeError> {
         self.check_running()?;
         let key = ConversationKey::new(conversation)?;
         if text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);
         }
+        let sender = match sender {
+            "user" => Participant::User,
+            name => Participant::Agent(self.agent_name(name)?),
+        };
         let known = self.known_agents();
         let orchestrator = self.shared.config.orchestrator().name.clone();
         let (audience, targets) = match parse_mentions(text, &known)? {
+            None if sender == Participant::Agent(orchestrator.clone()) => {
+                (Audience::user(), Vec::new())
+            }
             None => (Audience::agent(orchestrator.clone()), vec![orchestrator]),
             Some(Audience::All) => (Audience::All, known.clone()),
             Some(Audience::Only(list)) => {
@@ -232,12 +252,19 @@ impl Runtime {
                 (Audience::Only(list), named)
             }
         };
+        let targets: Vec<AgentName> = targets
+            .into_iter()
+            .filter(|t| sender.agent() != Some(t))
+            .collect();
         let id = MessageId(fresh_uuid());
-        let message = Message::text(id, key.clone(), Participant::User, audience, text, now());
+        let message = Message::text(id, key.clone(), sender, audience, text, now());
         let range = self
             .shared
             .append(vec![Event::MessagePosted(message)])
             .await?;
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
         self.dispatch(
             &key,
             TurnRequest {

@@ -447,3 +447,53 @@ async fn an_agent_that_always_panics_ends_failed_not_in_a_crash_loop() {
     assert!(replies[0].error.is_none(), "{:?}", replies[0].error);
     assert_eq!(settle(&legion, "ann").await, Activity::Idle);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_can_address_each_other_through_the_host() {
+    let legion = Legion::new(RESUMABLE, "").await;
+    let replies = legion
+        .rt()
+        .post_as(CONV, "ann", "@bob can you plan this")
+        .await
+        .unwrap();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].agent.as_str(), "bob");
+    let replies = legion
+        .rt()
+        .post_as(CONV, "ann", "done, lead")
+        .await
+        .unwrap();
+    assert_eq!(
+        replies[0].agent.as_str(),
+        "lead",
+        "no mention: the orchestrator"
+    );
+    let replies = legion
+        .rt()
+        .post_as(CONV, "lead", "summary for the user")
+        .await
+        .unwrap();
+    assert!(
+        replies.is_empty(),
+        "the orchestrator's unaddressed message is for the user"
+    );
+    let replies = legion
+        .rt()
+        .post_as(CONV, "ann", "@all heads up")
+        .await
+        .unwrap();
+    let agents: Vec<&str> = replies.iter().map(|r| r.agent.as_str()).collect();
+    assert_eq!(agents, vec!["lead", "bob"], "never a turn for the sender");
+    let err = legion.rt().post_as(CONV, "zed", "hi").await.unwrap_err();
+    assert!(err.to_string().contains("\"zed\""), "{err}");
+    // ann sees what she sent; bob's first request carried ann's message.
+    assert_eq!(
+        legion.requests("bob")[0]
+            .plan
+            .new_message
+            .message
+            .sender
+            .as_str(),
+        "ann"
+    );
+}
