@@ -1,0 +1,2 @@
+//! Benchmark placeholder, replaced by the real bench.
+fn main() {}
