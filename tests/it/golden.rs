@@ -134,3 +134,30 @@ fn v1_records_still_decode_and_encode_identically() {
         "new samples: re-bless with LEGIO_BLESS=1 (appending is compatible)"
     );
 }
+
+#[test]
+fn every_event_round_trips_through_its_json_line() {
+    for (i, event) in samples().into_iter().enumerate() {
+        let record = legio_core::Record {
+            seq: Seq(i as u64 + 1),
+            event,
+        };
+        let json = legio_core::record_to_json(&record);
+        assert_eq!(json["kind"], record.event.kind().as_str());
+        let line = serde_json::to_string(&json).unwrap();
+        let back = legio_core::record_from_json(serde_json::from_str(&line).unwrap()).unwrap();
+        assert_eq!(back, record, "{line}");
+    }
+    let first = legio_core::record_to_json(&legio_core::Record {
+        seq: Seq(1),
+        event: samples().remove(0),
+    });
+    assert_eq!(first["sender"], "user");
+    assert_eq!(first["audience"], serde_json::json!(["pullo", "vorenus"]));
+    assert_eq!(
+        first["parts"][0],
+        serde_json::json!({"type": "text", "text": "@vorenus @pullo compare"})
+    );
+    let bad = serde_json::json!({"seq": 1, "kind": "message_posted", "id": "nope"});
+    assert!(legio_core::record_from_json(bad).is_err());
+}

@@ -52,7 +52,7 @@ fn a_second_open_fails_fast_naming_the_lock() {
     assert_eq!(err, StoreError::Locked { path: path.clone() });
     let text = err.to_string();
     assert!(
-        text.contains("locked by another process") && text.contains("--server"),
+        text.contains("locked by another process") && text.contains("stop it"),
         "{text}"
     );
 }

@@ -1,7 +1,19 @@
-//! `legio`, the operator command line: run the demo, verify a log.
+//! `legio`, the operator command line: talk to the legion, replay and inspect its log, verify,
+//! export and import. Offline commands read the log directly and never call a model.
 
-mod demo_log;
+mod chat;
+mod common;
+mod completions;
+mod context;
+mod demo;
+mod export;
+mod import;
+mod inspect;
+mod post;
 mod render;
+mod replay;
+mod reset;
+mod stats;
 mod verify;
 
 use std::path::PathBuf;
@@ -11,15 +23,32 @@ use clap::{Parser, Subcommand};
 
 /// legio keeps multi-agent LLM conversations durable, exact and cheap.
 ///
-/// Every message and every session boundary is an event in an append-only log on disk.
+/// Every message and every session boundary is an event in an append-only log on disk. These
+/// commands talk to the legion in the configuration, or read its log directly (never calling a
+/// model).
 ///
-/// Examples:
-///   legio demo-log                      # append a sample conversation to a temp log, read it back
-///   legio demo-log --db ./my-log        # the same, keeping the log in ./my-log
-///   legio verify --db ./my-log          # check the log and its indexes (exit 3 if anything is wrong)
+/// Start here:
+///   legio demo                                   # a 10-second tour on a temporary log, offline
+///   legio chat                                   # talk to the legion in config/legio.toml
+///   echo "@vorenus review this" | legio chat     # the same from a script, one message per line
+///   legio post --json "@all status?"             # one message, replies as JSON
+///
+/// Look at the log:
+///   legio replay --conversation cli:local        # every event, one line each
+///   legio replay --agent vorenus --kind message_posted   # what vorenus could see
+///   legio replay --format jsonl --follow         # JSON lines, then new events as they come
+///   legio context --conversation cli:local --agent vorenus   # what vorenus's model gets next
+///   legio inspect agents                         # sessions, tokens, checkpoints per agent
+///   legio stats   |   legio verify               # sizes; integrity (exit 3 if anything is wrong)
+///
+/// Move it:
+///   legio export --output log.jsonl   then   legio --db ./copy import log.jsonl
+///
+/// Exit codes: 0 ok, 1 an error (one line on stderr, saying what to do), 2 a usage error,
+/// 3 `verify` found problems.
 #[derive(Debug, Parser)]
 #[command(name = "legio", version, verbatim_doc_comment)]
-struct Cli {
+pub struct Cli {
     /// The configuration file.
     #[arg(
         long,
@@ -37,10 +66,30 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Append a sample multi-agent conversation to a log, close and reopen it, and print it back.
-    DemoLog(demo_log::Args),
-    /// Walk the log and its indexes and report gaps, corrupt records and disagreeing indexes.
+    /// A self-contained tour on a temporary log: agents, a crash, a restart, tokens saved, replay.
+    Demo(demo::Args),
+    /// Talk to the legion: each line is a message; /history, /status, /reset NAME, /quit.
+    Chat(chat::Args),
+    /// Post one message and print the replies (exit 1 if an agent failed).
+    Post(post::Args),
+    /// Print the log's events in order, filtered; --follow for new ones.
+    Replay(replay::Args),
+    /// What an agent's model would receive for its next turn, at any point of the log.
+    Context(context::Args),
+    /// Tables of conversations, agents or sessions.
+    Inspect(inspect::Args),
+    /// Log size, events by kind, per-conversation counts, size on disk.
+    Stats(stats::Args),
+    /// Check the log and its indexes: exit 0 when clean, 3 when anything is wrong.
     Verify(verify::Args),
+    /// Write the log (or one conversation) as JSON lines.
+    Export(export::Args),
+    /// Append an export into an empty log; a malformed line stops it with nothing kept.
+    Import(import::Args),
+    /// Manually reset an agent's session (its next turn is restored from the log).
+    Reset(reset::Args),
+    /// Print shell completions, e.g. `legio completions bash > /etc/bash_completion.d/legio`.
+    Completions(completions::Args),
 }
 
 /// Where the CLI finds its configuration and database.
@@ -94,8 +143,18 @@ fn main() -> ExitCode {
         config_explicit,
     };
     let result = match cli.command {
-        Command::DemoLog(args) => demo_log::run(&context, args),
+        Command::Demo(args) => demo::run(&context, args),
+        Command::Chat(args) => chat::run(&context, args),
+        Command::Post(args) => post::run(&context, args),
+        Command::Replay(args) => replay::run(&context, args),
+        Command::Context(args) => context::run(&context, args),
+        Command::Inspect(args) => inspect::run(&context, args),
+        Command::Stats(args) => stats::run(&context, args),
         Command::Verify(args) => verify::run(&context, args),
+        Command::Export(args) => export::run(&context, args),
+        Command::Import(args) => import::run(&context, args),
+        Command::Reset(args) => reset::run(&context, args),
+        Command::Completions(args) => completions::run(args),
     };
     match result {
         Ok(code) => code,

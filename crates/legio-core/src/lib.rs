@@ -5,6 +5,7 @@
 mod context;
 mod error;
 mod event;
+mod event_json;
 mod lifecycle;
 mod mention;
 mod message;
@@ -25,6 +26,7 @@ pub use event::{
     Record, SessionEnded, SessionId, SessionOpened, SessionStart, SummaryRecorded, TokenUsage,
     TurnCompleted, TurnFailed,
 };
+pub use event_json::{record_from_json, record_to_json, JsonEventError};
 pub use lifecycle::{
     crash_cleanup, decide_session, restored_notice, Delivery, EndSession, History, SessionDecision,
     SessionFacts, Start,

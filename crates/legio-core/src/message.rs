@@ -34,12 +34,65 @@ impl fmt::Debug for MessageId {
 }
 
 /// Who a message is addressed to.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+///
+/// Binary formats encode it as an enum (the stored v1 format); human-readable formats (JSON) as
+/// `"all"` or a list of names.
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Audience {
     /// Everyone in the conversation (`@all`).
     All,
     /// The named participants, sorted and without duplicates.
     Only(Vec<Participant>),
+}
+
+/// The stored (binary) shape of an audience; keep in sync with the v1 golden file.
+#[derive(Serialize, Deserialize)]
+enum StoredAudience {
+    All,
+    Only(Vec<Participant>),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum ReadableAudience {
+    Word(String),
+    Names(Vec<Participant>),
+}
+
+impl Serialize for Audience {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            match self {
+                Self::All => serializer.serialize_str("all"),
+                Self::Only(list) => list.serialize(serializer),
+            }
+        } else {
+            match self {
+                Self::All => StoredAudience::All,
+                Self::Only(list) => StoredAudience::Only(list.clone()),
+            }
+            .serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Audience {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            match ReadableAudience::deserialize(deserializer)? {
+                ReadableAudience::Word(w) if w == "all" => Ok(Self::All),
+                ReadableAudience::Word(w) => Err(serde::de::Error::custom(format!(
+                    "audience {w:?} is not \"all\" or a list of names"
+                ))),
+                ReadableAudience::Names(list) => Ok(Self::only(list)),
+            }
+        } else {
+            Ok(match StoredAudience::deserialize(deserializer)? {
+                StoredAudience::All => Self::All,
+                StoredAudience::Only(list) => Self::Only(list),
+            })
+        }
+    }
 }
 
 impl Audience {
@@ -88,7 +141,10 @@ impl fmt::Display for Audience {
 }
 
 /// One part of a message's content.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+///
+/// Binary formats encode it as an enum (the stored v1 format); human-readable formats (JSON) as
+/// an object with a `type` of `text`, `tool_call` or `tool_result`.
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Part {
     /// Plain text.
     Text {
@@ -113,6 +169,90 @@ pub enum Part {
         /// Whether the tool failed.
         is_error: bool,
     },
+}
+
+/// The stored (binary) shape of a part; keep in sync with the v1 golden file.
+#[derive(Serialize, Deserialize)]
+enum StoredPart {
+    Text {
+        text: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    ToolResult {
+        call_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+/// The readable (JSON) shape of a part.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+enum ReadablePart {
+    Text {
+        text: String,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    ToolResult {
+        call_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+macro_rules! convert_part {
+    ($from:expr, $src:ident => $dst:ident) => {
+        match $from {
+            $src::Text { text } => $dst::Text { text },
+            $src::ToolCall {
+                id,
+                name,
+                arguments,
+            } => $dst::ToolCall {
+                id,
+                name,
+                arguments,
+            },
+            $src::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => $dst::ToolResult {
+                call_id,
+                content,
+                is_error,
+            },
+        }
+    };
+}
+
+impl Serialize for Part {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let part = self.clone();
+        if serializer.is_human_readable() {
+            convert_part!(part, Part => ReadablePart).serialize(serializer)
+        } else {
+            convert_part!(part, Part => StoredPart).serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Part {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            Ok(convert_part!(ReadablePart::deserialize(deserializer)?, ReadablePart => Part))
+        } else {
+            Ok(convert_part!(StoredPart::deserialize(deserializer)?, StoredPart => Part))
+        }
+    }
 }
 
 impl Part {

@@ -137,12 +137,50 @@ impl std::str::FromStr for ConversationKey {
 }
 
 /// Someone who takes part in a conversation: the human user or a named agent.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+///
+/// Binary formats encode it as an enum (the stored v1 format); human-readable formats (JSON) as
+/// a plain name: `"user"` or the agent's name.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub enum Participant {
     /// The human on the other side of the host service.
     User,
     /// An agent (orchestrator or specialist).
     Agent(AgentName),
+}
+
+/// The stored (binary) shape of a participant; keep in sync with the v1 golden file.
+#[derive(Serialize, Deserialize)]
+enum StoredParticipant {
+    User,
+    Agent(AgentName),
+}
+
+impl Serialize for Participant {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            serializer.serialize_str(self.as_str())
+        } else {
+            match self {
+                Self::User => StoredParticipant::User,
+                Self::Agent(name) => StoredParticipant::Agent(name.clone()),
+            }
+            .serialize(serializer)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Participant {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            Participant::parse(&text).map_err(serde::de::Error::custom)
+        } else {
+            Ok(match StoredParticipant::deserialize(deserializer)? {
+                StoredParticipant::User => Self::User,
+                StoredParticipant::Agent(name) => Self::Agent(name),
+            })
+        }
+    }
 }
 
 impl Participant {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use legio_core::{AgentName, History};
 use legio_store::{Durability, StoreOptions};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 use crate::error::ConfigError;
 
@@ -384,6 +385,36 @@ impl RuntimeConfig {
     /// The orchestrator's spec.
     pub fn orchestrator(&self) -> &AgentSpec {
         &self.agents[0]
+    }
+
+    /// The history capability of the provider `spec` uses.
+    pub fn history_of(&self, spec: &AgentSpec) -> Option<History> {
+        self.providers.get(&spec.provider).map(|p| match p {
+            ProviderSpec::Scripted { history, .. } => *history,
+        })
+    }
+
+    /// The agent's full system prompt from its prompt file's text `base`, and its hash. The
+    /// orchestrator's carries the roster (names and descriptions), so a roster change also
+    /// rotates its session.
+    pub fn compose_prompt(&self, spec: &AgentSpec, base: String) -> (String, String) {
+        let prompt = match spec.role {
+            Role::Specialist => base,
+            Role::Orchestrator => {
+                let mut roster = String::from("\n\n<roster>\n");
+                for a in self.agents.iter().filter(|a| a.role == Role::Specialist) {
+                    roster.push_str(&format!(
+                        "<agent name=\"{}\">{}</agent>\n",
+                        a.name, a.description
+                    ));
+                }
+                roster.push_str("</roster>");
+                base + &roster
+            }
+        };
+        let hash = Sha256::digest(prompt.as_bytes());
+        let hex: String = hash.iter().take(16).map(|b| format!("{b:02x}")).collect();
+        (prompt, format!("sha256:{hex}"))
     }
 
     /// The spec of `name`.

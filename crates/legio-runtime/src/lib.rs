@@ -17,7 +17,7 @@ pub use config::{
     AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
 };
 pub use error::{ConfigError, RuntimeError};
-pub use prepare::{prepare_turn, PreparedTurn, TurnInputs, MAX_DELTA};
+pub use prepare::{prepare_turn, preview_turn, PreparedTurn, TurnInputs, TurnPreview, MAX_DELTA};
 pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime};
 pub use status::Activity;

@@ -8,7 +8,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use legio_core::{AgentName, ConversationKey, Event, SeqRange, Timestamp};
 use legio_llm::Provider;
 use legio_store::EventLog;
-use sha2::{Digest, Sha256};
 
 use crate::config::{AgentSpec, Role, RuntimeConfig};
 use crate::error::RuntimeError;
@@ -75,8 +74,7 @@ impl Shared {
         })
     }
 
-    /// The agent's system prompt and its hash. The orchestrator's carries the roster (names and
-    /// descriptions), so a roster change also rotates its session.
+    /// The agent's system prompt and its hash (see [`RuntimeConfig::compose_prompt`]).
     pub(crate) async fn system_prompt(
         &self,
         spec: &AgentSpec,
@@ -88,28 +86,7 @@ impl Shared {
                 spec.prompt.display()
             ))
         })?;
-        let prompt = match spec.role {
-            Role::Specialist => base,
-            Role::Orchestrator => {
-                let mut roster = String::from("\n\n<roster>\n");
-                for a in self
-                    .config
-                    .agents
-                    .iter()
-                    .filter(|a| a.role == Role::Specialist)
-                {
-                    roster.push_str(&format!(
-                        "<agent name=\"{}\">{}</agent>\n",
-                        a.name, a.description
-                    ));
-                }
-                roster.push_str("</roster>");
-                base + &roster
-            }
-        };
-        let hash = Sha256::digest(prompt.as_bytes());
-        let hex: String = hash.iter().take(16).map(|b| format!("{b:02x}")).collect();
-        Ok((prompt, format!("sha256:{hex}")))
+        Ok(self.config.compose_prompt(spec, base))
     }
 
     /// The specialists' current status, for the orchestrator's message.

@@ -11,7 +11,7 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum StoreError {
     /// Another process holds the database.
-    #[error("database at {path} is locked by another process; stop that process (for example `legio serve`) or go through it with --server")]
+    #[error("database at {path} is locked by another process (a running `legio chat`, `legio post` or host service); stop it and try again")]
     Locked {
         /// The database folder.
         path: PathBuf,

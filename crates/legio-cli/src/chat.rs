@@ -1,0 +1,119 @@
+//! `legio chat`: the user's side of a conversation. Each line is posted; replies print under the
+//! agent's name. `/history`, `/status`, `/reset NAME`, `/quit`. With piped input: one message per
+//! line, no prompts, exit at the end of input.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::common;
+use crate::post::print_replies;
+use crate::{render, Context};
+
+/// Arguments of `legio chat`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The conversation key.
+    #[arg(long, default_value = "cli:local")]
+    conversation: String,
+}
+
+const HELP: &str = "type a message (@name for a specialist, @all for everyone); /history, /status, /reset NAME, /quit";
+
+/// Runs the command.
+pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
+    let tokio = common::tokio()?;
+    let interactive = std::io::stdin().is_terminal();
+    let colour = common::colour();
+    tokio.block_on(async {
+        let runtime = common::open_runtime(context).await?;
+        if interactive {
+            let roster: Vec<String> = runtime
+                .config()
+                .agents
+                .iter()
+                .map(|a| format!("{} ({})", a.name, a.role.as_str()))
+                .collect();
+            println!("legio chat in {}: {}", args.conversation, roster.join(", "));
+            println!("{HELP}");
+        }
+        let mut failed = false;
+        let stdin = std::io::stdin();
+        let mut lines = stdin.lock().lines();
+        loop {
+            if interactive {
+                print!("you> ");
+                std::io::stdout().flush()?;
+            }
+            let Some(line) = lines.next() else { break };
+            let line = line?;
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            match line
+                .split_once(' ')
+                .map_or((line, ""), |(a, b)| (a, b.trim()))
+            {
+                ("/quit" | "/exit", _) => break,
+                ("/help", _) => println!("{HELP}"),
+                ("/history", _) => {
+                    for record in runtime.history(&args.conversation, None, 50).await? {
+                        println!("{}", render::line(&record));
+                    }
+                }
+                ("/status", _) => {
+                    for s in runtime.status(&args.conversation).await? {
+                        let session = s
+                            .session
+                            .as_ref()
+                            .and_then(|st| st.current.as_ref())
+                            .map_or("no session".to_owned(), |c| {
+                                format!(
+                                    "session {} ({}), {} turns, {} input tokens",
+                                    &c.session.to_string()[24..],
+                                    c.status.as_str(),
+                                    c.turns,
+                                    c.usage.input
+                                )
+                            });
+                        println!(
+                            "{:<10} {:<12} {:<10} {session}",
+                            s.agent.as_str(),
+                            s.role.as_str(),
+                            s.activity.as_str()
+                        );
+                    }
+                }
+                ("/reset", name) if !name.is_empty() => {
+                    match runtime.reset(&args.conversation, name).await {
+                        Ok(()) => println!(
+                        "reset {name}: its next turn starts a new session restored from the log"
+                    ),
+                        Err(e) => println!("(error) {e}"),
+                    }
+                }
+                (command, _) if command.starts_with('/') => {
+                    println!("unknown command {command}; {HELP}")
+                }
+                _ => match runtime.post(&args.conversation, line).await {
+                    Ok(replies) => {
+                        failed |= replies.iter().any(|r| r.error.is_some());
+                        print_replies(&replies, colour);
+                    }
+                    Err(e) => {
+                        failed = true;
+                        println!("(error) {e}");
+                    }
+                },
+            }
+        }
+        runtime.shutdown().await?;
+        Ok(if failed && !interactive {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        })
+    })
+}

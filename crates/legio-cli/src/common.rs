@@ -1,0 +1,96 @@
+//! What the commands share: opening the log or the runtime, progress bars and colour that appear
+//! only on a terminal, reading the whole log in chunks.
+
+use std::io::IsTerminal;
+
+use anyhow::{Context as _, Result};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use legio_core::{Record, Seq};
+use legio_runtime::{Runtime, RuntimeConfig};
+use legio_store::{EventLog, SledLog};
+
+use crate::Context;
+
+/// How many events a command reads from the log at a time.
+pub const CHUNK: usize = 10_000;
+
+/// Opens an existing log for an offline command.
+pub fn open_log(context: &Context) -> Result<SledLog> {
+    let store = context.store()?;
+    let mut options = store.options.clone();
+    options.create_if_missing = false;
+    Ok(SledLog::open(&store.path, &options)?)
+}
+
+/// Opens an existing log, or creates it (import, post, chat).
+pub fn open_or_create_log(context: &Context) -> Result<SledLog> {
+    let store = context.store()?;
+    Ok(SledLog::open(&store.path, &store.options)?)
+}
+
+/// The configuration (the roster is needed to know roles and providers).
+pub fn config(context: &Context) -> Result<RuntimeConfig> {
+    context
+        .runtime_config()
+        .with_context(|| "this command needs the roster from the configuration")
+}
+
+/// A tokio runtime for the commands that talk to agents.
+pub fn tokio() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the async runtime")
+}
+
+/// Opens the legion described by the configuration.
+pub async fn open_runtime(context: &Context) -> Result<Runtime> {
+    Ok(Runtime::open(config(context)?).await?)
+}
+
+/// A progress bar on stderr when stderr is a terminal and `show` (hidden otherwise).
+pub fn progress(total: u64, what: &str, show: bool) -> ProgressBar {
+    let bar = ProgressBar::new(total);
+    if show && std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::stderr());
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg} [{bar:30}] {pos}/{len} events ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar.set_message(what.to_owned());
+    } else {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+/// Whether stdout should get colour: a terminal, and `NO_COLOR` unset.
+pub fn colour() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
+}
+
+/// Calls `visit` with every event of the log in `from..=to`, in order, in chunks.
+pub fn for_each_record(
+    log: &dyn EventLog,
+    from: Seq,
+    to: Seq,
+    mut visit: impl FnMut(Record) -> Result<()>,
+) -> Result<()> {
+    let mut next = from.max(Seq::FIRST);
+    let last = to.min(log.last_seq());
+    while next <= last {
+        let chunk = log.read_range(next, last, CHUNK)?;
+        let Some(end) = chunk.last().map(|r| r.seq) else {
+            break;
+        };
+        for record in chunk {
+            visit(record)?;
+        }
+        next = end.next();
+    }
+    Ok(())
+}

@@ -1,0 +1,76 @@
+//! `legio post`: one message to a conversation; prints the replies (JSON with `--json`). Exit code
+//! 1 if any agent failed.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use legio_runtime::AgentReply;
+use serde_json::json;
+
+use crate::common;
+use crate::Context;
+
+/// Arguments of `legio post`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The conversation key.
+    #[arg(long, default_value = "cli:local")]
+    conversation: String,
+    /// Print the replies as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The message; `@name` addresses a specialist, `@all` everyone, no mention the orchestrator.
+    text: String,
+}
+
+/// Prints replies with the agent's name as a header.
+pub fn print_replies(replies: &[AgentReply], colour: bool) {
+    for reply in replies {
+        let header = format!("── {} ──", reply.agent);
+        if colour {
+            println!("\x1b[1m{header}\x1b[0m");
+        } else {
+            println!("{header}");
+        }
+        match (&reply.text, &reply.error) {
+            (Some(text), _) => println!("{text}"),
+            (None, Some(error)) => println!("(error) {error}"),
+            (None, None) => println!("(no reply)"),
+        }
+    }
+}
+
+/// The replies as JSON.
+pub fn replies_json(replies: &[AgentReply]) -> serde_json::Value {
+    json!(replies
+        .iter()
+        .map(|r| json!({
+            "agent": r.agent.as_str(),
+            "text": r.text,
+            "message_id": r.message_id.map(|id| id.to_string()),
+            "seq": r.seq.map(|s| s.get()),
+            "error": r.error,
+        }))
+        .collect::<Vec<_>>())
+}
+
+/// Runs the command.
+pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
+    let tokio = common::tokio()?;
+    tokio.block_on(async {
+        let runtime = common::open_runtime(context).await?;
+        let result = runtime.post(&args.conversation, &args.text).await;
+        runtime.shutdown().await?;
+        let replies = result?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&replies_json(&replies))?);
+        } else {
+            print_replies(&replies, common::colour());
+        }
+        Ok(if replies.iter().any(|r| r.error.is_some()) {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        })
+    })
+}

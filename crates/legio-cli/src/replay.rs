@@ -1,0 +1,283 @@
+//! `legio replay`: the log's events in order, filtered, as readable lines or JSON lines; with
+//! `--follow`, new events as they are appended. Never calls an LLM.
+
+use std::io::{BufWriter, IsTerminal, Write};
+use std::process::ExitCode;
+
+use anyhow::{bail, Result};
+use legio_core::{
+    can_see, record_to_json, AgentName, ConversationKey, Event, EventKind, Record, Seq, SessionId,
+    Timestamp, Viewer,
+};
+use legio_runtime::Role;
+use legio_store::EventLog;
+
+use crate::common::{self, for_each_record};
+use crate::{render, Context};
+
+/// Output format of events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One readable line per event.
+    Text,
+    /// One JSON object per line (documented by proto/events.schema.json).
+    Jsonl,
+}
+
+/// Arguments of `legio replay`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Only this conversation.
+    #[arg(long)]
+    conversation: Option<String>,
+    /// What this agent could see (its visibility), and its own session events.
+    #[arg(long)]
+    agent: Option<String>,
+    /// Only the events of this session (its id, from `legio inspect sessions`).
+    #[arg(long)]
+    session: Option<String>,
+    /// From this seq (inclusive).
+    #[arg(long)]
+    from: Option<u64>,
+    /// Up to this seq (inclusive).
+    #[arg(long)]
+    to: Option<u64>,
+    /// Only events at or after this time (RFC 3339, e.g. 2026-02-15T12:00:00Z).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only events of these kinds (repeatable): message_posted, session_opened, context_delivered,
+    /// turn_completed, turn_failed, session_suspended, session_closed, summary_recorded, agent_failed.
+    #[arg(long = "kind")]
+    kinds: Vec<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// Keep printing new events until interrupted (Ctrl-C).
+    #[arg(long)]
+    follow: bool,
+}
+
+/// The filters of a replay, resolved.
+#[derive(Debug, Default)]
+pub struct Filter {
+    conversation: Option<ConversationKey>,
+    agent: Option<(AgentName, Role)>,
+    session: Option<SessionId>,
+    since: Option<Timestamp>,
+    kinds: Vec<EventKind>,
+}
+
+fn session_of(event: &Event) -> Option<SessionId> {
+    match event {
+        Event::SessionOpened(e) => Some(e.session),
+        Event::ContextDelivered(e) => Some(e.session),
+        Event::TurnCompleted(e) => Some(e.session),
+        Event::TurnFailed(e) => e.session,
+        Event::SessionSuspended(e) | Event::SessionClosed(e) => Some(e.session),
+        _ => None,
+    }
+}
+
+impl Filter {
+    /// Whether `record` passes.
+    pub fn matches(&self, record: &Record) -> bool {
+        let event = &record.event;
+        if self
+            .conversation
+            .as_ref()
+            .is_some_and(|c| c != event.conversation())
+        {
+            return false;
+        }
+        if let Some(since) = self.since {
+            if event.at() < since {
+                return false;
+            }
+        }
+        if !self.kinds.is_empty() && !self.kinds.contains(&event.kind()) {
+            return false;
+        }
+        if let Some(session) = self.session {
+            if session_of(event) != Some(session) {
+                return false;
+            }
+        }
+        if let Some((agent, role)) = &self.agent {
+            let viewer = match role {
+                Role::Orchestrator => Viewer::Everything,
+                Role::Specialist => Viewer::Specialist(agent),
+            };
+            return match event.as_message() {
+                Some(message) => can_see(viewer, message),
+                None => event.session_agent() == Some(agent),
+            };
+        }
+        true
+    }
+}
+
+fn resolve(context: &Context, args: &Args) -> Result<Filter> {
+    let mut filter = Filter {
+        conversation: args
+            .conversation
+            .clone()
+            .map(ConversationKey::new)
+            .transpose()?,
+        ..Filter::default()
+    };
+    if let Some(name) = &args.agent {
+        let config = common::config(context)?;
+        let spec = config
+            .agents
+            .iter()
+            .find(|a| a.name.as_str() == name)
+            .ok_or_else(|| {
+                let known: Vec<String> = config.agents.iter().map(|a| a.name.to_string()).collect();
+                anyhow::anyhow!(
+                    "unknown agent {name:?}; the roster in {} has: {}",
+                    context.config.display(),
+                    known.join(", ")
+                )
+            })?;
+        filter.agent = Some((spec.name.clone(), spec.role));
+    }
+    if let Some(id) = &args.session {
+        let uuid = id.parse().map_err(|_| {
+            anyhow::anyhow!(
+                "--session {id:?} is not a session id (a UUID, see `legio inspect sessions`)"
+            )
+        })?;
+        filter.session = Some(SessionId(uuid));
+    }
+    filter.since = args
+        .since
+        .as_deref()
+        .map(Timestamp::parse_rfc3339)
+        .transpose()?;
+    for word in &args.kinds {
+        let kind = EventKind::parse(word).ok_or_else(|| {
+            let known: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+            anyhow::anyhow!(
+                "unknown event kind {word:?}; kinds are: {}",
+                known.join(", ")
+            )
+        })?;
+        filter.kinds.push(kind);
+    }
+    Ok(filter)
+}
+
+/// Writes one record in `format`.
+pub fn write_record(
+    out: &mut impl Write,
+    record: &Record,
+    format: Format,
+    colour: bool,
+) -> Result<()> {
+    match format {
+        Format::Jsonl => {
+            serde_json::to_writer(&mut *out, &record_to_json(record))?;
+            out.write_all(b"\n")?;
+        }
+        Format::Text => {
+            let line = render::line(record);
+            if colour {
+                let code = match record.event.kind() {
+                    EventKind::MessagePosted => "0",
+                    EventKind::TurnFailed | EventKind::AgentFailed => "31",
+                    EventKind::SessionOpened
+                    | EventKind::SessionSuspended
+                    | EventKind::SessionClosed => "36",
+                    _ => "2",
+                };
+                writeln!(out, "\x1b[{code}m{line}\x1b[0m")?;
+            } else {
+                writeln!(out, "{line}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the command.
+pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
+    let (from, to) = (
+        Seq(args.from.unwrap_or(1)),
+        Seq(args.to.unwrap_or(u64::MAX)),
+    );
+    if from > to {
+        eprintln!("legio: bad seq range: --from {} is after --to {}", from, to);
+        return Ok(ExitCode::from(2));
+    }
+    let filter = resolve(context, &args)?;
+    let log = common::open_log(context)?;
+    if let Some(conversation) = &filter.conversation {
+        if log
+            .conversation_events(conversation, Seq::ZERO, 1)?
+            .is_empty()
+        {
+            let known: Vec<String> = log.conversations()?.iter().map(|c| c.to_string()).collect();
+            bail!(
+                "no conversation {:?} in the log; conversations: {}",
+                conversation.as_str(),
+                if known.is_empty() {
+                    "none".into()
+                } else {
+                    known.join(", ")
+                }
+            );
+        }
+    }
+    let colour = args.format == Format::Text && common::colour();
+    let stdout = std::io::stdout();
+    let to_terminal = stdout.is_terminal();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let last = log.last_seq().min(to);
+    let bar = common::progress(
+        last.get().saturating_sub(from.get()) + 1,
+        "replay",
+        !to_terminal,
+    );
+    let mut printed = Seq::ZERO;
+    for_each_record(&log, from, last, |record| {
+        bar.inc(1);
+        printed = record.seq;
+        if filter.matches(&record) {
+            write_record(&mut out, &record, args.format, colour)?;
+        }
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    out.flush()?;
+    if args.follow && to == Seq(u64::MAX) {
+        drop(out);
+        follow(&log, printed.max(last).next(), &filter, args.format, colour)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn follow(
+    log: &dyn EventLog,
+    from: Seq,
+    filter: &Filter,
+    format: Format,
+    colour: bool,
+) -> Result<()> {
+    let runtime = common::tokio()?;
+    let mut subscription = log.subscribe(from);
+    runtime.block_on(async {
+        loop {
+            tokio::select! {
+                next = subscription.next() => {
+                    let record = next?;
+                    if filter.matches(&record) {
+                        let mut out = std::io::stdout().lock();
+                        write_record(&mut out, &record, format, colour)?;
+                        out.flush()?;
+                    }
+                }
+                _ = tokio::signal::ctrl_c() => return Ok(()),
+            }
+        }
+    })
+}

@@ -1,0 +1,50 @@
+//! `legio stats`: log size, events by kind, per-conversation counts, size on disk.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use legio_core::{EventKind, Seq};
+use legio_store::EventLog;
+
+use crate::common::{self, for_each_record};
+use crate::Context;
+
+/// Arguments of `legio stats`.
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+/// Runs the command.
+pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
+    let log = common::open_log(context)?;
+    let last = log.last_seq();
+    let bar = common::progress(last.get(), "stats", true);
+    let mut kinds: BTreeMap<EventKind, u64> = BTreeMap::new();
+    let mut conversations: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for_each_record(&log, Seq::FIRST, last, |record| {
+        bar.inc(1);
+        *kinds.entry(record.event.kind()).or_default() += 1;
+        let entry = conversations
+            .entry(record.event.conversation().to_string())
+            .or_default();
+        entry.0 += 1;
+        entry.1 += u64::from(record.event.as_message().is_some());
+        Ok(())
+    })?;
+    bar.finish_and_clear();
+    println!("events: {}", last.get());
+    println!(
+        "on disk: {:.1} MiB at {}",
+        log.size_on_disk()? as f64 / (1024.0 * 1024.0),
+        context.store()?.path.display()
+    );
+    println!("by kind:");
+    for (kind, count) in &kinds {
+        println!("  {:<18} {count}", kind.as_str());
+    }
+    println!("by conversation ({}):", conversations.len());
+    for (conversation, (events, messages)) in &conversations {
+        println!("  {conversation:<24} {events} events, {messages} messages");
+    }
+    Ok(ExitCode::SUCCESS)
+}
