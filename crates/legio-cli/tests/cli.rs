@@ -1,0 +1,632 @@
+//! The `legio` binary, run for real on temp databases: every command's happy path and its main
+//! errors. (These tests live with the binary so that cargo builds it for them.)
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use legio_core::{can_see, ConversationKey, Seq, Viewer};
+use legio_llm::{Provider, RecordedRequest, ScriptedConfig, ScriptedProvider};
+use legio_runtime::{Runtime, RuntimeConfig};
+use legio_store::{EventLog, SledLog, StoreOptions};
+
+const CONV: &str = "cli:test";
+
+/// A configured legion in a temp dir, with a log written by an in-process runtime whose scripted
+/// provider's record the tests compare against.
+struct Fixture {
+    dir: tempfile::TempDir,
+    requests: Vec<RecordedRequest>,
+}
+
+impl Fixture {
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("legio.toml")
+    }
+
+    fn db(&self) -> PathBuf {
+        self.dir.path().join("db")
+    }
+
+    fn legio(&self, args: &[&str]) -> Output {
+        legio_in(self.dir.path(), &self.config_path(), args, None)
+    }
+
+    fn log(&self) -> SledLog {
+        SledLog::open(self.db(), &StoreOptions::default()).unwrap()
+    }
+}
+
+fn legio_in(dir: &Path, config: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));
+    command
+        .current_dir(dir)
+        .env("LEGIO_CONFIG", config)
+        .env("NO_COLOR", "1")
+        .env_remove("LEGIO_STORE_PATH")
+        .env_remove("LEGIO_STORE_DURABILITY")
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+fn write_config(dir: &Path, provider_extra: &str, runtime_extra: &str) {
+    for (name, text) in [
+        ("lead", "You lead."),
+        ("ann", "You review."),
+        ("bob", "You plan."),
+    ] {
+        std::fs::write(dir.join(format!("{name}.md")), text).unwrap();
+    }
+    let text = format!(
+        r#"
+[store]
+path = "db"
+[runtime]
+{runtime_extra}
+[agents.lead]
+role = "orchestrator"
+description = "leads"
+prompt = "lead.md"
+provider = "local"
+[agents.ann]
+role = "specialist"
+description = "reviews"
+prompt = "ann.md"
+provider = "local"
+[agents.bob]
+role = "specialist"
+description = "plans"
+prompt = "bob.md"
+provider = "local"
+[providers.local]
+kind = "scripted"
+history = "session"
+{provider_extra}
+"#
+    );
+    std::fs::write(dir.join("legio.toml"), text).unwrap();
+}
+
+/// Writes a conversation through the real runtime: posts, mentions, a reap, a reset.
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "", "");
+    let config = RuntimeConfig::load(&dir.path().join("legio.toml")).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
+        resumable: true,
+    }));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let overrides = HashMap::from([(
+            "local".to_owned(),
+            Arc::new(provider.clone()) as Arc<dyn Provider>,
+        )]);
+        let runtime = Runtime::open_with(config, overrides).await.unwrap();
+        for text in [
+            "hello",
+            "@ann review this",
+            "@ann @bob compare",
+            "status?",
+            "@all ship it",
+        ] {
+            runtime.post(CONV, text).await.unwrap();
+        }
+        runtime
+            .post("cli:other", "a second conversation")
+            .await
+            .unwrap();
+        runtime.reap_idle_older_than(Duration::ZERO).await.unwrap();
+        runtime.post(CONV, "@ann after the pause").await.unwrap();
+        runtime.reset(CONV, "bob").await.unwrap();
+        runtime.post(CONV, "@bob after the reset").await.unwrap();
+        runtime.shutdown().await.unwrap();
+    });
+    Fixture {
+        requests: provider.requests(),
+        dir,
+    }
+}
+
+#[test]
+fn help_teaches_and_usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = legio_in(dir.path(), &dir.path().join("none.toml"), &["--help"], None);
+    assert_eq!(code(&out), 0);
+    let help = stdout(&out);
+    for example in [
+        "legio demo",
+        "legio chat",
+        "legio replay",
+        "legio context",
+        "legio export",
+    ] {
+        assert!(help.contains(example), "--help lacks {example:?}");
+    }
+    let out = legio_in(
+        dir.path(),
+        &dir.path().join("none.toml"),
+        &["frobnicate"],
+        None,
+    );
+    assert_eq!(code(&out), 2);
+    let out = legio_in(
+        dir.path(),
+        &dir.path().join("none.toml"),
+        &["completions", "bash"],
+        None,
+    );
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("legio"));
+}
+
+#[test]
+fn the_demo_tours_offline_and_quickly() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = std::time::Instant::now();
+    let out = legio_in(dir.path(), &dir.path().join("none.toml"), &["demo"], None);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let text = stdout(&out);
+    assert!(
+        text.contains("with the notice"),
+        "a restored bootstrap is shown"
+    );
+    assert!(
+        text.contains("marked redelivered"),
+        "the crash's redelivery is shown"
+    );
+    assert!(text.contains("fewer"), "tokens are compared");
+    assert!(
+        text.contains("verify: ") && text.contains("clean"),
+        "{text}"
+    );
+}
+
+#[test]
+fn replay_prints_every_event_and_filters_agree_with_the_store() {
+    let f = fixture();
+    let log = f.log();
+    let last = log.last_seq().get();
+    let all = log.read_range(Seq(1), log.last_seq(), usize::MAX).unwrap();
+    let conversation_seqs: Vec<u64> = log
+        .conversation_events(&ConversationKey::new(CONV).unwrap(), Seq::ZERO, usize::MAX)
+        .unwrap()
+        .iter()
+        .map(|r| r.seq.get())
+        .collect();
+    let ann = legio_core::AgentName::new("ann").unwrap();
+    let ann_seqs: Vec<u64> = all
+        .iter()
+        .filter(|r| match r.event.as_message() {
+            Some(m) => can_see(Viewer::Specialist(&ann), m),
+            None => r.event.session_agent() == Some(&ann),
+        })
+        .map(|r| r.seq.get())
+        .collect();
+    drop(log);
+
+    let seqs_of = |out: &Output| -> Vec<u64> {
+        stdout(out)
+            .lines()
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    let out = f.legio(&["replay"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count() as u64, last);
+    let out = f.legio(&["replay", "--format", "jsonl", "--conversation", CONV]);
+    assert_eq!(seqs_of(&out), conversation_seqs);
+    let out = f.legio(&[
+        "replay",
+        "--format",
+        "jsonl",
+        "--conversation",
+        CONV,
+        "--agent",
+        "ann",
+    ]);
+    let want: Vec<u64> = ann_seqs
+        .iter()
+        .copied()
+        .filter(|s| conversation_seqs.contains(s))
+        .collect();
+    assert_eq!(seqs_of(&out), want, "--agent means what ann could see");
+    let out = f.legio(&[
+        "replay",
+        "--format",
+        "jsonl",
+        "--kind",
+        "session_opened",
+        "--kind",
+        "session_closed",
+    ]);
+    let kinds: Vec<String> = stdout(&out)
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        !kinds.is_empty()
+            && kinds
+                .iter()
+                .all(|k| k == "session_opened" || k == "session_closed")
+    );
+    let out = f.legio(&["replay", "--format", "jsonl", "--from", "3", "--to", "5"]);
+    assert_eq!(seqs_of(&out), vec![3, 4, 5]);
+    let out = f.legio(&["replay", "--since", "2000-01-01T00:00:00Z"]);
+    assert_eq!(stdout(&out).lines().count() as u64, last);
+    let out = f.legio(&["replay", "--since", "2999-01-01T00:00:00Z"]);
+    assert_eq!(stdout(&out).lines().count(), 0);
+
+    // Errors.
+    let out = f.legio(&["replay", "--from", "9", "--to", "3"]);
+    assert_eq!(code(&out), 2);
+    assert!(stderr(&out).contains("bad seq range"), "{}", stderr(&out));
+    let out = f.legio(&["replay", "--conversation", "cli:nope"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("no conversation") && stderr(&out).contains(CONV),
+        "{}",
+        stderr(&out)
+    );
+    let out = f.legio(&["replay", "--agent", "zed"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("\"zed\""), "{}", stderr(&out));
+    let out = f.legio(&["replay", "--kind", "nonsense"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("message_posted"),
+        "the error lists the kinds"
+    );
+}
+
+#[test]
+fn jsonl_output_validates_against_the_schema() {
+    let f = fixture();
+    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto/events.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let out = f.legio(&["replay", "--format", "jsonl"]);
+    let mut kinds = std::collections::BTreeSet::new();
+    for line in stdout(&out).lines() {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{line}\n{errors:?}");
+        kinds.insert(value["kind"].as_str().unwrap().to_owned());
+    }
+    assert!(
+        kinds.len() >= 5,
+        "the fixture covers several kinds: {kinds:?}"
+    );
+    let bad = serde_json::json!({"seq": 1, "kind": "message_posted", "sender": "Not A Name"});
+    assert!(
+        !validator.is_valid(&bad),
+        "the schema rejects a malformed event"
+    );
+}
+
+#[test]
+fn context_shows_exactly_what_the_provider_received() {
+    let f = fixture();
+    assert!(f.requests.len() >= 8);
+    let mut modes = std::collections::BTreeSet::new();
+    for request in &f.requests {
+        let at = request.plan.new_message.seq.get().to_string();
+        let out = f.legio(&[
+            "context",
+            "--conversation",
+            request.conversation.as_str(),
+            "--agent",
+            request.agent.as_str(),
+            "--at",
+            &at,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let history: Vec<(u64, bool)> = plan["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| {
+                (
+                    i["seq"].as_u64().unwrap(),
+                    i["redelivered"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(u64, bool)> = request
+            .plan
+            .history
+            .iter()
+            .map(|i| (i.seq.get(), i.redelivered))
+            .collect();
+        let what = format!("{} at {at}", request.agent);
+        assert_eq!(plan["mode"], request.plan.mode.as_str(), "{what}");
+        assert_eq!(history, want, "{what}");
+        assert_eq!(
+            plan["new_message"]["seq"].as_u64(),
+            Some(request.plan.new_message.seq.get()),
+            "{what}"
+        );
+        assert_eq!(
+            plan["notice"].as_str(),
+            request.plan.notice.as_deref(),
+            "{what}"
+        );
+        modes.insert(request.plan.mode.as_str());
+    }
+    assert!(
+        modes.contains("bootstrap") && modes.contains("delta"),
+        "{modes:?}"
+    );
+    let out = f.legio(&["context", "--conversation", CONV, "--agent", "ann"]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("mode: delta"), "{}", stdout(&out));
+    let out = f.legio(&["context", "--conversation", CONV, "--agent", "zed"]);
+    assert_eq!(code(&out), 1);
+    let out = f.legio(&[
+        "context",
+        "--conversation",
+        CONV,
+        "--agent",
+        "ann",
+        "--at",
+        "999999",
+    ]);
+    assert_eq!(code(&out), 2);
+}
+
+#[test]
+fn inspect_stats_and_verify() {
+    let f = fixture();
+    for what in ["conversations", "agents", "sessions"] {
+        let out = f.legio(&["inspect", what]);
+        assert_eq!(code(&out), 0, "{what}: {}", stderr(&out));
+        let out = f.legio(&["inspect", what, "--format", "json", "--conversation", CONV]);
+        let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert!(!rows.as_array().unwrap().is_empty(), "{what}");
+    }
+    let out = f.legio(&[
+        "inspect",
+        "sessions",
+        "--format",
+        "json",
+        "--conversation",
+        CONV,
+    ]);
+    let text = stdout(&out);
+    assert!(
+        text.contains("manual_reset") && text.contains("after idle"),
+        "{text}"
+    );
+    let out = f.legio(&["inspect", "agents", "--conversation", "cli:nope"]);
+    assert_eq!(code(&out), 1);
+    let out = f.legio(&["stats"]);
+    assert_eq!(code(&out), 0);
+    assert!(stdout(&out).contains("message_posted") && stdout(&out).contains("cli:other"));
+    let out = f.legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    // A deliberately corrupted record: exit 3, and the report names it.
+    f.log()
+        .overwrite_raw_record_for_tests(Seq(2), &[1, 0xde, 0xad])
+        .unwrap();
+    let out = f.legio(&["verify"]);
+    assert_eq!(code(&out), 3, "{}", stdout(&out));
+    assert!(stdout(&out).contains("seq 2"), "{}", stdout(&out));
+}
+
+#[test]
+fn export_import_export_is_identical_and_bad_input_keeps_nothing() {
+    let f = fixture();
+    let first = f.dir.path().join("first.jsonl");
+    let second = f.dir.path().join("second.jsonl");
+    assert_eq!(
+        code(&f.legio(&["export", "--output", first.to_str().unwrap()])),
+        0
+    );
+    let copy = f.dir.path().join("copy");
+    let out = f.legio(&[
+        "--db",
+        copy.to_str().unwrap(),
+        "import",
+        first.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = f.legio(&[
+        "--db",
+        copy.to_str().unwrap(),
+        "export",
+        "--output",
+        second.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0);
+    assert_eq!(
+        std::fs::read(&first).unwrap(),
+        std::fs::read(&second).unwrap()
+    );
+    // Importing into a log that has events is refused.
+    let out = f.legio(&[
+        "--db",
+        copy.to_str().unwrap(),
+        "import",
+        first.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("empty database"), "{}", stderr(&out));
+    // A malformed line: reported with its number, nothing kept.
+    let text = std::fs::read_to_string(&first).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[2] = "{\"seq\": 3, \"kind\": \"message_posted\", \"oops\": true}";
+    let broken = f.dir.path().join("broken.jsonl");
+    std::fs::write(&broken, lines.join("\n")).unwrap();
+    let fresh = f.dir.path().join("fresh");
+    let out = f.legio(&[
+        "--db",
+        fresh.to_str().unwrap(),
+        "import",
+        broken.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("line 3") && stderr(&out).contains("nothing was imported"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !fresh.exists(),
+        "no database may be created from a broken import"
+    );
+    // Export of one conversation only.
+    let out = f.legio(&["export", "--conversation", "cli:other"]);
+    assert!(stdout(&out).lines().all(|l| l.contains("\"cli:other\"")));
+}
+
+#[test]
+fn missing_and_locked_databases_are_clear_errors() {
+    let f = fixture();
+    let out = f.legio(&["--db", "/nonexistent/legio-db", "replay"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("no database at /nonexistent/legio-db"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stderr(&out).lines().count(), 1, "one line");
+    let held = f.log();
+    let out = f.legio(&["replay"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("locked by another process"),
+        "{}",
+        stderr(&out)
+    );
+    drop(held);
+}
+
+#[test]
+fn post_chat_and_reset_talk_to_the_configured_legion() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "", "");
+    let config = dir.path().join("legio.toml");
+    let out = legio_in(
+        dir.path(),
+        &config,
+        &["post", "--json", "--conversation", "cli:p", "@ann hello"],
+        None,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let replies: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(replies[0]["agent"], "ann");
+    assert!(replies[0]["seq"].as_u64().is_some() && replies[0]["error"].is_null());
+    let out = legio_in(
+        dir.path(),
+        &config,
+        &["post", "--conversation", "cli:p", "@zed hello"],
+        None,
+    );
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("\"zed\""), "{}", stderr(&out));
+    // Piped chat: one message per line, no prompts, exit at the end of input.
+    let out = legio_in(
+        dir.path(),
+        &config,
+        &["chat", "--conversation", "cli:p"],
+        Some("hello there\n@bob plan it\n/status\n/reset ann\n/history\n"),
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.contains("── lead ──") && text.contains("── bob ──"),
+        "{text}"
+    );
+    assert!(
+        text.contains("reset ann") && !text.contains("you>"),
+        "{text}"
+    );
+    let out = legio_in(
+        dir.path(),
+        &config,
+        &["reset", "--conversation", "cli:p", "--agent", "bob"],
+        None,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = legio_in(
+        dir.path(),
+        &config,
+        &["reset", "--conversation", "cli:p", "--agent", "zed"],
+        None,
+    );
+    assert_eq!(code(&out), 1);
+    // An agent that times out makes `post` exit 1, with its error in the reply.
+    let slow = tempfile::tempdir().unwrap();
+    write_config(
+        slow.path(),
+        "latency_ms = 2000",
+        "turn_timeout_seconds = 0.2",
+    );
+    let out = legio_in(
+        slow.path(),
+        &slow.path().join("legio.toml"),
+        &["post", "--json", "hello"],
+        None,
+    );
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("did not answer within"),
+        "{}",
+        stdout(&out)
+    );
+}
