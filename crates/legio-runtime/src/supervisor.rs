@@ -36,6 +36,10 @@ pub(crate) enum ConversationMsg {
         idle: Duration,
         reply: oneshot::Sender<usize>,
     },
+    /// The answers of a reap: (agent, actor, whether it stopped).
+    ReapDone {
+        results: Vec<(AgentName, ActorId, bool)>,
+    },
     Reset {
         agent: AgentName,
         reply: oneshot::Sender<Result<(), RuntimeError>>,
@@ -48,10 +52,15 @@ pub(crate) enum ConversationMsg {
     },
 }
 
+type QueuedTurn = (TurnRequest, oneshot::Sender<AgentReply>);
+
 enum Slot {
     Live(ActorRef<AgentMsg>),
+    /// Asked to stop if idle (a reap is in flight): turns queue until it answers, so none is
+    /// sent into the mailbox of an actor that is about to stop.
+    Draining(ActorRef<AgentMsg>, Vec<QueuedTurn>),
     /// Waiting for its backoff; turns queue.
-    Restarting(Vec<(TurnRequest, oneshot::Sender<AgentReply>)>),
+    Restarting(Vec<QueuedTurn>),
     Failed(String),
 }
 
@@ -107,31 +116,7 @@ impl Actor for ConversationSupervisor {
                 if !state.slots.contains_key(&agent) {
                     self.start(&myself, state, &agent).await;
                 }
-                match state.slots.get_mut(&agent) {
-                    Some(Slot::Live(actor)) => {
-                        // The actor died and its failure is not processed yet: answer, do not queue.
-                        if let Err(ractor::MessagingErr::SendErr(AgentMsg::Turn {
-                            reply, ..
-                        })) = actor.send_message(AgentMsg::Turn { request, reply })
-                        {
-                            let _ = reply.send(AgentReply::failed(
-                                &agent,
-                                format!("{agent} is restarting; try again"),
-                            ));
-                        }
-                    }
-                    Some(Slot::Restarting(queue)) => queue.push((request, reply)),
-                    Some(Slot::Failed(reason)) => {
-                        let _ =
-                            reply.send(AgentReply::failed(&agent, failed_message(&agent, reason)));
-                    }
-                    None => {
-                        let _ = reply.send(AgentReply::failed(
-                            &agent,
-                            format!("{agent} could not be started"),
-                        ));
-                    }
-                }
+                deliver(state, &agent, request, reply);
             }
             ConversationMsg::Respawn { agent } => {
                 if !matches!(state.slots.get(&agent), Some(Slot::Restarting(_)))
@@ -145,51 +130,61 @@ impl Actor for ConversationSupervisor {
                 };
                 self.start(&myself, state, &agent).await;
                 for (request, reply) in queued {
-                    match state.slots.get_mut(&agent) {
-                        Some(Slot::Live(actor)) => {
-                            let _ = actor.send_message(AgentMsg::Turn { request, reply });
-                        }
-                        Some(Slot::Restarting(queue)) => queue.push((request, reply)),
-                        Some(Slot::Failed(reason)) => {
-                            let _ = reply
-                                .send(AgentReply::failed(&agent, failed_message(&agent, reason)));
-                        }
-                        None => {
-                            let _ = reply.send(AgentReply::failed(
-                                &agent,
-                                format!("{agent} could not be started"),
-                            ));
-                        }
-                    }
+                    deliver(state, &agent, request, reply);
                 }
             }
             ConversationMsg::Reap { idle, reply } => {
                 let mut waits = Vec::new();
-                for slot in state.slots.values() {
-                    if let Slot::Live(actor) = slot {
-                        let (tx, rx) = oneshot::channel();
-                        if actor
-                            .send_message(AgentMsg::ReapIfIdle { idle, reply: tx })
-                            .is_ok()
-                        {
-                            waits.push(rx);
+                for (agent, slot) in state.slots.iter_mut() {
+                    let Slot::Live(actor) = slot else { continue };
+                    let actor = actor.clone();
+                    let (tx, rx) = oneshot::channel();
+                    if actor
+                        .send_message(AgentMsg::ReapIfIdle { idle, reply: tx })
+                        .is_ok()
+                    {
+                        waits.push((agent.clone(), actor.get_id(), rx));
+                        *slot = Slot::Draining(actor, Vec::new());
+                    }
+                }
+                // Collect the answers without blocking this supervisor on a busy agent.
+                let supervisor = myself.clone();
+                tokio::spawn(async move {
+                    let mut results = Vec::with_capacity(waits.len());
+                    for (agent, id, rx) in waits {
+                        results.push((agent, id, rx.await.unwrap_or(false)));
+                    }
+                    let reaped = results.iter().filter(|(_, _, stopped)| *stopped).count();
+                    let _ = supervisor.send_message(ConversationMsg::ReapDone { results });
+                    let _ = reply.send(reaped);
+                });
+            }
+            ConversationMsg::ReapDone { results } => {
+                for (agent, id, stopped) in results {
+                    if stopped {
+                        continue; // its termination hands the queue to a new actor
+                    }
+                    if let Some(Slot::Draining(actor, _)) = state.slots.get(&agent) {
+                        if actor.get_id() == id {
+                            if let Some(Slot::Draining(actor, queue)) = state.slots.remove(&agent) {
+                                for (request, reply) in queue {
+                                    let _ = actor.send_message(AgentMsg::Turn { request, reply });
+                                }
+                                state.slots.insert(agent, Slot::Live(actor));
+                            }
                         }
                     }
                 }
-                // Answer without blocking this supervisor on a busy agent.
-                tokio::spawn(async move {
-                    let mut reaped = 0;
-                    for rx in waits {
-                        if rx.await.unwrap_or(false) {
-                            reaped += 1;
-                        }
-                    }
-                    let _ = reply.send(reaped);
-                });
             }
             ConversationMsg::Reset { agent, reply } => {
                 state.restarts.entry(agent.clone()).or_default().clear();
                 match state.slots.get(&agent) {
+                    Some(Slot::Draining(..)) => {
+                        // The actor may be stopping: record the reset here; if it carries on,
+                        // its next turn sees the closed session and opens a new one.
+                        let result = self.record_reset(&agent).await;
+                        let _ = reply.send(result);
+                    }
                     Some(Slot::Live(actor)) => {
                         if let Err(ractor::MessagingErr::SendErr(AgentMsg::Reset { reply })) =
                             actor.send_message(AgentMsg::Reset { reply })
@@ -225,28 +220,27 @@ impl Actor for ConversationSupervisor {
                 state.shutting_down = true;
                 let mut waits = Vec::new();
                 for (agent, slot) in state.slots.drain() {
-                    match slot {
-                        Slot::Live(actor) => {
-                            let (tx, rx) = oneshot::channel();
-                            if actor
-                                .send_message(AgentMsg::Stop {
-                                    why: BoundaryReason::Shutdown,
-                                    reply: tx,
-                                })
-                                .is_ok()
-                            {
-                                waits.push(rx);
-                            }
+                    let (actor, queue) = match slot {
+                        Slot::Live(actor) => (Some(actor), Vec::new()),
+                        Slot::Draining(actor, queue) => (Some(actor), queue),
+                        Slot::Restarting(queue) => (None, queue),
+                        Slot::Failed(_) => (None, Vec::new()),
+                    };
+                    if let Some(actor) = actor {
+                        let (tx, rx) = oneshot::channel();
+                        let stop = AgentMsg::Stop {
+                            why: BoundaryReason::Shutdown,
+                            reply: tx,
+                        };
+                        if actor.send_message(stop).is_ok() {
+                            waits.push(rx);
                         }
-                        Slot::Restarting(queue) => {
-                            for (_, r) in queue {
-                                let _ = r.send(AgentReply::failed(
-                                    &agent,
-                                    RuntimeError::ShutDown.to_string(),
-                                ));
-                            }
-                        }
-                        Slot::Failed(_) => {}
+                    }
+                    for (_, r) in queue {
+                        let _ = r.send(AgentReply::failed(
+                            &agent,
+                            RuntimeError::ShutDown.to_string(),
+                        ));
                     }
                 }
                 tokio::spawn(async move {
@@ -303,16 +297,69 @@ impl Actor for ConversationSupervisor {
                     .await;
             }
             SupervisionEvent::ActorTerminated(cell, _, _) => {
-                if let Some(agent) = state.by_actor.remove(&cell.get_id()) {
-                    if matches!(state.slots.get(&agent), Some(Slot::Live(a)) if a.get_id() == cell.get_id())
-                    {
+                let Some(agent) = state.by_actor.remove(&cell.get_id()) else {
+                    return Ok(());
+                };
+                match state.slots.get(&agent) {
+                    Some(Slot::Live(a)) if a.get_id() == cell.get_id() => {
                         state.slots.remove(&agent);
                     }
+                    Some(Slot::Draining(a, _)) if a.get_id() == cell.get_id() => {
+                        // Reaped while turns were waiting: they go to a fresh actor.
+                        let queued = match state.slots.remove(&agent) {
+                            Some(Slot::Draining(_, queue)) => queue,
+                            _ => Vec::new(),
+                        };
+                        if !queued.is_empty() && !state.shutting_down {
+                            state.slots.insert(agent.clone(), Slot::Restarting(queued));
+                            let _ = myself.send_message(ConversationMsg::Respawn { agent });
+                        } else {
+                            for (_, reply) in queued {
+                                let _ = reply.send(AgentReply::failed(
+                                    &agent,
+                                    RuntimeError::ShutDown.to_string(),
+                                ));
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// Routes a turn by the agent's slot: to its actor, into its queue, or answered with an error.
+fn deliver(
+    state: &mut ConversationState,
+    agent: &AgentName,
+    request: TurnRequest,
+    reply: oneshot::Sender<AgentReply>,
+) {
+    match state.slots.get_mut(agent) {
+        Some(Slot::Live(actor)) => {
+            // The actor died and its failure is not processed yet: answer, do not queue.
+            if let Err(ractor::MessagingErr::SendErr(AgentMsg::Turn { reply, .. })) =
+                actor.send_message(AgentMsg::Turn { request, reply })
+            {
+                let _ = reply.send(AgentReply::failed(
+                    agent,
+                    format!("{agent} is restarting; try again"),
+                ));
+            }
+        }
+        Some(Slot::Restarting(queue) | Slot::Draining(_, queue)) => queue.push((request, reply)),
+        Some(Slot::Failed(reason)) => {
+            let _ = reply.send(AgentReply::failed(agent, failed_message(agent, reason)));
+        }
+        None => {
+            let _ = reply.send(AgentReply::failed(
+                agent,
+                format!("{agent} could not be started"),
+            ));
+        }
     }
 }
 
@@ -397,7 +444,7 @@ impl ConversationSupervisor {
             jitter,
         );
         let queued = match state.slots.remove(agent) {
-            Some(Slot::Restarting(queue)) => queue,
+            Some(Slot::Restarting(queue) | Slot::Draining(_, queue)) => queue,
             _ => Vec::new(),
         };
         match decision {

@@ -497,3 +497,30 @@ async fn agents_can_address_each_other_through_the_host() {
         "ann"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaping_while_messages_arrive_never_turns_a_turn_into_an_error() {
+    let legion = Legion::new(RESUMABLE, FAST).await;
+    for round in 0..40 {
+        let rt = legion.rt();
+        let text = format!("@ann round {round}");
+        let (replies, reaped) = tokio::join!(
+            rt.post(CONV, &text),
+            rt.reap_idle_older_than(Duration::ZERO)
+        );
+        let replies = replies.unwrap();
+        reaped.unwrap();
+        assert!(
+            replies[0].error.is_none(),
+            "round {round}: {:?}",
+            replies[0].error
+        );
+    }
+    assert!(
+        legion
+            .boundaries("ann")
+            .iter()
+            .any(|b| b == "suspended:idle"),
+        "some reaps happened"
+    );
+}
