@@ -223,18 +223,39 @@ impl Backend for SledBackend {
     }
 
     fn apply(&self, writes: WriteSet) -> Result<()> {
-        let mut batches: [sled::Batch; 5] = Default::default();
-        for (tree, key) in writes.removes {
-            batches[tree as usize].remove(key);
-        }
+        // One sled batch for the events: a group's events are stored all or none. Index entries,
+        // session states and the watermark are plain writes after them, in that order: sled's
+        // log keeps writes in order, and recovery re-derives every index entry past the
+        // watermark, so they need no batch of their own (each sled batch costs a manifest and a
+        // transaction; five per group made the committer CPU-bound).
+        let mut events = sled::Batch::default();
+        let mut rest = Vec::with_capacity(writes.puts.len());
         for (tree, key, value) in writes.puts {
-            batches[tree as usize].insert(key, value);
+            if tree == TreeId::Events {
+                events.insert(key, value);
+            } else {
+                rest.push((tree, key, value));
+            }
         }
-        // Events first, the watermark (meta) last: recovery re-derives indexes past it.
-        for (id, batch) in TreeId::ALL.into_iter().zip(batches) {
-            self.tree(id)
-                .apply_batch(batch)
-                .map_err(sled_err("applying a batch"))?;
+        let events_tree = self.tree(TreeId::Events);
+        for (tree, key) in writes.removes {
+            if tree == TreeId::Events {
+                events.remove(key);
+            } else {
+                self.tree(tree)
+                    .remove(key)
+                    .map_err(sled_err("removing a key"))?;
+            }
+        }
+        events_tree
+            .apply_batch(events)
+            .map_err(sled_err("applying a batch"))?;
+        // Meta (the watermark) last.
+        rest.sort_by_key(|(tree, _, _)| *tree == TreeId::Meta);
+        for (tree, key, value) in rest {
+            self.tree(tree)
+                .insert(key, value)
+                .map_err(sled_err("writing an index entry"))?;
         }
         Ok(())
     }
