@@ -1,2 +1,389 @@
-//! Benchmark placeholder, replaced by the real bench.
-fn main() {}
+//! Reopen time of a `SledLog` holding 1M events (× scale): after a clean close, and after the
+//! process writing to it was killed with SIGKILL under append load; with the time to the first
+//! `visible_window` read, against opening a fresh empty log in the same run.
+//! Run: `cargo bench --bench reopen` (`LEGIO_BENCH_SCALE=0.01` for a quick smoke run).
+//!
+//! For the SIGKILL case the bench re-executes itself as a child (marked by the environment
+//! variable `LEGIO_BENCH_REOPEN_CHILD_DB`, holding the database folder) that opens the log and
+//! appends from several threads; once it prints that it is appending, the parent waits a moment,
+//! kills it (`Child::kill`, SIGKILL on Unix) and times the reopen. Each open is timed once per run
+//! with `Instant`: the cases are stateful, so criterion's repeated sampling does not fit.
+//! The OS page cache is warm (the database was just written); this is not a cold-disk figure.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use legio_core::{AgentName, ConversationKey, Event, Viewer};
+use legio_store::{Durability, EventLog, SledLog, StoreError, StoreOptions};
+use legio_tests::{agent, conv, TrafficGen};
+
+/// Events in the log at scale 1.
+const EVENTS: f64 = 1_000_000.0;
+const SEED: u64 = 0x5eed_0003;
+const AGENTS: usize = 20;
+const CONVERSATIONS: usize = 10;
+const BODY_BYTES: usize = 100;
+/// Clean reopens measured.
+const CLEAN_REOPENS: usize = 3;
+/// Fresh empty logs opened for the baseline.
+const EMPTY_OPENS: usize = 5;
+/// Writer threads of the child that is killed.
+const CHILD_WRITERS: u64 = 16;
+/// How long the child appends after saying so, before it is killed.
+const KILL_AFTER: Duration = Duration::from_millis(300);
+/// The environment variable that marks the child, holding the database folder.
+const CHILD_ENV: &str = "LEGIO_BENCH_REOPEN_CHILD_DB";
+const GOAL_CLEAN_REOPEN: Duration = Duration::from_millis(500);
+
+fn main() {
+    // The child mode comes first: the harness arguments (`--bench`) do not matter to it.
+    if let Ok(path) = std::env::var(CHILD_ENV) {
+        child(Path::new(&path));
+    }
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("reopen: benchmark only; run it with `cargo bench --bench reopen`");
+        return;
+    }
+    let scale = scale();
+    let events = ((EVENTS * scale).round() as u64).max(1);
+    println!(
+        "reopen: a log of {} events ({AGENTS} agents, {CONVERSATIONS} conversations, \
+         {BODY_BYTES}-byte bodies) (LEGIO_BENCH_SCALE={scale})",
+        fmt_int(events)
+    );
+    let probe = generator();
+    let conversation = conv(&probe.conversations()[0]);
+    let viewer = agent(&probe.agents()[0]);
+    let mut rows = Vec::new();
+
+    // ---- baseline: open a fresh empty log ----
+    let mut empty = Vec::new();
+    for _ in 0..EMPTY_OPENS {
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        let started = Instant::now();
+        let log = SledLog::open(dir.path().join("log"), &StoreOptions::default()).expect("open");
+        empty.push(started.elapsed());
+        drop(log);
+    }
+    empty.sort();
+    let empty_median = empty[empty.len() / 2];
+    rows.push(vec![
+        format!("fresh empty log (baseline, median of {EMPTY_OPENS})"),
+        "0".to_owned(),
+        fmt_dur(empty_median),
+        "-".to_owned(),
+        "-".to_owned(),
+        "1.0x".to_owned(),
+        "-".to_owned(),
+        "-".to_owned(),
+    ]);
+
+    // ---- build ----
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("log");
+    let started = Instant::now();
+    let options = StoreOptions {
+        durability: Durability::RELAXED,
+        ..StoreOptions::default()
+    };
+    let log = SledLog::open(&path, &options).expect("opening the log");
+    let load_batch = load_batch();
+    load(&log, events, load_batch);
+    let built = started.elapsed();
+    let size = log.size_on_disk().expect("size");
+    let started = Instant::now();
+    drop(log);
+    println!(
+        "  built in {} (relaxed, {load_batch}-event appends), {:.0} MB on disk; clean close (drop) {}",
+        fmt_dur(built),
+        size as f64 / 1e6,
+        fmt_dur(started.elapsed())
+    );
+
+    // ---- clean reopens ----
+    let mut clean = Vec::new();
+    for run in 1..=CLEAN_REOPENS {
+        let (log, open, read) = timed_open(&path, &conversation, &viewer);
+        assert_eq!(log.last_seq().get(), events, "every event is there");
+        let size = log.size_on_disk().expect("size");
+        let started = Instant::now();
+        drop(log);
+        let close = started.elapsed();
+        rows.push(vec![
+            format!("clean reopen #{run}"),
+            fmt_int(events),
+            fmt_dur(open),
+            fmt_dur(read),
+            fmt_dur(open + read),
+            format!("{:.1}x", ratio(open, empty_median)),
+            format!("{:.0} MB", size as f64 / 1e6),
+            fmt_dur(close),
+        ]);
+        clean.push(open);
+    }
+
+    // ---- SIGKILL under load, then reopen ----
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let mut child = Command::new(exe)
+        .env(CHILD_ENV, &path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting the child");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().expect("piped stdout"))
+        .read_line(&mut line)
+        .expect("reading the child's report");
+    assert!(
+        line.starts_with("APPENDING"),
+        "the child did not start appending: {line:?}"
+    );
+    std::thread::sleep(KILL_AFTER);
+    child.kill().expect("SIGKILL");
+    let status = child.wait().expect("reaping the child");
+    println!(
+        "  child appended from {CHILD_WRITERS} threads (sync durability) for {} after its first \
+         ack, then SIGKILL ({status})",
+        fmt_dur(KILL_AFTER)
+    );
+    let (log, open, read) = timed_open(&path, &conversation, &viewer);
+    let after_kill = log.last_seq().get();
+    assert!(after_kill >= events, "nothing acknowledged before is lost");
+    let size = log.size_on_disk().expect("size");
+    let started = Instant::now();
+    drop(log);
+    rows.push(vec![
+        "reopen after SIGKILL under load".to_owned(),
+        fmt_int(after_kill),
+        fmt_dur(open),
+        fmt_dur(read),
+        fmt_dur(open + read),
+        format!("{:.1}x", ratio(open, empty_median)),
+        format!("{:.0} MB", size as f64 / 1e6),
+        fmt_dur(started.elapsed()),
+    ]);
+
+    println!();
+    println!("SledLog::open (StoreOptions::default()), then visible_window(bench:0, a0, 50):");
+    print_table(
+        &[
+            "case",
+            "events",
+            "open",
+            "first visible_window",
+            "open + read",
+            "open vs empty",
+            "size on disk",
+            "then close",
+        ],
+        &rows,
+    );
+    println!();
+    println!(
+        "  ({} events were appended by the child before the kill. \"then close\" is the time to",
+        fmt_int(after_kill - events)
+    );
+    println!("  drop the reopened log, not part of the open figures.)");
+
+    let worst = clean.iter().max().copied().unwrap_or_default();
+    println!();
+    println!("Goals:");
+    print_goals(&[(
+        format!(
+            "clean reopen < {} (slowest of {CLEAN_REOPENS})",
+            fmt_dur(GOAL_CLEAN_REOPEN)
+        ),
+        fmt_dur(worst),
+        worst < GOAL_CLEAN_REOPEN,
+    )]);
+}
+
+fn generator() -> TrafficGen {
+    TrafficGen::new(SEED, AGENTS, CONVERSATIONS, 5, BODY_BYTES)
+}
+
+/// Appends `events` generated events in large batches, a few appends in flight.
+fn load(log: &SledLog, events: u64, load_batch: usize) {
+    let mut gen = generator();
+    let mut pending = std::collections::VecDeque::new();
+    let mut left = events;
+    while left > 0 {
+        let n = left.min(load_batch as u64);
+        left -= n;
+        let batch: Vec<Event> = (0..n).map(|_| gen.next_message()).collect();
+        pending.push_back(log.submit(batch).expect("submit"));
+        if pending.len() >= 4 {
+            if let Some(h) = pending.pop_front() {
+                h.wait().expect("append");
+            }
+        }
+    }
+    for h in pending {
+        h.wait().expect("append");
+    }
+    log.flush().expect("flush");
+}
+
+/// Opens the log (default options) and reads one window: (log, open time, first read time).
+fn timed_open(
+    path: &Path,
+    conversation: &ConversationKey,
+    viewer: &AgentName,
+) -> (SledLog, Duration, Duration) {
+    let started = Instant::now();
+    let log = open_retrying(path);
+    let open = started.elapsed();
+    let started = Instant::now();
+    let window = log
+        .visible_window(conversation, Viewer::Specialist(viewer), 50)
+        .expect("visible_window");
+    let read = started.elapsed();
+    assert!(!window.is_empty(), "the window has messages");
+    (log, open, read)
+}
+
+/// Opens with default options; a lock still held for a moment (sled's threads releasing the file,
+/// or the killed child being reaped) is retried, as `SledLog::open` does for 500 ms itself.
+fn open_retrying(path: &Path) -> SledLog {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match SledLog::open(path, &StoreOptions::default()) {
+            Ok(log) => return log,
+            Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            Err(e) => panic!("opening {}: {e}", path.display()),
+        }
+    }
+}
+
+/// The child: appends single messages durably from several threads until killed (or, if the
+/// parent is gone, for at most a minute); prints `APPENDING` after its first acknowledged append.
+fn child(path: &Path) -> ! {
+    let log = open_retrying(path);
+    let announced = AtomicBool::new(false);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    std::thread::scope(|s| {
+        for w in 0..CHILD_WRITERS {
+            let (log, announced) = (&log, &announced);
+            s.spawn(move || {
+                let mut gen = TrafficGen::new(SEED ^ (w + 1), AGENTS, CONVERSATIONS, 5, BODY_BYTES);
+                while Instant::now() < deadline {
+                    log.append(vec![gen.next_message()]).expect("append");
+                    if !announced.swap(true, Ordering::SeqCst) {
+                        let mut out = std::io::stdout().lock();
+                        // The parent may be gone: then the deadline ends the child.
+                        let _ = writeln!(out, "APPENDING {}", log.last_seq());
+                        let _ = out.flush();
+                    }
+                }
+            });
+        }
+    });
+    std::process::exit(0)
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64().max(1e-12)
+}
+
+/// Events per append while loading: `LEGIO_BENCH_LOAD_BATCH`, default 2,000 (large batches; sled's
+/// layout, memory use and later reads depend on this, see the report).
+fn load_batch() -> usize {
+    match std::env::var("LEGIO_BENCH_LOAD_BATCH") {
+        Ok(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("LEGIO_BENCH_LOAD_BATCH must be a positive integer, got {text:?}"),
+        },
+        Err(_) => 2_000,
+    }
+}
+
+// ---- helpers (each bench is its own crate, so these are repeated in every bench file) ----
+
+/// `LEGIO_BENCH_SCALE` (default 1.0): scales event counts and durations.
+fn scale() -> f64 {
+    match std::env::var("LEGIO_BENCH_SCALE") {
+        Ok(text) => match text.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => s,
+            _ => panic!("LEGIO_BENCH_SCALE must be a positive number, got {text:?}"),
+        },
+        Err(_) => 1.0,
+    }
+}
+
+fn fmt_dur(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1e-3 {
+        format!("{:.1} µs", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+fn fmt_int(n: u64) -> String {
+    let mut out = Vec::new();
+    let mut in_group = 0;
+    for c in n.to_string().chars().rev() {
+        if in_group == 3 {
+            out.push(',');
+            in_group = 0;
+        }
+        out.push(c);
+        in_group += 1;
+    }
+    out.iter().rev().collect()
+}
+
+/// Prints an aligned table: the first column left-aligned, the others right-aligned.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut out = String::from("  ");
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == 0 {
+                out.push_str(&format!("{cell:<w$}"));
+            } else {
+                out.push_str(&format!("  {cell:>w$}"));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+    println!("  {}", "-".repeat(total));
+    for row in rows {
+        line(row);
+    }
+}
+
+/// Prints each goal with its measured value and "goal met" / "goal NOT met".
+fn print_goals(goals: &[(String, String, bool)]) {
+    let rows: Vec<Vec<String>> = goals
+        .iter()
+        .map(|(goal, value, met)| {
+            vec![
+                goal.clone(),
+                value.clone(),
+                if *met { "goal met" } else { "goal NOT met" }.to_owned(),
+            ]
+        })
+        .collect();
+    print_table(&["goal", "measured", "verdict"], &rows);
+    let all = goals.iter().all(|(_, _, met)| *met);
+    println!(
+        "  overall: {}",
+        if all { "goal met" } else { "goal NOT met" }
+    );
+}

@@ -1,2 +1,291 @@
-//! Benchmark placeholder, replaced by the real bench.
-fn main() {}
+//! Full-log decode scan: events/s of reading a whole `SledLog` of 1M events (× scale) in log order
+//! with `read_range` in chunks of 10,000, against decoding the same events' bytes from memory with
+//! `decode_event` (the pure codec cost), measured in the same run.
+//! Run: `cargo bench --bench scan` (`LEGIO_BENCH_SCALE=0.01` for a quick smoke run).
+//!
+//! The table comes from whole passes timed with `Instant`: the first pass right after reopening the
+//! log, then two warm passes (their mean). A pass over the whole log takes seconds, so criterion's
+//! repeated sampling does not fit (and would not fit in the time budget).
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use legio_core::{Event, Seq};
+use legio_store::{decode_event, encode_event, Durability, EventLog, SledLog, StoreOptions};
+use legio_tests::TrafficGen;
+
+/// Events in the log at scale 1.
+const EVENTS: f64 = 1_000_000.0;
+const SEED: u64 = 0x5eed_0004;
+const AGENTS: usize = 20;
+const CONVERSATIONS: usize = 10;
+const BODY_BYTES: usize = 200;
+/// Events per `read_range` call.
+const CHUNK: usize = 10_000;
+/// Warm passes of each kind (their mean rate is reported).
+const PASSES: usize = 2;
+const GOAL_EVENTS_PER_SEC: f64 = 1_000_000.0;
+
+fn main() {
+    if !std::env::args().any(|a| a == "--bench") {
+        println!("scan: benchmark only; run it with `cargo bench --bench scan`");
+        return;
+    }
+    let scale = scale();
+    let events = ((EVENTS * scale).round() as u64).max(1);
+    println!(
+        "scan: a log of {} events ({AGENTS} agents, {CONVERSATIONS} conversations, {BODY_BYTES}-byte \
+         bodies), read_range chunks of {} (LEGIO_BENCH_SCALE={scale})",
+        fmt_int(events),
+        fmt_int(CHUNK as u64)
+    );
+
+    // ---- build the log, keeping every event's encoded bytes in memory ----
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join("log");
+    let started = Instant::now();
+    let options = StoreOptions {
+        durability: Durability::RELAXED,
+        ..StoreOptions::default()
+    };
+    let log = SledLog::open(&path, &options).expect("opening the log");
+    let load_batch = load_batch();
+    let mut gen = TrafficGen::new(SEED, AGENTS, CONVERSATIONS, 5, BODY_BYTES);
+    let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(events as usize);
+    let mut pending = std::collections::VecDeque::new();
+    let mut left = events;
+    while left > 0 {
+        let n = left.min(load_batch as u64);
+        left -= n;
+        let batch: Vec<Event> = (0..n).map(|_| gen.next_message()).collect();
+        for event in &batch {
+            encoded.push(encode_event(event).expect("encode"));
+        }
+        pending.push_back(log.submit(batch).expect("submit"));
+        if pending.len() >= 4 {
+            if let Some(h) = pending.pop_front() {
+                h.wait().expect("append");
+            }
+        }
+    }
+    for h in pending {
+        h.wait().expect("append");
+    }
+    log.flush().expect("flush");
+    let built = started.elapsed();
+    let bytes: usize = encoded.iter().map(Vec::len).sum();
+    println!(
+        "  built in {} (relaxed, {load_batch}-event appends), {:.0} MB on disk, {:.0} MB of records \
+         (mean {:.0} bytes)",
+        fmt_dur(built),
+        log.size_on_disk().expect("size") as f64 / 1e6,
+        bytes as f64 / 1e6,
+        bytes as f64 / events as f64
+    );
+    drop(log);
+
+    // ---- legio: the first pass after reopening, then warm passes ----
+    let log = SledLog::open(&path, &StoreOptions::default()).expect("reopening the log");
+    let last = log.last_seq();
+    assert_eq!(last.get(), events);
+    let first = scan_log(&log, last);
+    let legio_warm = (0..PASSES).map(|_| scan_log(&log, last)).sum::<Duration>() / PASSES as u32;
+
+    // ---- baseline: decode the same bytes from memory ----
+    let codec_mean = (0..PASSES).map(|_| decode_all(&encoded)).sum::<Duration>() / PASSES as u32;
+
+    let rate = |d: Duration| events as f64 / d.as_secs_f64();
+    let codec_rate = rate(codec_mean);
+    let row = |name: String, d: Duration| {
+        vec![
+            name,
+            fmt_int(events),
+            fmt_dur(d),
+            fmt_int(rate(d).round() as u64),
+            format!("{:.0}", bytes as f64 / 1e6 / d.as_secs_f64()),
+            format!("{:.0}%", 100.0 * rate(d) / codec_rate),
+        ]
+    };
+    println!();
+    println!("Full-log scan in log order:");
+    print_table(
+        &[
+            "scan",
+            "events",
+            "time",
+            "events/s",
+            "record MB/s",
+            "vs codec",
+        ],
+        &[
+            row(
+                "legio read_range, first pass after reopen".to_owned(),
+                first,
+            ),
+            row(
+                format!("legio read_range, warm (mean of {PASSES})"),
+                legio_warm,
+            ),
+            row(
+                format!("decode_event from memory (mean of {PASSES})"),
+                codec_mean,
+            ),
+        ],
+    );
+    println!();
+    println!(
+        "  legio: read_range(from, last, {}) repeatedly, from seq 1 to the end; every",
+        fmt_int(CHUNK as u64)
+    );
+    println!("         event decoded into a Record (sled range scan + decode_event).");
+    println!(
+        "  baseline: decode_event over a Vec<Vec<u8>> of the same events' encode_event bytes;"
+    );
+    println!("         the pure codec cost, no storage.");
+    println!("  The OS page cache is warm (the log was just written).");
+
+    println!();
+    println!("Goals:");
+    let warm_rate = rate(legio_warm);
+    print_goals(&[(
+        format!(
+            "legio scan >= {} events/s (warm passes)",
+            fmt_int(GOAL_EVENTS_PER_SEC as u64)
+        ),
+        fmt_int(warm_rate.round() as u64),
+        warm_rate >= GOAL_EVENTS_PER_SEC,
+    )]);
+    let first_rate = rate(first);
+    println!(
+        "  (first pass after reopen: {} events/s, {})",
+        fmt_int(first_rate.round() as u64),
+        if first_rate >= GOAL_EVENTS_PER_SEC {
+            "also >= the goal"
+        } else {
+            "below the goal"
+        }
+    );
+}
+
+/// Reads the whole log in chunks; returns the time taken.
+fn scan_log(log: &SledLog, last: Seq) -> Duration {
+    let started = Instant::now();
+    let mut from = Seq(1);
+    let mut count = 0u64;
+    while from <= last {
+        let records = log.read_range(from, last, CHUNK).expect("read_range");
+        let Some(tail) = records.last() else { break };
+        from = tail.seq.next();
+        count += records.len() as u64;
+        black_box(records);
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(count, last.get(), "the scan read every event");
+    elapsed
+}
+
+/// Decodes every record from memory; returns the time taken.
+fn decode_all(encoded: &[Vec<u8>]) -> Duration {
+    let started = Instant::now();
+    for (i, bytes) in encoded.iter().enumerate() {
+        black_box(decode_event(Seq(i as u64 + 1), bytes).expect("decode"));
+    }
+    started.elapsed()
+}
+
+/// Events per append while loading: `LEGIO_BENCH_LOAD_BATCH`, default 2,000 (large batches; sled's
+/// layout, memory use and later reads depend on this, see the report).
+fn load_batch() -> usize {
+    match std::env::var("LEGIO_BENCH_LOAD_BATCH") {
+        Ok(text) => match text.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => panic!("LEGIO_BENCH_LOAD_BATCH must be a positive integer, got {text:?}"),
+        },
+        Err(_) => 2_000,
+    }
+}
+
+// ---- helpers (each bench is its own crate, so these are repeated in every bench file) ----
+
+/// `LEGIO_BENCH_SCALE` (default 1.0): scales event counts and durations.
+fn scale() -> f64 {
+    match std::env::var("LEGIO_BENCH_SCALE") {
+        Ok(text) => match text.trim().parse::<f64>() {
+            Ok(s) if s.is_finite() && s > 0.0 => s,
+            _ => panic!("LEGIO_BENCH_SCALE must be a positive number, got {text:?}"),
+        },
+        Err(_) => 1.0,
+    }
+}
+
+fn fmt_dur(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 1e-3 {
+        format!("{:.1} µs", s * 1e6)
+    } else if s < 1.0 {
+        format!("{:.2} ms", s * 1e3)
+    } else {
+        format!("{s:.2} s")
+    }
+}
+
+fn fmt_int(n: u64) -> String {
+    let mut out = Vec::new();
+    let mut in_group = 0;
+    for c in n.to_string().chars().rev() {
+        if in_group == 3 {
+            out.push(',');
+            in_group = 0;
+        }
+        out.push(c);
+        in_group += 1;
+    }
+    out.iter().rev().collect()
+}
+
+/// Prints an aligned table: the first column left-aligned, the others right-aligned.
+fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        let mut out = String::from("  ");
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i == 0 {
+                out.push_str(&format!("{cell:<w$}"));
+            } else {
+                out.push_str(&format!("  {cell:>w$}"));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
+    println!("  {}", "-".repeat(total));
+    for row in rows {
+        line(row);
+    }
+}
+
+/// Prints each goal with its measured value and "goal met" / "goal NOT met".
+fn print_goals(goals: &[(String, String, bool)]) {
+    let rows: Vec<Vec<String>> = goals
+        .iter()
+        .map(|(goal, value, met)| {
+            vec![
+                goal.clone(),
+                value.clone(),
+                if *met { "goal met" } else { "goal NOT met" }.to_owned(),
+            ]
+        })
+        .collect();
+    print_table(&["goal", "measured", "verdict"], &rows);
+    let all = goals.iter().all(|(_, _, met)| *met);
+    println!(
+        "  overall: {}",
+        if all { "goal met" } else { "goal NOT met" }
+    );
+}
