@@ -17,14 +17,6 @@ pub(crate) enum TreeId {
 }
 
 impl TreeId {
-    pub(crate) const ALL: [TreeId; 5] = [
-        Self::Events,
-        Self::ByConv,
-        Self::Visible,
-        Self::Sessions,
-        Self::Meta,
-    ];
-
     pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Events => "events",
@@ -36,8 +28,7 @@ impl TreeId {
     }
 }
 
-/// Writes for one commit, grouped by tree, applied in `TreeId::ALL` order (events first, the
-/// watermark in `meta` last).
+/// Writes for one commit: the backend applies the events first and the watermark in `meta` last.
 #[derive(Default, Debug)]
 pub(crate) struct WriteSet {
     pub(crate) puts: Vec<(TreeId, Vec<u8>, Vec<u8>)>,
