@@ -8,6 +8,7 @@
 //! loop; every ack latency is recorded, and the table reports p50/p99 over all of them. This is a
 //! concurrent-throughput measurement, so it uses a timed loop rather than criterion.
 
+use legio_tests::bench::*;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -383,102 +384,4 @@ where
     });
     latencies.sort_unstable();
     RunResult { elapsed, latencies }
-}
-
-// ---- helpers (each bench is its own crate, so these are repeated in every bench file) ----
-
-/// `LEGIO_BENCH_SCALE` (default 1.0): scales event counts and durations.
-fn scale() -> f64 {
-    match std::env::var("LEGIO_BENCH_SCALE") {
-        Ok(text) => match text.trim().parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 => s,
-            _ => panic!("LEGIO_BENCH_SCALE must be a positive number, got {text:?}"),
-        },
-        Err(_) => 1.0,
-    }
-}
-
-/// The `p` quantile (0..=1) of sorted nanoseconds.
-fn percentile(sorted: &[u64], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
-    Duration::from_nanos(sorted[rank - 1])
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s < 1e-3 {
-        format!("{:.1} µs", s * 1e6)
-    } else if s < 1.0 {
-        format!("{:.2} ms", s * 1e3)
-    } else {
-        format!("{s:.2} s")
-    }
-}
-
-fn fmt_int(n: u64) -> String {
-    let mut out = Vec::new();
-    let mut in_group = 0;
-    for c in n.to_string().chars().rev() {
-        if in_group == 3 {
-            out.push(',');
-            in_group = 0;
-        }
-        out.push(c);
-        in_group += 1;
-    }
-    out.iter().rev().collect()
-}
-
-fn fmt_rate(per_sec: f64) -> String {
-    fmt_int(per_sec.round() as u64)
-}
-
-/// Prints an aligned table: the first column left-aligned, the others right-aligned.
-fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut out = String::from("  ");
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i == 0 {
-                out.push_str(&format!("{cell:<w$}"));
-            } else {
-                out.push_str(&format!("  {cell:>w$}"));
-            }
-        }
-        println!("{}", out.trim_end());
-    };
-    line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
-    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-    println!("  {}", "-".repeat(total));
-    for row in rows {
-        line(row);
-    }
-}
-
-/// Prints each goal with its measured value and "goal met" / "goal NOT met".
-fn print_goals(goals: &[(String, String, bool)]) {
-    let rows: Vec<Vec<String>> = goals
-        .iter()
-        .map(|(goal, value, met)| {
-            vec![
-                goal.clone(),
-                value.clone(),
-                if *met { "goal met" } else { "goal NOT met" }.to_owned(),
-            ]
-        })
-        .collect();
-    print_table(&["goal", "measured", "verdict"], &rows);
-    let all = goals.iter().all(|(_, _, met)| *met);
-    println!(
-        "  overall: {}",
-        if all { "goal met" } else { "goal NOT met" }
-    );
 }

@@ -33,6 +33,7 @@
 //! agent's own messages after its bootstrap excluded: legio assumes they are in the session's
 //! thread).
 
+use legio_tests::bench::*;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -768,75 +769,4 @@ fn report(results: &[DatasetResult]) {
         ));
     }
     print_goals(&goals);
-}
-
-// ---- helpers (each bench is its own crate, so these are repeated in every bench file) ----
-
-/// `LEGIO_BENCH_SCALE` (default 1.0): scales sizes and durations.
-fn scale() -> f64 {
-    match std::env::var("LEGIO_BENCH_SCALE") {
-        Ok(text) => match text.trim().parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 => s,
-            _ => panic!("LEGIO_BENCH_SCALE must be a positive number, got {text:?}"),
-        },
-        Err(_) => 1.0,
-    }
-}
-
-fn fmt_int(n: u64) -> String {
-    let mut out = Vec::new();
-    for (i, c) in n.to_string().chars().rev().enumerate() {
-        if i > 0 && i % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out.iter().rev().collect()
-}
-
-/// Prints an aligned table: the first column left-aligned, the others right-aligned.
-fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut out = String::from("  ");
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i == 0 {
-                out.push_str(&format!("{cell:<w$}"));
-            } else {
-                out.push_str(&format!("  {cell:>w$}"));
-            }
-        }
-        println!("{}", out.trim_end());
-    };
-    line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
-    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-    println!("  {}", "-".repeat(total));
-    for row in rows {
-        line(row);
-    }
-}
-
-/// Prints each goal with its measured value and "goal met" / "goal NOT met".
-fn print_goals(goals: &[(String, String, bool)]) {
-    let rows: Vec<Vec<String>> = goals
-        .iter()
-        .map(|(goal, value, met)| {
-            vec![
-                goal.clone(),
-                value.clone(),
-                if *met { "goal met" } else { "goal NOT met" }.to_owned(),
-            ]
-        })
-        .collect();
-    print_table(&["goal", "measured", "verdict"], &rows);
-    let all = goals.iter().all(|(_, _, met)| *met);
-    println!(
-        "  overall: {}",
-        if all { "goal met" } else { "goal NOT met" }
-    );
 }

@@ -10,6 +10,7 @@
 //! printed: after a bulk load it stays in milliseconds for several seconds), then, warm, as many
 //! queries as fit in 3 s × scale. Criterion also reports its mean estimate of each query (warm).
 
+use legio_tests::bench::*;
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
@@ -573,110 +574,4 @@ fn mean(sorted: &[u64]) -> Duration {
 
 fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(1e-12)
-}
-
-/// Events per append while loading: `LEGIO_BENCH_LOAD_BATCH`, default 2,000 (large batches; sled's
-/// layout, memory use and later reads depend on this, see the report).
-fn load_batch() -> usize {
-    match std::env::var("LEGIO_BENCH_LOAD_BATCH") {
-        Ok(text) => match text.trim().parse::<usize>() {
-            Ok(n) if n > 0 => n,
-            _ => panic!("LEGIO_BENCH_LOAD_BATCH must be a positive integer, got {text:?}"),
-        },
-        Err(_) => 2_000,
-    }
-}
-
-// ---- helpers (each bench is its own crate, so these are repeated in every bench file) ----
-
-/// `LEGIO_BENCH_SCALE` (default 1.0): scales event counts and durations.
-fn scale() -> f64 {
-    match std::env::var("LEGIO_BENCH_SCALE") {
-        Ok(text) => match text.trim().parse::<f64>() {
-            Ok(s) if s.is_finite() && s > 0.0 => s,
-            _ => panic!("LEGIO_BENCH_SCALE must be a positive number, got {text:?}"),
-        },
-        Err(_) => 1.0,
-    }
-}
-
-/// The `p` quantile (0..=1) of sorted nanoseconds.
-fn percentile(sorted: &[u64], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let rank = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len());
-    Duration::from_nanos(sorted[rank - 1])
-}
-
-fn fmt_dur(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s < 1e-3 {
-        format!("{:.1} µs", s * 1e6)
-    } else if s < 1.0 {
-        format!("{:.2} ms", s * 1e3)
-    } else {
-        format!("{s:.2} s")
-    }
-}
-
-fn fmt_int(n: u64) -> String {
-    let mut out = Vec::new();
-    let mut in_group = 0;
-    for c in n.to_string().chars().rev() {
-        if in_group == 3 {
-            out.push(',');
-            in_group = 0;
-        }
-        out.push(c);
-        in_group += 1;
-    }
-    out.iter().rev().collect()
-}
-
-/// Prints an aligned table: the first column left-aligned, the others right-aligned.
-fn print_table(header: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: &[String]| {
-        let mut out = String::from("  ");
-        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
-            if i == 0 {
-                out.push_str(&format!("{cell:<w$}"));
-            } else {
-                out.push_str(&format!("  {cell:>w$}"));
-            }
-        }
-        println!("{}", out.trim_end());
-    };
-    line(&header.iter().map(|h| h.to_string()).collect::<Vec<_>>());
-    let total = widths.iter().sum::<usize>() + 2 * (widths.len() - 1);
-    println!("  {}", "-".repeat(total));
-    for row in rows {
-        line(row);
-    }
-}
-
-/// Prints each goal with its measured value and "goal met" / "goal NOT met".
-fn print_goals(goals: &[(String, String, bool)]) {
-    let rows: Vec<Vec<String>> = goals
-        .iter()
-        .map(|(goal, value, met)| {
-            vec![
-                goal.clone(),
-                value.clone(),
-                if *met { "goal met" } else { "goal NOT met" }.to_owned(),
-            ]
-        })
-        .collect();
-    print_table(&["goal", "measured", "verdict"], &rows);
-    let all = goals.iter().all(|(_, _, met)| *met);
-    println!(
-        "  overall: {}",
-        if all { "goal met" } else { "goal NOT met" }
-    );
 }

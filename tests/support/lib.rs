@@ -1,6 +1,8 @@
 //! Deterministic builders and generators of conversations, shared by the workspace's integration
 //! tests (`tests/it`) and benchmarks (`benches/`).
 
+pub mod bench;
+
 use legio_core::{
     AgentName, Audience, BoundaryReason, ContextDelivered, ConversationKey, DeliveryMode, Event,
     Message, MessageId, OpenReason, Part, Participant, Seq, SessionEnded, SessionId, SessionOpened,
