@@ -9,10 +9,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use legio_core::{
-    crash_cleanup, estimate_message_tokens, estimate_tokens, AgentName, Audience, BoundaryReason,
-    ContextDelivered, ConversationKey, DeliveryMode, EndSession, Event, Message, MessageId,
-    Participant, Seq, SessionEnded, SessionId, SessionOpened, SessionStart, Start, TokenUsage,
-    TurnCompleted, TurnFailed,
+    crash_cleanup, estimate_tokens, AgentName, Audience, BoundaryReason, ContextDelivered,
+    ConversationKey, EndSession, Event, Message, MessageId, Participant, Seq, SessionEnded,
+    SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted, TurnFailed,
 };
 use legio_llm::{ProviderError, ProviderRequest};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -309,7 +308,7 @@ impl AgentActor {
         let provider = shared.provider(&spec)?;
         let capabilities = provider.capabilities();
         let settings = &shared.config.runtime;
-        let (system_prompt, prompt_hash) = shared.system_prompt(&spec).await?;
+        let (system_prompt, prompt_hash) = shared.system_prompt(&spec)?;
 
         let prepared = {
             let (shared, spec, conversation) =
@@ -340,6 +339,7 @@ impl AgentActor {
             current,
             decision,
             plan,
+            window_tokens,
         } = prepared;
 
         // Boundaries first: end the old session, open the new one.
@@ -458,13 +458,8 @@ impl AgentActor {
                     .await?;
                 metrics::counter!(m::TOKENS_SENT, "mode" => plan.mode.as_str())
                     .increment(plan.estimated_tokens);
-                if plan.mode == DeliveryMode::Delta {
-                    let avoided = self
-                        .window_tokens(&spec, &plan.new_message)
-                        .await?
-                        .saturating_sub(plan.estimated_tokens);
-                    metrics::counter!(m::TOKENS_AVOIDED).increment(avoided);
-                }
+                metrics::counter!(m::TOKENS_AVOIDED)
+                    .increment(window_tokens.saturating_sub(plan.estimated_tokens));
                 Ok(AgentReply {
                     agent: self.agent.clone(),
                     text: Some(reply.text),
@@ -504,34 +499,6 @@ impl AgentActor {
                 Ok(AgentReply::failed(&self.agent, error))
             }
         }
-    }
-
-    /// Estimated tokens of the full window before `new` plus `new`: what the seed's approach
-    /// would have sent (for the tokens-avoided metric).
-    async fn window_tokens(
-        &self,
-        spec: &crate::config::AgentSpec,
-        new: &legio_core::ContextItem,
-    ) -> Result<u64, RuntimeError> {
-        let (conversation, spec, before, window) = (
-            self.conversation.clone(),
-            spec.clone(),
-            new.seq,
-            self.shared.config.runtime.history_window,
-        );
-        let records = self
-            .shared
-            .read(move |log| {
-                let viewer = spec.viewer();
-                log.visible_before(&conversation, viewer, before, window)
-            })
-            .await?;
-        Ok(records
-            .iter()
-            .filter_map(|r| r.event.as_message())
-            .chain(std::iter::once(&new.message))
-            .map(estimate_message_tokens)
-            .sum())
     }
 }
 

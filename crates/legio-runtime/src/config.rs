@@ -38,6 +38,7 @@ struct StoreSection {
     path: Option<PathBuf>,
     durability: Option<String>,
     max_message_bytes: Option<usize>,
+    cache_capacity_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -251,6 +252,12 @@ impl RuntimeConfig {
                 return Err(invalid("store.max_message_bytes must be above 0".into()));
             }
             options.max_message_bytes = limit;
+        }
+        if let Some(mb) = parsed.store.cache_capacity_mb {
+            if mb == 0 {
+                return Err(invalid("store.cache_capacity_mb must be above 0".into()));
+            }
+            options.cache_capacity_bytes = mb.saturating_mul(1024 * 1024);
         }
 
         let r = &parsed.runtime;

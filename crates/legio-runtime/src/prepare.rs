@@ -2,9 +2,10 @@
 //! blocking thread before each turn; `legio context` and the restore benchmark call it directly.
 
 use legio_core::{
-    decide_session, plan_context, triggers_turn, AgentSessionState, Audience, ContextPlan,
-    ConversationKey, Delivery, Event, History, Message, MessageId, Participant, Record, Seq,
-    SessionDecision, SessionFacts, SessionId, SessionInfo, SessionStatus, Timestamp,
+    decide_session, estimate_message_tokens, plan_context, triggers_turn, AgentSessionState,
+    Audience, ContextPlan, ConversationKey, Delivery, Event, History, Message, MessageId,
+    Participant, Record, Seq, SessionDecision, SessionFacts, SessionId, SessionInfo, SessionStatus,
+    Timestamp,
 };
 use legio_store::EventLog;
 
@@ -23,6 +24,9 @@ pub struct PreparedTurn {
     pub decision: SessionDecision,
     /// The context the provider will receive.
     pub plan: ContextPlan,
+    /// Estimated tokens of the full window before the new message plus the new message: what
+    /// re-sending the window would cost (equal to the plan's estimate unless it is a delta).
+    pub window_tokens: u64,
 }
 
 /// Everything `prepare_turn` needs to know besides the log.
@@ -91,10 +95,22 @@ fn plan_with_state(
         }
     };
     let plan = plan_context(&spec.name, &decision.delivery, &visible, &new, window);
+    let window_tokens = match decision.delivery {
+        Delivery::Delta { .. } => {
+            let full = log.visible_before(inputs.conversation, spec.viewer(), new.seq, window)?;
+            full.iter()
+                .filter_map(|r| r.event.as_message())
+                .chain(new.event.as_message())
+                .map(estimate_message_tokens)
+                .sum()
+        }
+        _ => plan.estimated_tokens,
+    };
     Ok(PreparedTurn {
         current,
         decision,
         plan,
+        window_tokens,
     })
 }
 

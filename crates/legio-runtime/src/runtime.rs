@@ -42,6 +42,8 @@ pub struct AgentStatus {
 pub struct Runtime {
     shared: Arc<Shared>,
     root: ActorRef<RootMsg>,
+    /// Conversation supervisors already looked up (the root owns them).
+    supervisors_by_key: Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>,
     reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     stopped: AtomicBool,
 }
@@ -112,6 +114,7 @@ impl Runtime {
             config,
             providers,
             board: StatusBoard::default(),
+            prompts: Default::default(),
         });
         let (root, _handle) = Actor::spawn(
             None,
@@ -125,6 +128,7 @@ impl Runtime {
         let runtime = Self {
             shared,
             root,
+            supervisors_by_key: Mutex::new(HashMap::new()),
             reaper: Mutex::new(None),
             stopped: AtomicBool::new(false),
         };
@@ -192,10 +196,20 @@ impl Runtime {
             })
     }
 
+    /// The conversation's supervisor: from this runtime's cache, or from the root (which starts
+    /// it on first need).
     async fn conversation(
         &self,
         key: &ConversationKey,
     ) -> Result<ActorRef<ConversationMsg>, RuntimeError> {
+        if let Some(cached) = self
+            .supervisors_by_key
+            .lock()
+            .ok()
+            .and_then(|c| c.get(key).cloned())
+        {
+            return Ok(cached);
+        }
         let (tx, rx) = oneshot::channel();
         self.root
             .send_message(RootMsg::Get {
@@ -203,7 +217,34 @@ impl Runtime {
                 reply: tx,
             })
             .map_err(|_| RuntimeError::ShutDown)?;
-        rx.await.map_err(|_| RuntimeError::ShutDown)?
+        let supervisor = rx.await.map_err(|_| RuntimeError::ShutDown)??;
+        if let Ok(mut cache) = self.supervisors_by_key.lock() {
+            cache.insert(key.clone(), supervisor.clone());
+        }
+        Ok(supervisor)
+    }
+
+    /// Sends `message` to the conversation's supervisor; if the cached one is gone (it failed and
+    /// the root dropped it), asks the root once more.
+    async fn send_to_conversation(
+        &self,
+        key: &ConversationKey,
+        message: ConversationMsg,
+    ) -> Result<(), RuntimeError> {
+        let supervisor = self.conversation(key).await?;
+        match supervisor.send_message(message) {
+            Ok(()) => Ok(()),
+            Err(ractor::MessagingErr::SendErr(message)) => {
+                if let Ok(mut cache) = self.supervisors_by_key.lock() {
+                    cache.remove(key);
+                }
+                self.conversation(key)
+                    .await?
+                    .send_message(message)
+                    .map_err(|_| RuntimeError::ShutDown)
+            }
+            Err(_) => Err(RuntimeError::ShutDown),
+        }
     }
 
     /// Posts a user message: appended durably, then dispatched. Returns one reply per addressed
@@ -283,7 +324,6 @@ impl Runtime {
         request: TurnRequest,
         targets: &[AgentName],
     ) -> Result<Vec<AgentReply>, RuntimeError> {
-        let supervisor = self.conversation(key).await?;
         // The actor enforces the turn timeout; this margin covers a restart backoff on top.
         let wait = self.shared.config.runtime.turn_timeout
             + self.shared.config.runtime.restart.max_backoff
@@ -291,11 +331,12 @@ impl Runtime {
         let mut pending = Vec::new();
         for agent in targets {
             let (tx, rx) = oneshot::channel();
-            let sent = supervisor.send_message(ConversationMsg::Turn {
+            let turn = ConversationMsg::Turn {
                 agent: agent.clone(),
                 request,
                 reply: tx,
-            });
+            };
+            let sent = self.send_to_conversation(key, turn).await;
             pending.push((agent.clone(), sent.is_ok(), rx));
         }
         let mut replies = Vec::with_capacity(pending.len());
@@ -350,11 +391,9 @@ impl Runtime {
         self.check_running()?;
         let key = ConversationKey::new(conversation)?;
         let agent = self.agent_name(agent)?;
-        let supervisor = self.conversation(&key).await?;
         let (tx, rx) = oneshot::channel();
-        supervisor
-            .send_message(ConversationMsg::Reset { agent, reply: tx })
-            .map_err(|_| RuntimeError::ShutDown)?;
+        self.send_to_conversation(&key, ConversationMsg::Reset { agent, reply: tx })
+            .await?;
         rx.await.map_err(|_| RuntimeError::ShutDown)?
     }
 

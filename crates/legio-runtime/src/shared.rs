@@ -18,6 +18,17 @@ pub(crate) struct Shared {
     pub(crate) config: RuntimeConfig,
     pub(crate) providers: HashMap<String, Arc<dyn Provider>>,
     pub(crate) board: StatusBoard,
+    /// Composed prompts by file, valid while the file's modification time and length are the
+    /// same (a stat per turn instead of a read and a hash).
+    pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,
+}
+
+#[derive(Clone)]
+pub(crate) struct CachedPrompt {
+    modified: Option<SystemTime>,
+    len: u64,
+    prompt: String,
+    hash: String,
 }
 
 impl std::fmt::Debug for Shared {
@@ -74,19 +85,43 @@ impl Shared {
         })
     }
 
-    /// The agent's system prompt and its hash (see [`RuntimeConfig::compose_prompt`]).
-    pub(crate) async fn system_prompt(
-        &self,
-        spec: &AgentSpec,
-    ) -> Result<(String, String), RuntimeError> {
-        let base = tokio::fs::read_to_string(&spec.prompt).await.map_err(|e| {
+    /// The agent's system prompt and its hash (see [`RuntimeConfig::compose_prompt`]). The file
+    /// is read again only when its modification time or length changed; a stat of a small local
+    /// file is cheaper than the hop to a blocking thread, so it is done in place.
+    pub(crate) fn system_prompt(&self, spec: &AgentSpec) -> Result<(String, String), RuntimeError> {
+        let unreadable = |e: std::io::Error| {
             RuntimeError::Actor(format!(
                 "cannot read the prompt of {} at {}: {e}",
                 spec.name,
                 spec.prompt.display()
             ))
-        })?;
-        Ok(self.config.compose_prompt(spec, base))
+        };
+        let meta = std::fs::metadata(&spec.prompt).map_err(unreadable)?;
+        let (modified, len) = (meta.modified().ok(), meta.len());
+        if let Some(cached) = self
+            .prompts
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&spec.prompt).cloned())
+        {
+            if cached.modified == modified && cached.len == len && modified.is_some() {
+                return Ok((cached.prompt, cached.hash));
+            }
+        }
+        let base = std::fs::read_to_string(&spec.prompt).map_err(unreadable)?;
+        let (prompt, hash) = self.config.compose_prompt(spec, base);
+        if let Ok(mut cache) = self.prompts.lock() {
+            cache.insert(
+                spec.prompt.clone(),
+                CachedPrompt {
+                    modified,
+                    len,
+                    prompt: prompt.clone(),
+                    hash: hash.clone(),
+                },
+            );
+        }
+        Ok((prompt, hash))
     }
 
     /// The specialists' current status, for the orchestrator's message.

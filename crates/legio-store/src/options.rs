@@ -43,7 +43,8 @@ pub struct StoreOptions {
     pub max_message_bytes: usize,
     /// Create the database when the folder does not exist (default true).
     pub create_if_missing: bool,
-    /// sled's page cache size in bytes (default 256 MiB).
+    /// sled's page cache size in bytes (default 1 GiB, sled's own default). Reads of a log larger
+    /// than the cache go to disk: restore and scan times grow with the log once it outgrows it.
     pub cache_capacity_bytes: u64,
 }
 
@@ -53,7 +54,7 @@ impl Default for StoreOptions {
             durability: Durability::Sync,
             max_message_bytes: 1024 * 1024,
             create_if_missing: true,
-            cache_capacity_bytes: 256 * 1024 * 1024,
+            cache_capacity_bytes: 1024 * 1024 * 1024,
         }
     }
 }
