@@ -590,7 +590,7 @@ fn report(
         "  reads on the blocking pool (session state, new message, delta, and the window read"
     );
     println!(
-        "  for the tokens-avoided metric), the prompt file read and hash, and the provider call."
+        "  for the tokens-avoided metric), the prompt file's stat (the composed prompt is cached), and the provider call."
     );
     println!(
         "  With {CLIENTS} clients in a closed loop, mean latency = {CLIENTS} / throughput (Little's law):"
