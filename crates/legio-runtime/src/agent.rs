@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use crate::config::Role;
 use crate::error::RuntimeError;
 use crate::metrics as m;
-use crate::prepare::{prepare_turn, PreparedTurn, TurnInputs};
+use crate::prepare::{prepare_turn, window_tokens, PreparedTurn, TurnInputs};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::Activity;
 
@@ -318,29 +318,32 @@ impl AgentActor {
                 state.live_session,
                 prompt_hash.clone(),
             );
+            // One hop to the blocking pool: the plan, and the window it saves (for the metric).
             tokio::task::spawn_blocking(move || {
-                prepare_turn(
-                    shared.log.as_ref(),
-                    TurnInputs {
-                        spec: &spec,
-                        conversation: &conversation,
-                        history,
-                        settings: &shared.config.runtime,
-                        prompt_hash: &prompt_hash,
-                        live_session,
-                        new_message: request.seq,
-                    },
-                )
+                let inputs = TurnInputs {
+                    spec: &spec,
+                    conversation: &conversation,
+                    history,
+                    settings: &shared.config.runtime,
+                    prompt_hash: &prompt_hash,
+                    live_session,
+                    new_message: request.seq,
+                };
+                let prepared = prepare_turn(shared.log.as_ref(), inputs)?;
+                let window = window_tokens(shared.log.as_ref(), &inputs, &prepared)?;
+                Ok::<_, RuntimeError>((prepared, window))
             })
             .await
             .map_err(|e| RuntimeError::Actor(format!("preparing the turn was cancelled: {e}")))??
         };
-        let PreparedTurn {
-            current,
-            decision,
-            plan,
+        let (
+            PreparedTurn {
+                current,
+                decision,
+                plan,
+            },
             window_tokens,
-        } = prepared;
+        ) = prepared;
 
         // Boundaries first: end the old session, open the new one.
         let mut events = Vec::new();

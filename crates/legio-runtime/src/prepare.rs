@@ -24,9 +24,6 @@ pub struct PreparedTurn {
     pub decision: SessionDecision,
     /// The context the provider will receive.
     pub plan: ContextPlan,
-    /// Estimated tokens of the full window before the new message plus the new message: what
-    /// re-sending the window would cost (equal to the plan's estimate unless it is a delta).
-    pub window_tokens: u64,
 }
 
 /// Everything `prepare_turn` needs to know besides the log.
@@ -95,23 +92,38 @@ fn plan_with_state(
         }
     };
     let plan = plan_context(&spec.name, &decision.delivery, &visible, &new, window);
-    let window_tokens = match decision.delivery {
-        Delivery::Delta { .. } => {
-            let full = log.visible_before(inputs.conversation, spec.viewer(), new.seq, window)?;
-            full.iter()
-                .filter_map(|r| r.event.as_message())
-                .chain(new.event.as_message())
-                .map(estimate_message_tokens)
-                .sum()
-        }
-        _ => plan.estimated_tokens,
-    };
     Ok(PreparedTurn {
         current,
         decision,
         plan,
-        window_tokens,
     })
+}
+
+/// Estimated tokens that re-sending the window would cost for `turn`: the last `history_window`
+/// visible messages before its new message, plus the new message. For the tokens-avoided metric;
+/// equal to the plan's own estimate unless the plan is a delta. Blocks on a log read.
+pub fn window_tokens(
+    log: &dyn EventLog,
+    inputs: &TurnInputs<'_>,
+    turn: &PreparedTurn,
+) -> Result<u64, RuntimeError> {
+    let plan = &turn.plan;
+    if !matches!(turn.decision.delivery, Delivery::Delta { .. }) {
+        return Ok(plan.estimated_tokens);
+    }
+    let window = inputs.settings.history_window;
+    let full = log.visible_before(
+        inputs.conversation,
+        inputs.spec.viewer(),
+        plan.new_message.seq,
+        window,
+    )?;
+    Ok(full
+        .iter()
+        .filter_map(|r| r.event.as_message())
+        .chain(std::iter::once(&plan.new_message.message))
+        .map(estimate_message_tokens)
+        .sum())
 }
 
 /// A turn as it would have been prepared had the log ended at a seq.
