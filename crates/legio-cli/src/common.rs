@@ -88,7 +88,8 @@ pub fn for_each_record(
         return Ok(());
     }
     std::thread::scope(|scope| {
-        let (sender, receiver) = std::sync::mpsc::sync_channel::<legio_store::Result<Vec<Record>>>(4);
+        let (sender, receiver) =
+            std::sync::mpsc::sync_channel::<legio_store::Result<Vec<Record>>>(4);
         scope.spawn(move || {
             let mut next = first;
             while next <= last {
