@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use legio_core::{AgentName, ConversationKey, Event, Viewer};
+use legio_core::{AgentName, ConversationKey, Viewer};
 use legio_store::{Durability, EventLog, SledLog, StoreError, StoreOptions};
 use legio_tests::{agent, conv, TrafficGen};
 
@@ -92,7 +92,7 @@ fn main() {
     };
     let log = SledLog::open(&path, &options).expect("opening the log");
     let load_batch = load_batch();
-    load(&log, events, load_batch);
+    load_log(&log, events, load_batch);
     let built = started.elapsed();
     let size = log.size_on_disk().expect("size");
     let started = Instant::now();
@@ -207,26 +207,10 @@ fn generator() -> TrafficGen {
     TrafficGen::new(SEED, AGENTS, CONVERSATIONS, 5, BODY_BYTES)
 }
 
-/// Appends `events` generated events in large batches, a few appends in flight.
-fn load(log: &SledLog, events: u64, load_batch: usize) {
+/// Appends `events` generated events in large batches.
+fn load_log(log: &SledLog, events: u64, load_batch: usize) {
     let mut gen = generator();
-    let mut pending = std::collections::VecDeque::new();
-    let mut left = events;
-    while left > 0 {
-        let n = left.min(load_batch as u64);
-        left -= n;
-        let batch: Vec<Event> = (0..n).map(|_| gen.next_message()).collect();
-        pending.push_back(log.submit(batch).expect("submit"));
-        if pending.len() >= 4 {
-            if let Some(h) = pending.pop_front() {
-                h.wait().expect("append");
-            }
-        }
-    }
-    for h in pending {
-        h.wait().expect("append");
-    }
-    log.flush().expect("flush");
+    load(log, events, load_batch, || gen.next_message(), |_| {});
 }
 
 /// Opens the log (default options) and reads one window: (log, open time, first read time).

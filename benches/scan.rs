@@ -11,7 +11,7 @@ use legio_tests::bench::*;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use legio_core::{Event, Seq};
+use legio_core::Seq;
 use legio_store::{decode_event, encode_event, Durability, EventLog, SledLog, StoreOptions};
 use legio_tests::TrafficGen;
 
@@ -53,26 +53,15 @@ fn main() {
     let load_batch = load_batch();
     let mut gen = TrafficGen::new(SEED, AGENTS, CONVERSATIONS, 5, BODY_BYTES);
     let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(events as usize);
-    let mut pending = std::collections::VecDeque::new();
-    let mut left = events;
-    while left > 0 {
-        let n = left.min(load_batch as u64);
-        left -= n;
-        let batch: Vec<Event> = (0..n).map(|_| gen.next_message()).collect();
-        for event in &batch {
+    load(
+        &log,
+        events,
+        load_batch,
+        || gen.next_message(),
+        |event| {
             encoded.push(encode_event(event).expect("encode"));
-        }
-        pending.push_back(log.submit(batch).expect("submit"));
-        if pending.len() >= 4 {
-            if let Some(h) = pending.pop_front() {
-                h.wait().expect("append");
-            }
-        }
-    }
-    for h in pending {
-        h.wait().expect("append");
-    }
-    log.flush().expect("flush");
+        },
+    );
     let built = started.elapsed();
     let bytes: usize = encoded.iter().map(Vec::len).sum();
     println!(

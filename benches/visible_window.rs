@@ -97,23 +97,13 @@ fn main() {
     let log = SledLog::open(dir.path().join("log"), &options).expect("opening the log");
     let load_batch = load_batch();
     let mut gen = generator();
-    let mut pending = std::collections::VecDeque::new();
-    let mut left = messages;
-    while left > 0 {
-        let n = left.min(load_batch);
-        left -= n;
-        let batch: Vec<Event> = (0..n).map(|_| gen.next_message()).collect();
-        pending.push_back(log.submit(batch).expect("submit"));
-        if pending.len() >= 4 {
-            if let Some(h) = pending.pop_front() {
-                h.wait().expect("append");
-            }
-        }
-    }
-    for h in pending {
-        h.wait().expect("append");
-    }
-    log.flush().expect("flush");
+    load(
+        &log,
+        messages as u64,
+        load_batch,
+        || gen.next_message(),
+        |_| {},
+    );
     let legio_load = started.elapsed();
     assert_eq!(log.last_seq().get(), messages as u64);
 

@@ -110,3 +110,32 @@ pub fn print_goals(goals: &[(String, String, bool)]) {
         if all { "goal met" } else { "goal NOT met" }
     );
 }
+
+/// Appends `count` events from `next` in batches of `batch`, with a few appends in flight, then
+/// flushes. `each` sees every event before it is submitted (to keep its encoding, say).
+pub fn load(
+    log: &dyn legio_store::EventLog,
+    count: u64,
+    batch: usize,
+    mut next: impl FnMut() -> legio_core::Event,
+    mut each: impl FnMut(&legio_core::Event),
+) {
+    let mut pending = std::collections::VecDeque::new();
+    let mut left = count;
+    while left > 0 {
+        let n = left.min(batch as u64);
+        left -= n;
+        let events: Vec<legio_core::Event> = (0..n).map(|_| next()).collect();
+        events.iter().for_each(&mut each);
+        pending.push_back(log.submit(events).expect("submit"));
+        if pending.len() >= 4 {
+            if let Some(h) = pending.pop_front() {
+                h.wait().expect("append");
+            }
+        }
+    }
+    for h in pending {
+        h.wait().expect("append");
+    }
+    log.flush().expect("flush");
+}
