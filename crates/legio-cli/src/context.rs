@@ -43,19 +43,7 @@ pub enum PlanFormat {
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let config = common::config(context)?;
     let conversation = ConversationKey::new(args.conversation)?;
-    let spec = config
-        .agents
-        .iter()
-        .find(|a| a.name.as_str() == args.agent)
-        .cloned()
-        .ok_or_else(|| {
-            let known: Vec<String> = config.agents.iter().map(|a| a.name.to_string()).collect();
-            anyhow::anyhow!(
-                "unknown agent {:?}; the roster has: {}",
-                args.agent,
-                known.join(", ")
-            )
-        })?;
+    let spec = config.agent_named(&args.agent)?.clone();
     let history = config
         .history_of(&spec)
         .context("the agent's provider is not configured")?;

@@ -6,10 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Result};
 use legio_core::{
-    can_see, record_to_json, AgentName, ConversationKey, Event, EventKind, Record, Seq, SessionId,
-    Timestamp, Viewer,
+    can_see, record_to_json, ConversationKey, Event, EventKind, Record, Seq, SessionId, Timestamp,
 };
-use legio_runtime::Role;
+use legio_runtime::AgentSpec;
 use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
@@ -61,7 +60,7 @@ pub struct Args {
 #[derive(Debug, Default)]
 pub struct Filter {
     conversation: Option<ConversationKey>,
-    agent: Option<(AgentName, Role)>,
+    agent: Option<AgentSpec>,
     session: Option<SessionId>,
     since: Option<Timestamp>,
     kinds: Vec<EventKind>,
@@ -102,14 +101,10 @@ impl Filter {
                 return false;
             }
         }
-        if let Some((agent, role)) = &self.agent {
-            let viewer = match role {
-                Role::Orchestrator => Viewer::Everything,
-                Role::Specialist => Viewer::Specialist(agent),
-            };
+        if let Some(spec) = &self.agent {
             return match event.as_message() {
-                Some(message) => can_see(viewer, message),
-                None => event.session_agent() == Some(agent),
+                Some(message) => can_see(spec.viewer(), message),
+                None => event.session_agent() == Some(&spec.name),
             };
         }
         true
@@ -127,19 +122,8 @@ fn resolve(context: &Context, args: &Args) -> Result<Filter> {
     };
     if let Some(name) = &args.agent {
         let config = common::config(context)?;
-        let spec = config
-            .agents
-            .iter()
-            .find(|a| a.name.as_str() == name)
-            .ok_or_else(|| {
-                let known: Vec<String> = config.agents.iter().map(|a| a.name.to_string()).collect();
-                anyhow::anyhow!(
-                    "unknown agent {name:?}; the roster in {} has: {}",
-                    context.config.display(),
-                    known.join(", ")
-                )
-            })?;
-        filter.agent = Some((spec.name.clone(), spec.role));
+        let spec = config.agent_named(name)?;
+        filter.agent = Some(spec.clone());
     }
     if let Some(id) = &args.session {
         let uuid = id.parse().map_err(|_| {

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use legio_core::{BoundaryReason, ConversationKey, Event, SessionEnded, SessionId, Timestamp};
+use legio_core::{manual_reset, ConversationKey, Timestamp};
 use legio_store::EventLog;
 
 use crate::common;
@@ -26,36 +26,20 @@ pub struct Args {
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let config = common::config(context)?;
     let conversation = ConversationKey::new(args.conversation)?;
-    let spec = config
-        .agents
-        .iter()
-        .find(|a| a.name.as_str() == args.agent)
-        .ok_or_else(|| {
-            let known: Vec<String> = config.agents.iter().map(|a| a.name.to_string()).collect();
-            anyhow::anyhow!(
-                "unknown agent {:?}; the roster has: {}",
-                args.agent,
-                known.join(", ")
-            )
-        })?;
+    let spec = config.agent_named(&args.agent)?;
     let log = common::open_log(context)?;
     let state = log.session_state(&conversation, &spec.name)?;
-    let session = state
-        .as_ref()
-        .and_then(|s| s.current.as_ref())
-        .map(|c| c.session)
-        .unwrap_or(SessionId(uuid::Uuid::nil()));
     let micros = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_micros())
         .unwrap_or(0);
-    let range = log.append(vec![Event::SessionClosed(SessionEnded {
-        conversation: conversation.clone(),
-        agent: spec.name.clone(),
-        session,
-        at: Timestamp::from_unix_micros(i64::try_from(micros).unwrap_or(i64::MAX)),
-        why: BoundaryReason::ManualReset,
-    })])?;
+    let at = Timestamp::from_unix_micros(i64::try_from(micros).unwrap_or(i64::MAX));
+    let range = log.append(vec![manual_reset(
+        state.as_ref(),
+        &conversation,
+        &spec.name,
+        at,
+    )])?;
     let was_failed = state.is_some_and(|s| s.failed.is_some());
     println!(
         "reset {} in {} at seq {}{}; its next turn opens a new session restored from the log",

@@ -28,8 +28,8 @@ pub use event::{
 };
 pub use event_json::{record_from_json, record_to_json, JsonEventError};
 pub use lifecycle::{
-    crash_cleanup, decide_session, restored_notice, Delivery, EndSession, History, SessionDecision,
-    SessionFacts, Start,
+    crash_cleanup, decide_session, manual_reset, restored_notice, stop_session, Delivery,
+    EndSession, History, SessionDecision, SessionFacts, Start,
 };
 pub use mention::parse_mentions;
 pub use message::{Audience, Message, MessageId, Part};

@@ -130,14 +130,45 @@ fn resumable(state: &crate::session::SessionInfo, history: History) -> bool {
     history.is_resumable() && state.provider_session.is_some() && state.turns > 0
 }
 
+/// How to end `current` for `why` when its actor stops: suspended if the provider can resume it
+/// (resumable, with a provider session and a completed turn), closed if not.
+pub fn stop_session(
+    current: &crate::session::SessionInfo,
+    history: History,
+    why: BoundaryReason,
+) -> EndSession {
+    EndSession {
+        suspend: resumable(current, history),
+        why,
+    }
+}
+
 /// The crash-cleanup boundary for an actor that starts: an open session left in the log by a dead
 /// actor or process is suspended (if it can be resumed) or closed, as crashed. `None` when the
 /// latest session is not open.
 pub fn crash_cleanup(state: Option<&AgentSessionState>, history: History) -> Option<EndSession> {
     let current = state?.current.as_ref()?;
-    (current.status == SessionStatus::Open).then(|| EndSession {
-        suspend: resumable(current, history),
-        why: BoundaryReason::Crashed,
+    (current.status == SessionStatus::Open)
+        .then(|| stop_session(current, history, BoundaryReason::Crashed))
+}
+
+/// The event of a manual reset: the agent's latest session closed as `manual_reset` (the nil
+/// session id when it never had one). Folding it also clears a failed agent.
+pub fn manual_reset(
+    state: Option<&AgentSessionState>,
+    conversation: &crate::name::ConversationKey,
+    agent: &crate::name::AgentName,
+    at: crate::timestamp::Timestamp,
+) -> crate::event::Event {
+    let session = state
+        .and_then(|s| s.current.as_ref())
+        .map_or(crate::event::SessionId(uuid::Uuid::nil()), |c| c.session);
+    crate::event::Event::SessionClosed(crate::event::SessionEnded {
+        conversation: conversation.clone(),
+        agent: agent.clone(),
+        session,
+        at,
+        why: BoundaryReason::ManualReset,
     })
 }
 

@@ -9,9 +9,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use legio_core::{
-    crash_cleanup, estimate_tokens, AgentName, Audience, BoundaryReason, ContextDelivered,
-    ConversationKey, EndSession, Event, Message, MessageId, Participant, Seq, SessionEnded,
-    SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted, TurnFailed,
+    crash_cleanup, estimate_tokens, stop_session, AgentName, Audience, BoundaryReason,
+    ContextDelivered, ConversationKey, EndSession, Event, Message, MessageId, Participant, Seq,
+    SessionEnded, SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted,
+    TurnFailed,
 };
 use legio_llm::{ProviderError, ProviderRequest};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -259,12 +260,7 @@ impl AgentActor {
             .spec(&self.agent)
             .ok_or_else(|| RuntimeError::Actor("agent left the roster".into()))?;
         let history = self.shared.provider(spec)?.capabilities().history;
-        let end = EndSession {
-            suspend: history.is_resumable()
-                && current.provider_session.is_some()
-                && current.turns > 0,
-            why,
-        };
+        let end = stop_session(&current, history, why);
         self.shared.append(vec![self.end_event(live, end)]).await?;
         record_end(end);
         Ok(())
@@ -272,24 +268,9 @@ impl AgentActor {
 
     async fn reset(&self, state: &mut AgentState) -> Result<(), RuntimeError> {
         state.live_session = None;
-        let (conversation, agent) = (self.conversation.clone(), self.agent.clone());
-        let current = self
-            .shared
-            .read(move |log| log.session_state(&conversation, &agent))
-            .await?;
-        let session = current
-            .and_then(|s| s.current)
-            .map(|c| c.session)
-            .unwrap_or(SessionId(uuid::Uuid::nil()));
-        let end = EndSession {
-            suspend: false,
-            why: BoundaryReason::ManualReset,
-        };
         self.shared
-            .append(vec![self.end_event(session, end)])
-            .await?;
-        record_end(end);
-        Ok(())
+            .record_reset(&self.conversation, &self.agent)
+            .await
     }
 
     /// One turn. `retry_lost` allows one retry with a new session when the provider lost the one

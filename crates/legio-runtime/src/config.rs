@@ -424,6 +424,17 @@ impl RuntimeConfig {
         (prompt, format!("sha256:{hex}"))
     }
 
+    /// The spec of the agent called `name`, or an error listing the roster.
+    pub fn agent_named(&self, name: &str) -> Result<&AgentSpec, crate::error::RuntimeError> {
+        self.agents
+            .iter()
+            .find(|a| a.name.as_str() == name)
+            .ok_or_else(|| crate::error::RuntimeError::UnknownAgent {
+                name: name.to_owned(),
+                known: self.agents.iter().map(|a| a.name.to_string()).collect(),
+            })
+    }
+
     /// The spec of `name`.
     pub fn agent(&self, name: &AgentName) -> Option<&AgentSpec> {
         self.agents.iter().find(|a| &a.name == name)

@@ -185,15 +185,7 @@ impl Runtime {
     }
 
     fn agent_name(&self, name: &str) -> Result<AgentName, RuntimeError> {
-        let known = self.known_agents();
-        known
-            .iter()
-            .find(|a| a.as_str() == name)
-            .cloned()
-            .ok_or_else(|| RuntimeError::UnknownAgent {
-                name: name.to_owned(),
-                known: known.iter().map(|a| a.to_string()).collect(),
-            })
+        Ok(self.shared.config.agent_named(name)?.name.clone())
     }
 
     /// The conversation's supervisor: from this runtime's cache, or from the root (which starts

@@ -124,6 +124,26 @@ impl Shared {
         Ok((prompt, hash))
     }
 
+    /// Records a manual reset of `agent` in `conversation`: its latest session closed as
+    /// `manual_reset` (which also clears a failed agent).
+    pub(crate) async fn record_reset(
+        self: &Arc<Self>,
+        conversation: &ConversationKey,
+        agent: &AgentName,
+    ) -> Result<(), RuntimeError> {
+        let (c, a) = (conversation.clone(), agent.clone());
+        let state = self.read(move |log| log.session_state(&c, &a)).await?;
+        self.append(vec![legio_core::manual_reset(
+            state.as_ref(),
+            conversation,
+            agent,
+            now(),
+        )])
+        .await?;
+        metrics::counter!(crate::metrics::SESSIONS_CLOSED, "reason" => "manual_reset").increment(1);
+        Ok(())
+    }
+
     /// The specialists' current status, for the orchestrator's message.
     pub(crate) fn status_block(&self, conversation: &ConversationKey) -> String {
         let mut out = String::from("<agent_status>\n");

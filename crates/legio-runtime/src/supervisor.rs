@@ -8,10 +8,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use legio_core::{
-    AgentFailed, AgentName, BoundaryReason, ConversationKey, Event, SessionEnded, SessionId,
-    TurnFailed,
-};
+use legio_core::{AgentFailed, AgentName, BoundaryReason, ConversationKey, Event, TurnFailed};
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use rand::Rng;
 use tokio::sync::oneshot;
@@ -182,7 +179,7 @@ impl Actor for ConversationSupervisor {
                     Some(Slot::Draining(..)) => {
                         // The actor may be stopping: record the reset here; if it carries on,
                         // its next turn sees the closed session and opens a new one.
-                        let result = self.record_reset(&agent).await;
+                        let result = self.shared.record_reset(&self.conversation, &agent).await;
                         let _ = reply.send(result);
                     }
                     Some(Slot::Live(actor)) => {
@@ -204,7 +201,7 @@ impl Actor for ConversationSupervisor {
                         self.shared
                             .board
                             .set(&self.conversation, &agent, Activity::Idle);
-                        let result = self.record_reset(&agent).await;
+                        let result = self.shared.record_reset(&self.conversation, &agent).await;
                         let _ = reply.send(result);
                         for (request, reply) in queued {
                             let _ = myself.send_message(ConversationMsg::Turn {
@@ -481,29 +478,6 @@ impl ConversationSupervisor {
                 state.slots.insert(agent.clone(), Slot::Failed(reason));
             }
         }
-    }
-
-    async fn record_reset(&self, agent: &AgentName) -> Result<(), RuntimeError> {
-        let (conversation, name) = (self.conversation.clone(), agent.clone());
-        let current = self
-            .shared
-            .read(move |log| log.session_state(&conversation, &name))
-            .await?;
-        let session = current
-            .and_then(|s| s.current)
-            .map(|c| c.session)
-            .unwrap_or(SessionId(uuid::Uuid::nil()));
-        self.shared
-            .append(vec![Event::SessionClosed(SessionEnded {
-                conversation: self.conversation.clone(),
-                agent: agent.clone(),
-                session,
-                at: now(),
-                why: BoundaryReason::ManualReset,
-            })])
-            .await?;
-        metrics::counter!(m::SESSIONS_CLOSED, "reason" => "manual_reset").increment(1);
-        Ok(())
     }
 }
 

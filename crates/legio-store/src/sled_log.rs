@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -440,10 +440,6 @@ fn run_committer(
     }
 }
 
-fn weak_reader(engine: &Arc<Engine<SledBackend>>) -> Weak<Engine<SledBackend>> {
-    Arc::downgrade(engine)
-}
-
 impl EventLog for SledLog {
     fn submit(&self, events: Vec<Event>) -> Result<AppendHandle> {
         let batch = self.engine.encode_batch(events)?;
@@ -517,7 +513,7 @@ impl EventLog for SledLog {
 
     fn subscribe(&self, from: Seq) -> Subscription {
         // A subscription must not keep the database open (and locked) after the log is dropped.
-        let weak = weak_reader(&self.engine);
+        let weak = Arc::downgrade(&self.engine);
         Subscription::new(
             Arc::new(move |a, b, n| {
                 weak.upgrade()
