@@ -239,7 +239,7 @@ pub fn run(_context: &Context, args: Args) -> Result<ExitCode> {
 
         println!("\n7. The log, replayed (`legio replay` does this for any log, without calling a model):");
         let log = legio_store::SledLog::open(root.join("log"), &tour.config.store.options)?;
-        common::for_each_record(&log, Seq::FIRST, log.last_seq(), |record| {
+        common::for_each_record(&log, None, Seq::FIRST, log.last_seq(), |record| {
             println!("   {}", render::line(&record));
             Ok(())
         })?;

@@ -37,15 +37,10 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let last = log.last_seq();
     let bar = common::progress(last.get(), "export", true);
     let mut written = 0u64;
-    for_each_record(&log, Seq::FIRST, last, |record| {
-        bar.inc(1);
-        if conversation
-            .as_ref()
-            .is_none_or(|c| c == record.event.conversation())
-        {
-            write_record(&mut out, &record, Format::Jsonl, false)?;
-            written += 1;
-        }
+    for_each_record(&log, conversation.as_ref(), Seq::FIRST, last, |record| {
+        bar.set_position(record.seq.get());
+        write_record(&mut out, &record, Format::Jsonl, false)?;
+        written += 1;
         Ok(())
     })?;
     out.flush()?;

@@ -93,7 +93,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     match args.what {
         What::Conversations => {
             let mut stats: BTreeMap<ConversationKey, (u64, u64, Timestamp)> = BTreeMap::new();
-            for_each_record(&log, Seq::FIRST, log.last_seq(), |record| {
+            for_each_record(&log, only.as_ref(), Seq::FIRST, log.last_seq(), |record| {
                 let event = &record.event;
                 if only.as_ref().is_none_or(|c| c == event.conversation()) {
                     let entry = stats.entry(event.conversation().clone()).or_insert((
@@ -172,7 +172,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         What::Sessions => {
             let mut rows: Vec<Vec<String>> = Vec::new();
             let mut index: BTreeMap<String, usize> = BTreeMap::new();
-            for_each_record(&log, Seq::FIRST, log.last_seq(), |record| {
+            for_each_record(&log, only.as_ref(), Seq::FIRST, log.last_seq(), |record| {
                 if only
                     .as_ref()
                     .is_some_and(|c| c != record.event.conversation())

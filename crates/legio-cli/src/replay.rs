@@ -223,8 +223,8 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         !to_terminal,
     );
     let mut printed = Seq::ZERO;
-    for_each_record(&log, from, last, |record| {
-        bar.inc(1);
+    for_each_record(&log, filter.conversation.as_ref(), from, last, |record| {
+        bar.set_position(record.seq.get() - from.get() + 1);
         printed = record.seq;
         if filter.matches(&record) {
             write_record(&mut out, &record, args.format, colour)?;

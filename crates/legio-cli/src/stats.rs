@@ -21,7 +21,7 @@ pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
     let bar = common::progress(last.get(), "stats", true);
     let mut kinds: BTreeMap<EventKind, u64> = BTreeMap::new();
     let mut conversations: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for_each_record(&log, Seq::FIRST, last, |record| {
+    for_each_record(&log, None, Seq::FIRST, last, |record| {
         bar.inc(1);
         *kinds.entry(record.event.kind()).or_default() += 1;
         let entry = conversations

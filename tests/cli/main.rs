@@ -1,5 +1,6 @@
 //! The `legio` binary, run for real on temp databases: every command's happy path and its main
-//! errors. (These tests live with the binary so that cargo builds it for them.)
+//! errors. (The file lives in the top-level `tests/`; `crates/legio-cli/Cargo.toml` declares it as
+//! that package's test so that cargo builds the binary for it and names it in `CARGO_BIN_EXE_legio`.)
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -300,6 +301,28 @@ fn replay_prints_every_event_and_filters_agree_with_the_store() {
     );
     let out = f.legio(&["replay", "--format", "jsonl", "--from", "3", "--to", "5"]);
     assert_eq!(seqs_of(&out), vec![3, 4, 5]);
+    // A conversation is read through its index; the seq bounds still hold.
+    let (lo, hi) = (
+        conversation_seqs[1],
+        conversation_seqs[conversation_seqs.len() - 2],
+    );
+    let out = f.legio(&[
+        "replay",
+        "--format",
+        "jsonl",
+        "--conversation",
+        CONV,
+        "--from",
+        &lo.to_string(),
+        "--to",
+        &hi.to_string(),
+    ]);
+    let want: Vec<u64> = conversation_seqs
+        .iter()
+        .copied()
+        .filter(|s| (lo..=hi).contains(s))
+        .collect();
+    assert_eq!(seqs_of(&out), want);
     let out = f.legio(&["replay", "--since", "2000-01-01T00:00:00Z"]);
     assert_eq!(stdout(&out).lines().count() as u64, last);
     let out = f.legio(&["replay", "--since", "2999-01-01T00:00:00Z"]);
