@@ -465,6 +465,7 @@ impl Inline {
                 resume: None,
                 plan: plan.clone(),
                 status,
+                deltas: None,
             })
             .await
             .expect("a provider call");

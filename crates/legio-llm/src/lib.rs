@@ -7,7 +7,8 @@ mod render;
 mod scripted;
 
 pub use provider::{
-    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+    Capabilities, DeltaSink, Provider, ProviderError, ProviderFuture, ProviderReply,
+    ProviderRequest,
 };
 pub use render::{bootstrap_block, chat_turns, ChatRole, ChatTurn};
 pub use scripted::{Fault, RecordedRequest, ScriptedConfig, ScriptedProvider};

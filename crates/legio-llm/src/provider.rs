@@ -32,7 +32,14 @@ pub struct ProviderRequest {
     /// The specialists' current status, sent in the orchestrator's message (never the system
     /// prompt, so it cannot go stale).
     pub status: Option<String>,
+    /// Where a streaming provider sends the reply's text as it arrives (each item a fragment, in
+    /// order); `None` when nobody listens. The reply itself still arrives whole in
+    /// [`ProviderReply`]: fragments are progress, never the record.
+    pub deltas: Option<DeltaSink>,
 }
+
+/// The receiving end of a provider's text fragments lives with whoever shows progress.
+pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<String>;
 
 /// A successful turn.
 #[derive(Clone, Debug, PartialEq, Eq)]

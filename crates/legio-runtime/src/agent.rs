@@ -396,6 +396,7 @@ impl AgentActor {
             resume,
             plan: plan.clone(),
             status,
+            deltas: None,
         };
         let result =
             tokio::time::timeout(settings.turn_timeout, provider.call(provider_request)).await;
