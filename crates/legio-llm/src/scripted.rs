@@ -256,8 +256,55 @@ impl Provider for ScriptedProvider {
                     panic!("scripted provider: injected panic for {}", request.agent)
                 }
                 Some(Fault::Hang) => std::future::pending().await,
-                other => self.run(request, other),
+                other => {
+                    let deltas = request.deltas.clone();
+                    let reply = self.run(request, other)?;
+                    if let Some(sink) = deltas {
+                        for fragment in fragments(&reply.text) {
+                            let _ = sink.send(fragment.to_owned());
+                        }
+                    }
+                    Ok(reply)
+                }
             }
         })
+    }
+}
+
+/// The reply cut into up to four fragments at word boundaries (what a streaming provider's
+/// deltas look like), so hosts and tests see progress. Concatenated, they are the text.
+fn fragments(text: &str) -> Vec<&str> {
+    let words: Vec<usize> = text.match_indices(' ').map(|(i, _)| i + 1).collect();
+    let step = words.len().div_ceil(4).max(1);
+    let mut cuts: Vec<usize> = words.iter().copied().step_by(step).skip(1).collect();
+    cuts.push(text.len());
+    let mut out = Vec::new();
+    let mut start = 0;
+    for cut in cuts {
+        if cut > start {
+            out.push(&text[start..cut]);
+            start = cut;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fragments;
+
+    #[test]
+    fn fragments_concatenate_to_the_text() {
+        for text in [
+            "",
+            "one",
+            "a b",
+            "lead read 3 message(s) (delta) and answers #7.",
+        ] {
+            let parts = fragments(text);
+            assert_eq!(parts.concat(), text);
+            assert!(parts.len() <= 5, "{parts:?}");
+        }
+        assert!(fragments("lead read 3 message(s) (delta) and answers #7.").len() >= 3);
     }
 }

@@ -22,6 +22,7 @@ use crate::config::Role;
 use crate::error::RuntimeError;
 use crate::metrics as m;
 use crate::prepare::{prepare_turn, window_tokens, PreparedTurn, TurnInputs};
+use crate::progress::{Progress, ProgressSink};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::Activity;
 
@@ -52,11 +53,12 @@ impl AgentReply {
     }
 }
 
-/// The message a turn answers.
-#[derive(Clone, Copy, Debug)]
+/// The message a turn answers, and where to report the turn's progress (if anyone listens).
+#[derive(Clone, Debug)]
 pub(crate) struct TurnRequest {
     pub(crate) seq: Seq,
     pub(crate) id: MessageId,
+    pub(crate) progress: Option<ProgressSink>,
 }
 
 pub(crate) enum AgentMsg {
@@ -151,6 +153,11 @@ impl Actor for AgentActor {
                 self.shared
                     .board
                     .set(&self.conversation, &self.agent, Activity::Working);
+                if let Some(progress) = &request.progress {
+                    let _ = progress.send(Progress::AgentStarted {
+                        agent: self.agent.clone(),
+                    });
+                }
                 let outcome = match self.turn(state, request, true).await {
                     Ok(outcome) => outcome,
                     Err(e) => {
@@ -389,6 +396,25 @@ impl AgentActor {
 
         let status =
             (spec.role == Role::Orchestrator).then(|| shared.status_block(&self.conversation));
+        // Streamed fragments go to the listener as `Delta`s; the forwarder ends when the provider
+        // drops its sender (the call finished or was cancelled) and is awaited before the reply
+        // is returned, so every fragment precedes the agent's `AgentDone`.
+        let (deltas, forwarder) = match &request.progress {
+            Some(progress) => {
+                let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+                let (progress, agent) = (progress.clone(), self.agent.clone());
+                let forwarder = tokio::spawn(async move {
+                    while let Some(text) = rx.recv().await {
+                        let _ = progress.send(Progress::Delta {
+                            agent: agent.clone(),
+                            text,
+                        });
+                    }
+                });
+                (Some(tx), Some(forwarder))
+            }
+            None => (None, None),
+        };
         let provider_request = ProviderRequest {
             conversation: self.conversation.clone(),
             agent: self.agent.clone(),
@@ -396,10 +422,13 @@ impl AgentActor {
             resume,
             plan: plan.clone(),
             status,
-            deltas: None,
+            deltas,
         };
         let result =
             tokio::time::timeout(settings.turn_timeout, provider.call(provider_request)).await;
+        if let Some(forwarder) = forwarder {
+            let _ = forwarder.await;
+        }
         match result {
             Ok(Ok(reply)) => {
                 let reply_id = MessageId(fresh_uuid());

@@ -27,9 +27,9 @@ struct FileConfig {
     agents: BTreeMap<String, AgentSection>,
     #[serde(default)]
     providers: BTreeMap<String, ProviderSection>,
-    /// Read by the server (a later issue); accepted here so one file serves every layer.
+    /// Read by legio-server; parsed here so one file serves every layer.
     #[serde(default)]
-    server: Option<toml::Value>,
+    server: crate::server_settings::ServerSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -202,6 +202,8 @@ pub struct RuntimeConfig {
     pub agents: Vec<AgentSpec>,
     /// Providers by name.
     pub providers: BTreeMap<String, ProviderSpec>,
+    /// The `[server]` section (used by `legio serve`).
+    pub server: crate::server_settings::ServerSettings,
 }
 
 impl RuntimeConfig {
@@ -223,7 +225,10 @@ impl RuntimeConfig {
         };
         let parsed: FileConfig =
             toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
-        let _ = &parsed.server;
+        let server = crate::server_settings::ServerSettings::from_section(&parsed.server, |var| {
+            std::env::var(var).ok()
+        })
+        .map_err(invalid)?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
 
         let mut options = StoreOptions::default();
@@ -386,6 +391,7 @@ impl RuntimeConfig {
             runtime,
             agents,
             providers,
+            server,
         })
     }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use legio_core::{
     parse_mentions, AgentName, AgentSessionState, Audience, ConversationKey, Event, Message,
-    MessageId, Participant, Record, Viewer,
+    MessageId, Participant, Record, Seq, Viewer,
 };
 use legio_llm::{Provider, ScriptedConfig, ScriptedProvider};
 use legio_store::{EventLog, SledLog};
@@ -21,6 +21,8 @@ use tokio::sync::oneshot;
 use crate::agent::{AgentReply, TurnRequest};
 use crate::config::{ProviderSpec, Role, RuntimeConfig};
 use crate::error::RuntimeError;
+use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
+use crate::progress::{Progress, ProgressSink};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::{Activity, StatusBoard};
 use crate::supervisor::{ConversationMsg, RootMsg, RootSupervisor};
@@ -259,6 +261,30 @@ impl Runtime {
         sender: &str,
         text: &str,
     ) -> Result<Vec<AgentReply>, RuntimeError> {
+        self.post_with(conversation, sender, text, None).await
+    }
+
+    /// Like [`Runtime::post_as`], reporting each addressed agent's progress to `progress` as it
+    /// happens: started, text fragments where the provider streams, done (see [`Progress`]).
+    /// Nothing is sent when the post is refused (an error) or addresses no agent.
+    pub async fn post_streaming(
+        &self,
+        conversation: &str,
+        sender: &str,
+        text: &str,
+        progress: ProgressSink,
+    ) -> Result<Vec<AgentReply>, RuntimeError> {
+        self.post_with(conversation, sender, text, Some(progress))
+            .await
+    }
+
+    async fn post_with(
+        &self,
+        conversation: &str,
+        sender: &str,
+        text: &str,
+        progress: Option<ProgressSink>,
+    ) -> Result<Vec<AgentReply>, RuntimeError> {
         self.check_running()?;
         let key = ConversationKey::new(conversation)?;
         if text.trim().is_empty() {
@@ -303,6 +329,7 @@ impl Runtime {
             TurnRequest {
                 seq: range.first,
                 id,
+                progress,
             },
             &targets,
         )
@@ -320,35 +347,40 @@ impl Runtime {
         let wait = self.shared.config.runtime.turn_timeout
             + self.shared.config.runtime.restart.max_backoff
             + Duration::from_secs(5);
+        let progress = request.progress.clone();
         let mut pending = Vec::new();
         for agent in targets {
             let (tx, rx) = oneshot::channel();
             let turn = ConversationMsg::Turn {
                 agent: agent.clone(),
-                request,
+                request: request.clone(),
                 reply: tx,
             };
             let sent = self.send_to_conversation(key, turn).await;
-            pending.push((agent.clone(), sent.is_ok(), rx));
+            let wait_for = wait_reply(agent.clone(), sent.is_ok(), rx, wait);
+            pending.push(match &progress {
+                // With a listener, each agent's `AgentDone` goes out as soon as its reply is in.
+                Some(progress) => {
+                    let progress = progress.clone();
+                    Pending::Spawned(tokio::spawn(async move {
+                        let reply = wait_for.await;
+                        let _ = progress.send(Progress::AgentDone {
+                            reply: reply.clone(),
+                        });
+                        reply
+                    }))
+                }
+                None => Pending::Inline(Box::pin(wait_for)),
+            });
         }
         let mut replies = Vec::with_capacity(pending.len());
-        for (agent, sent, rx) in pending {
-            let reply = if !sent {
-                AgentReply::failed(&agent, RuntimeError::ShutDown.to_string())
-            } else {
-                match tokio::time::timeout(wait, rx).await {
-                    Ok(Ok(reply)) => reply,
-                    Ok(Err(_)) => AgentReply::failed(
-                        &agent,
-                        format!("{agent} crashed during the turn and is being restarted"),
-                    ),
-                    Err(_) => AgentReply::failed(
-                        &agent,
-                        format!("{agent} did not answer within {} s", wait.as_secs()),
-                    ),
-                }
-            };
-            replies.push(reply);
+        for (pending, agent) in pending.into_iter().zip(targets) {
+            replies.push(match pending {
+                Pending::Inline(future) => future.await,
+                Pending::Spawned(task) => task.await.unwrap_or_else(|e| {
+                    AgentReply::failed(agent, format!("waiting for {agent} failed: {e}"))
+                }),
+            });
         }
         Ok(replies)
     }
@@ -375,6 +407,38 @@ impl Runtime {
                 log.visible_window(&key, viewer, limit)
             })
             .await
+    }
+
+    /// What `agent`'s provider would receive for its next turn in `conversation` had the log
+    /// ended at `at` (default: now): the same decision and planner the agent actor uses
+    /// ([`preview_turn`]), with the agent's current prompt and its provider's capability. Never
+    /// calls a provider; writes nothing.
+    pub async fn next_context(
+        &self,
+        conversation: &str,
+        agent: &str,
+        at: Option<Seq>,
+    ) -> Result<TurnPreview, RuntimeError> {
+        let key = ConversationKey::new(conversation)?;
+        let spec = self.shared.config.agent_named(agent)?.clone();
+        let history = self.shared.provider(&spec)?.capabilities().history;
+        let (_, prompt_hash) = self.shared.system_prompt(&spec)?;
+        let shared = Arc::clone(&self.shared);
+        tokio::task::spawn_blocking(move || {
+            let at = at.unwrap_or_else(|| shared.log.last_seq());
+            let inputs = TurnInputs {
+                spec: &spec,
+                conversation: &key,
+                history,
+                settings: &shared.config.runtime,
+                prompt_hash: &prompt_hash,
+                live_session: None,
+                new_message: at,
+            };
+            preview_turn(shared.log.as_ref(), inputs, at)
+        })
+        .await
+        .map_err(|e| RuntimeError::Actor(format!("previewing the context was cancelled: {e}")))?
     }
 
     /// A manual reset: closes the agent's session (and clears a failed agent); its next turn opens
@@ -490,6 +554,35 @@ impl Runtime {
             .root
             .stop_and_wait(None, Some(Duration::from_secs(5)))
             .await;
+    }
+}
+
+/// A reply being waited for: in place, or on its own task (to report progress as it comes).
+enum Pending {
+    Inline(std::pin::Pin<Box<dyn std::future::Future<Output = AgentReply> + Send>>),
+    Spawned(tokio::task::JoinHandle<AgentReply>),
+}
+
+/// Waits for one agent's reply, turning a lost or late one into an error reply.
+async fn wait_reply(
+    agent: AgentName,
+    sent: bool,
+    rx: oneshot::Receiver<AgentReply>,
+    wait: Duration,
+) -> AgentReply {
+    if !sent {
+        return AgentReply::failed(&agent, RuntimeError::ShutDown.to_string());
+    }
+    match tokio::time::timeout(wait, rx).await {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(_)) => AgentReply::failed(
+            &agent,
+            format!("{agent} crashed during the turn and is being restarted"),
+        ),
+        Err(_) => AgentReply::failed(
+            &agent,
+            format!("{agent} did not answer within {} s", wait.as_secs()),
+        ),
     }
 }
 

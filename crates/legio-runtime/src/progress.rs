@@ -1,0 +1,36 @@
+//! Progress of a posted message's turns, for hosts that show it as it happens (the server's
+//! streamed turns): each addressed agent starts, streams text where its provider does, and is
+//! done. Progress is a view; the log and the returned replies are the record.
+
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::agent::AgentReply;
+use legio_core::AgentName;
+
+/// One step of a post's progress. For each addressed agent: `AgentStarted` (when its actor takes
+/// the turn), any number of `Delta`s (fragments of the reply's text, in order, only where the
+/// provider streams), then exactly one `AgentDone` with its reply or error. Steps of different
+/// agents interleave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// The agent's actor started the turn (after any wait in its mailbox or a restart backoff).
+    AgentStarted {
+        /// The agent.
+        agent: AgentName,
+    },
+    /// A fragment of the agent's reply text.
+    Delta {
+        /// The agent.
+        agent: AgentName,
+        /// The fragment.
+        text: String,
+    },
+    /// The agent's turn ended: its reply, or its error. Sent after every fragment of the turn.
+    AgentDone {
+        /// The reply (with `error` set if the turn failed).
+        reply: AgentReply,
+    },
+}
+
+/// Where the runtime sends progress. Sends never block; a dropped receiver is ignored.
+pub type ProgressSink = UnboundedSender<Progress>;

@@ -1,0 +1,170 @@
+//! The `[server]` section of the configuration: where `legio serve` listens and how it guards
+//! its endpoints. Parsed here (strictly, like every section) so one file serves every layer; used
+//! only by legio-server. `LEGIO_API_TOKEN` and `LEGIO_OPERATOR_TOKEN` override the file's tokens.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// The `[server]` table as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ServerSection {
+    bind: Option<String>,
+    token: Option<String>,
+    operator_token: Option<String>,
+    body_limit_bytes: Option<usize>,
+    shutdown_grace_seconds: Option<f64>,
+}
+
+/// The server's settings, validated.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// The address to listen on (default `127.0.0.1:7878`, loopback).
+    pub bind: SocketAddr,
+    /// The bearer token every endpoint but `/healthz` and `/readyz` requires. Required to bind a
+    /// non-loopback address.
+    pub token: Option<String>,
+    /// A separate token for the operator endpoints (`/operator/...`); without it, `token` opens
+    /// them too.
+    pub operator_token: Option<String>,
+    /// The largest request body accepted, in bytes (default 2 MiB).
+    pub body_limit_bytes: usize,
+    /// How long a shutdown waits for in-flight requests before cancelling them (default 10 s).
+    pub shutdown_grace: Duration,
+}
+
+impl std::fmt::Debug for ServerSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redact = |t: &Option<String>| t.as_ref().map(|_| "<redacted>");
+        f.debug_struct("ServerSettings")
+            .field("bind", &self.bind)
+            .field("token", &redact(&self.token))
+            .field("operator_token", &redact(&self.operator_token))
+            .field("body_limit_bytes", &self.body_limit_bytes)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .finish()
+    }
+}
+
+/// The default address: loopback only.
+pub const DEFAULT_BIND: &str = "127.0.0.1:7878";
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 7878)),
+            token: None,
+            operator_token: None,
+            body_limit_bytes: 2 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ServerSettings {
+    /// Validates the section; `invalid` wraps a message naming the key into the file's error.
+    /// `env` reads an environment variable (injected so tests need not touch the process's).
+    pub(crate) fn from_section(
+        section: &ServerSection,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, String> {
+        let mut settings = Self::default();
+        if let Some(bind) = &section.bind {
+            settings.bind = bind.parse().map_err(|_| {
+                format!(
+                    "server.bind = {bind:?} is not an address with a port, like \"{DEFAULT_BIND}\""
+                )
+            })?;
+        }
+        let token =
+            |key: &str, var: &str, value: &Option<String>| -> Result<Option<String>, String> {
+                let (value, from) = match env(var) {
+                    Some(v) => (Some(v), var.to_owned()),
+                    None => (value.clone(), format!("server.{key}")),
+                };
+                match value {
+                    Some(t) if t.trim().is_empty() => {
+                        Err(format!("{from} is empty; set a token or remove it"))
+                    }
+                    Some(t) if t.chars().any(|c| c.is_whitespace() || c.is_control()) => Err(
+                        format!("{from} contains whitespace; a bearer token is one word"),
+                    ),
+                    other => Ok(other),
+                }
+            };
+        settings.token = token("token", "LEGIO_API_TOKEN", &section.token)?;
+        settings.operator_token = token(
+            "operator_token",
+            "LEGIO_OPERATOR_TOKEN",
+            &section.operator_token,
+        )?;
+        if let Some(limit) = section.body_limit_bytes {
+            if limit == 0 {
+                return Err("server.body_limit_bytes must be above 0".into());
+            }
+            settings.body_limit_bytes = limit;
+        }
+        if let Some(grace) = section.shutdown_grace_seconds {
+            settings.shutdown_grace = Duration::try_from_secs_f64(grace).map_err(|_| {
+                format!("server.shutdown_grace_seconds = {grace} is not a valid duration")
+            })?;
+        }
+        Ok(settings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str, env: &[(&str, &str)]) -> Result<ServerSettings, String> {
+        let section: ServerSection = toml::from_str(text).map_err(|e| e.to_string())?;
+        ServerSettings::from_section(&section, |k| {
+            env.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| (*v).to_owned())
+        })
+    }
+
+    #[test]
+    fn defaults_are_loopback_without_a_token() {
+        let s = parse("", &[]).unwrap();
+        assert_eq!(s, ServerSettings::default());
+        assert!(s.bind.ip().is_loopback());
+        assert_eq!(s.body_limit_bytes, 2 * 1024 * 1024);
+    }
+
+    #[test]
+    fn values_and_env_overrides() {
+        let s = parse(
+            "bind = \"0.0.0.0:9000\"\ntoken = \"file-token\"\nbody_limit_bytes = 10\nshutdown_grace_seconds = 1.5",
+            &[("LEGIO_OPERATOR_TOKEN", "ops")],
+        )
+        .unwrap();
+        assert_eq!(s.bind.port(), 9000);
+        assert_eq!(s.token.as_deref(), Some("file-token"));
+        assert_eq!(s.operator_token.as_deref(), Some("ops"));
+        assert_eq!(s.shutdown_grace, Duration::from_millis(1500));
+        let s = parse("token = \"file\"", &[("LEGIO_API_TOKEN", "env")]).unwrap();
+        assert_eq!(s.token.as_deref(), Some("env"));
+        assert!(!format!("{s:?}").contains("env\""), "tokens are redacted");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let e = parse("bind = \"localhost\"", &[]).unwrap_err();
+        assert!(e.contains("server.bind"), "{e}");
+        let e = parse("token = \" \"", &[]).unwrap_err();
+        assert!(e.contains("server.token"), "{e}");
+        let e = parse("", &[("LEGIO_API_TOKEN", "a b")]).unwrap_err();
+        assert!(e.contains("LEGIO_API_TOKEN"), "{e}");
+        let e = parse("body_limit_bytes = 0", &[]).unwrap_err();
+        assert!(e.contains("server.body_limit_bytes"), "{e}");
+        let e = parse("shutdown_grace_seconds = -1", &[]).unwrap_err();
+        assert!(e.contains("shutdown_grace_seconds"), "{e}");
+        let e = parse("tokn = \"x\"", &[]).unwrap_err();
+        assert!(e.contains("tokn"), "{e}");
+    }
+}
