@@ -1,0 +1,536 @@
+//! `claude-code`: the Claude Code CLI run as a subprocess in print mode with stream-json output.
+//! Session-stateful and resumable: the session id the CLI reports is the provider session, and a
+//! later turn passes it back with `--resume`, sending only the delta. The prompt (the plan as one
+//! bootstrap block) goes to the child's stdin; every stdout line is one JSON event; the reply and
+//! its usage come from the final `result` event. Same inner shape as the HTTP providers: client
+//! (the process), request mapping (arguments and prompt), response mapping (events), errors.
+
+use std::collections::VecDeque;
+use std::io::ErrorKind;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use legio_core::{estimate_tokens, History, TokenUsage};
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::time::timeout;
+
+use crate::http::{cut, metric, BuildError};
+use crate::provider::{
+    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+};
+use crate::render::bootstrap_block;
+use crate::settings::ClaudeCodeSettings;
+
+/// What the CLI says (on stderr or in its result) when `--resume` names a session it does not
+/// have, compared in lower case: "No conversation found with session ID: <id>".
+const SESSION_NOT_FOUND: &str = "no conversation found";
+
+/// How many stderr lines are kept for error messages, and how much of them is shown.
+const STDERR_LINES: usize = 20;
+const STDERR_SHOWN: usize = 1000;
+
+/// How long to wait for the stderr reader once the child has exited or was stopped (a grandchild
+/// may still hold the pipe open; its last lines are not worth a longer wait).
+const STDERR_GRACE: Duration = Duration::from_millis(500);
+
+/// The Claude Code provider.
+#[derive(Debug)]
+pub struct ClaudeCode {
+    name: String,
+    settings: ClaudeCodeSettings,
+}
+
+impl ClaudeCode {
+    /// A provider named `name` in the configuration. The executable is looked for when a turn
+    /// runs, so a configuration can be checked on a machine without the CLI.
+    pub fn new(name: &str, settings: ClaudeCodeSettings) -> Result<Self, BuildError> {
+        let invalid = |message: &str| BuildError::Invalid {
+            provider: name.to_owned(),
+            message: message.to_owned(),
+        };
+        if settings.executable.as_os_str().is_empty() {
+            return Err(invalid(
+                "executable is empty; set it to `claude` (on the PATH) or the CLI's full path",
+            ));
+        }
+        if settings
+            .model
+            .as_deref()
+            .is_some_and(|m| m.trim().is_empty())
+        {
+            return Err(invalid(
+                "model is empty; remove it to use the CLI's default model",
+            ));
+        }
+        if settings.context_window == 0 {
+            return Err(invalid("context_window must be greater than 0"));
+        }
+        if settings.read_timeout.is_zero() {
+            return Err(invalid("read_timeout must be greater than 0"));
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            settings,
+        })
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &ClaudeCodeSettings {
+        &self.settings
+    }
+
+    fn spawn(&self, args: &[String]) -> Result<Child, ProviderError> {
+        let mut command = Command::new(&self.settings.executable);
+        command
+            .args(args)
+            // Set inside a Claude Code session; the CLI refuses to start nested when it sees it.
+            .env_remove("CLAUDECODE")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // The runtime's turn timeout drops the call's future: the child must die with it.
+            .kill_on_drop(true);
+        command.spawn().map_err(|e| {
+            let path = self.settings.executable.display();
+            let why = match e.kind() {
+                ErrorKind::NotFound => "not found".to_owned(),
+                ErrorKind::PermissionDenied => "not executable (permission denied)".to_owned(),
+                _ => e.to_string(),
+            };
+            self.failed(format!(
+                "cannot run the Claude Code CLI {path:?}: {why}; install it (npm install -g @anthropic-ai/claude-code) or set providers.{}.executable to its full path",
+                self.name
+            ))
+        })
+    }
+
+    async fn run(&self, request: ProviderRequest) -> Result<ProviderReply, ProviderError> {
+        let args = arguments(&self.settings, &request);
+        let prompt = bootstrap_block(&request.plan, request.status.as_deref());
+        tracing::debug!(provider = %self.name, resume = ?request.resume, prompt_bytes = prompt.len(), "running the Claude Code CLI");
+        let mut child = self.spawn(&args)?;
+
+        // Write the prompt and close stdin, without waiting for it: the child may answer (or
+        // fail) before it has read everything, and a full pipe must not block the reader.
+        let stdin = child.stdin.take();
+        let input = prompt.clone();
+        let writer = tokio::spawn(async move {
+            if let Some(mut stdin) = stdin {
+                // A child that exits without reading gives a broken pipe: its exit says why.
+                let _ = stdin.write_all(input.as_bytes()).await;
+                let _ = stdin.shutdown().await;
+            }
+        });
+        let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+        let stderr_reader = child
+            .stderr
+            .take()
+            .map(|stderr| tokio::spawn(keep_tail(stderr, Arc::clone(&stderr_tail))));
+
+        let mut events = Events::default();
+        let read = match child.stdout.take() {
+            Some(stdout) => {
+                read_events(stdout, self.settings.read_timeout, &mut events, &request).await
+            }
+            None => Err(Fault::Read("no stdout pipe".into())),
+        };
+        let exit = match read {
+            Ok(()) => match timeout(self.settings.read_timeout, child.wait()).await {
+                Ok(Ok(status)) => Ok(status),
+                Ok(Err(e)) => Err(Fault::Read(format!("cannot wait for the process: {e}"))),
+                Err(_) => Err(Fault::NoExit),
+            },
+            Err(fault) => Err(fault),
+        };
+        if exit.is_err() {
+            let _ = child.start_kill();
+            let _ = timeout(STDERR_GRACE, child.wait()).await;
+        }
+        writer.abort();
+        if let Some(mut reader) = stderr_reader {
+            if timeout(STDERR_GRACE, &mut reader).await.is_err() {
+                reader.abort();
+            }
+        }
+        let stderr: Vec<String> = stderr_tail
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+
+        let outcome = self.outcome(&request, exit, events, &stderr, &prompt);
+        let label = if outcome.is_ok() { "ok" } else { "error" };
+        metrics::counter!(metric::REQUESTS, "provider" => self.name.clone(), "outcome" => label)
+            .increment(1);
+        outcome
+    }
+
+    /// The reply, or the error a finished (or stopped) run amounts to.
+    fn outcome(
+        &self,
+        request: &ProviderRequest,
+        exit: Result<ExitStatus, Fault>,
+        events: Events,
+        stderr: &[String],
+        prompt: &str,
+    ) -> Result<ProviderReply, ProviderError> {
+        let result = events.result.as_ref();
+        let failure = match (&exit, result) {
+            (Err(fault), _) => Some(self.describe(fault)),
+            (Ok(status), _) if !status.success() => Some(format!(
+                "the Claude Code CLI exited with {status}{}",
+                if result.is_none() {
+                    " without a result"
+                } else {
+                    ""
+                }
+            )),
+            (Ok(_), None) => Some("the Claude Code CLI ended without a result message".into()),
+            (Ok(_), Some(result)) => result_error(result),
+        };
+        let Some(failure) = failure else {
+            return self.reply(request, &events, prompt);
+        };
+        if let Some(session) = &request.resume {
+            let mut evidence: Vec<&str> = stderr.iter().map(String::as_str).collect();
+            let said = result.map(result_text).unwrap_or_default();
+            evidence.push(&said);
+            if let Err(Fault::Invalid { line, .. }) = &exit {
+                evidence.push(line);
+            }
+            if evidence
+                .iter()
+                .any(|text| text.to_lowercase().contains(SESSION_NOT_FOUND))
+            {
+                return Err(ProviderError::SessionLost {
+                    session: session.clone(),
+                });
+            }
+        }
+        let mut message = failure;
+        if !stderr.is_empty() {
+            message.push_str(&format!(
+                "; stderr: {}",
+                cut(&stderr.join(" | "), STDERR_SHOWN)
+            ));
+        }
+        Err(self.failed(message))
+    }
+
+    fn reply(
+        &self,
+        request: &ProviderRequest,
+        events: &Events,
+        prompt: &str,
+    ) -> Result<ProviderReply, ProviderError> {
+        let result = events
+            .result
+            .as_ref()
+            .ok_or_else(|| self.failed("the Claude Code CLI ended without a result message"))?;
+        let text = match result.get("result") {
+            Some(Value::String(text)) => text.clone(),
+            _ => {
+                return Err(self.failed(format!(
+                    "the result message has no text: {}",
+                    cut(&result.to_string(), 300)
+                )))
+            }
+        };
+        let session = result
+            .get("session_id")
+            .and_then(Value::as_str)
+            .or(events.session.as_deref())
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| self.failed("the Claude Code CLI reported no session id"))?;
+        let usage = usage_of(result).unwrap_or_else(|| TokenUsage {
+            input: estimate_tokens(&request.system_prompt) + estimate_tokens(prompt),
+            output: estimate_tokens(&text),
+            ..TokenUsage::default()
+        });
+        Ok(ProviderReply {
+            text,
+            usage: Some(usage),
+            provider_session: Some(session.to_owned()),
+        })
+    }
+
+    fn describe(&self, fault: &Fault) -> String {
+        match fault {
+            Fault::Silent => format!(
+                "the Claude Code CLI wrote nothing for {} s (read_timeout) and was stopped",
+                self.settings.read_timeout.as_secs_f64()
+            ),
+            Fault::NoExit => format!(
+                "the Claude Code CLI closed its output but did not exit within {} s (read_timeout) and was stopped",
+                self.settings.read_timeout.as_secs_f64()
+            ),
+            Fault::Invalid { line, error } => format!(
+                "the Claude Code CLI wrote a line that is not a JSON object ({error}): {line}; is executable {:?} the Claude Code CLI, and do extra_args leave --output-format alone?",
+                self.settings.executable.display()
+            ),
+            Fault::Read(e) => format!("cannot read the Claude Code CLI's output: {e}"),
+        }
+    }
+
+    fn failed(&self, message: impl std::fmt::Display) -> ProviderError {
+        ProviderError::Failed {
+            message: format!("{}: {message}", self.name),
+        }
+    }
+}
+
+impl Provider for ClaudeCode {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            history: History::Session { resumable: true },
+            context_window: self.settings.context_window,
+        }
+    }
+
+    fn call(&self, request: ProviderRequest) -> ProviderFuture<'_> {
+        Box::pin(self.run(request))
+    }
+}
+
+/// The CLI's arguments for `request`: the configured extra arguments, print mode with stream-json
+/// output (which the CLI only allows with `--verbose`), the model, the session to resume, and the
+/// agent's system prompt appended to Claude Code's own. The prompt itself goes to stdin.
+pub fn arguments(settings: &ClaudeCodeSettings, request: &ProviderRequest) -> Vec<String> {
+    let mut args = settings.extra_args.clone();
+    args.extend(
+        ["-p", "--output-format", "stream-json", "--verbose"]
+            .iter()
+            .map(|s| (*s).to_owned()),
+    );
+    if let Some(model) = &settings.model {
+        args.push("--model".into());
+        args.push(model.clone());
+    }
+    if let Some(session) = &request.resume {
+        args.push("--resume".into());
+        args.push(session.clone());
+    }
+    if !request.system_prompt.is_empty() {
+        args.push("--append-system-prompt".into());
+        args.push(request.system_prompt.clone());
+    }
+    args
+}
+
+/// Why reading a run stopped before its output ended cleanly.
+#[derive(Debug)]
+enum Fault {
+    /// No line within `read_timeout`.
+    Silent,
+    /// Stdout closed but the process did not exit within `read_timeout`.
+    NoExit,
+    /// A line that is not a JSON object (cut).
+    Invalid { line: String, error: String },
+    /// The pipe failed (or carried bytes that are not UTF-8).
+    Read(String),
+}
+
+/// What the events of a run said so far.
+#[derive(Default, Debug)]
+struct Events {
+    /// The session id of the `system`/`init` event.
+    session: Option<String>,
+    /// The last `result` event.
+    result: Option<Value>,
+    /// Whether partial text deltas (`stream_event`, with `--include-partial-messages` in
+    /// `extra_args`) were seen: then whole assistant messages are not forwarded again.
+    partial: bool,
+}
+
+impl Events {
+    /// Takes one stdout line, forwarding reply text to the request's delta sink.
+    fn take(&mut self, line: &str, request: &ProviderRequest) -> Result<(), Fault> {
+        let line = line.trim();
+        if line.is_empty() {
+            return Ok(());
+        }
+        let invalid = |error: String| Fault::Invalid {
+            line: cut(line, 200),
+            error,
+        };
+        let event: Value = serde_json::from_str(line).map_err(|e| invalid(e.to_string()))?;
+        if !event.is_object() {
+            return Err(invalid("not an object".into()));
+        }
+        let send = |text: &str| {
+            if let (Some(sink), false) = (&request.deltas, text.is_empty()) {
+                let _ = sink.send(text.to_owned());
+            }
+        };
+        match event.get("type").and_then(Value::as_str) {
+            Some("system") if event.get("subtype").and_then(Value::as_str) == Some("init") => {
+                if let Some(id) = event.get("session_id").and_then(Value::as_str) {
+                    self.session = Some(id.to_owned());
+                }
+            }
+            Some("assistant") if !self.partial => {
+                let blocks = event.pointer("/message/content").and_then(Value::as_array);
+                for block in blocks.into_iter().flatten() {
+                    if block.get("type").and_then(Value::as_str) == Some("text") {
+                        send(block.get("text").and_then(Value::as_str).unwrap_or(""));
+                    }
+                }
+            }
+            Some("stream_event") => {
+                let delta = event.pointer("/event/delta");
+                if event.pointer("/event/type").and_then(Value::as_str)
+                    == Some("content_block_delta")
+                    && delta.and_then(|d| d.get("type")).and_then(Value::as_str)
+                        == Some("text_delta")
+                {
+                    self.partial = true;
+                    send(
+                        delta
+                            .and_then(|d| d.get("text"))
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                    );
+                }
+            }
+            Some("result") => self.result = Some(event),
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// Reads stdout line by line to its end, each line within `read_timeout` of the previous one.
+async fn read_events(
+    stdout: impl AsyncRead + Unpin,
+    read_timeout: Duration,
+    events: &mut Events,
+    request: &ProviderRequest,
+) -> Result<(), Fault> {
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        match timeout(read_timeout, lines.next_line()).await {
+            Err(_) => return Err(Fault::Silent),
+            Ok(Err(e)) => return Err(Fault::Read(e.to_string())),
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Ok(Some(line))) => events.take(&line, request)?,
+        }
+    }
+}
+
+/// Keeps the last lines of stderr (each cut) in `tail` until the pipe closes.
+async fn keep_tail(stderr: impl AsyncRead + Unpin, tail: Arc<Mutex<VecDeque<String>>>) {
+    let mut reader = BufReader::new(stderr);
+    let mut buffer = Vec::new();
+    loop {
+        buffer.clear();
+        match reader.read_until(b'\n', &mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let line = String::from_utf8_lossy(&buffer);
+                let line = line.trim();
+                if line.is_empty() {
+                    continue;
+                }
+                let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+                if tail.len() == STDERR_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(cut(line, 300));
+            }
+        }
+    }
+}
+
+/// What a result event says: its `result` text and any `errors`.
+fn result_text(result: &Value) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(text) = result.get("result").and_then(Value::as_str) {
+        parts.push(text.to_owned());
+    }
+    for error in result
+        .get("errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        parts.push(
+            error
+                .as_str()
+                .map_or_else(|| error.to_string(), str::to_owned),
+        );
+    }
+    parts.join("; ")
+}
+
+/// The failure a result event reports (`is_error`, or a subtype other than `success`), if any.
+fn result_error(result: &Value) -> Option<String> {
+    let subtype = result
+        .get("subtype")
+        .and_then(Value::as_str)
+        .unwrap_or("(none)");
+    let is_error = result
+        .get("is_error")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    if !is_error && subtype == "success" {
+        return None;
+    }
+    let said = result_text(result);
+    let said = if said.is_empty() {
+        "no details".to_owned()
+    } else {
+        cut(&said, 500)
+    };
+    Some(format!(
+        "the Claude Code CLI reported an error (subtype {subtype}): {said}"
+    ))
+}
+
+/// The usage of a result event, as the CLI reports it (summed over the run's model calls).
+fn usage_of(result: &Value) -> Option<TokenUsage> {
+    let usage = result.get("usage").filter(|u| u.is_object())?;
+    let n = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    Some(TokenUsage {
+        input: n("input_tokens"),
+        output: n("output_tokens"),
+        cache_read: n("cache_read_input_tokens"),
+        cache_write: n("cache_creation_input_tokens"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_result_is_an_error_when_flagged_or_not_a_success() {
+        let ok = serde_json::json!({"type": "result", "subtype": "success", "is_error": false, "result": "hi"});
+        assert_eq!(result_error(&ok), None);
+        let flagged = serde_json::json!({"type": "result", "subtype": "success", "is_error": true, "result": "API Error: 500"});
+        assert!(result_error(&flagged).unwrap().contains("API Error: 500"));
+        let turns =
+            serde_json::json!({"type": "result", "subtype": "error_max_turns", "is_error": false});
+        assert!(result_error(&turns).unwrap().contains("error_max_turns"));
+        let listed = serde_json::json!({"type": "result", "subtype": "error_during_execution", "errors": ["boom"]});
+        assert!(result_error(&listed).unwrap().contains("boom"));
+    }
+
+    #[test]
+    fn usage_maps_every_field_and_is_none_without_usage() {
+        let result = serde_json::json!({"usage": {"input_tokens": 1, "output_tokens": 2, "cache_read_input_tokens": 3, "cache_creation_input_tokens": 4}});
+        assert_eq!(
+            usage_of(&result),
+            Some(TokenUsage {
+                input: 1,
+                output: 2,
+                cache_read: 3,
+                cache_write: 4
+            })
+        );
+        assert_eq!(usage_of(&serde_json::json!({"result": "x"})), None);
+    }
+}

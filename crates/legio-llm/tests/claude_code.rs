@@ -1,0 +1,543 @@
+//! The `claude-code` provider against a fake CLI (tests/fixtures/fake-claude) that speaks the same
+//! stream-json lines: arguments, prompt on stdin, session ids and resume, usage, deltas, and
+//! every fault mapped to the right error.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use legio_core::{
+    estimate_message_tokens, AgentName, Audience, ContextItem, ContextPlan, ConversationKey,
+    DeliveryMode, History, Message, MessageId, Participant, Seq, Timestamp, TokenUsage,
+};
+use legio_llm::claude_code::{arguments, ClaudeCode};
+use legio_llm::{
+    bootstrap_block, build_provider, ClaudeCodeSettings, Provider, ProviderError, ProviderReply,
+    ProviderRequest, ProviderSettings,
+};
+use tempfile::TempDir;
+
+const SYSTEM: &str = "You are vorenus, a careful reviewer.";
+
+fn fake_cli() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake-claude")
+}
+
+fn agent() -> AgentName {
+    AgentName::new("vorenus").unwrap()
+}
+
+fn conversation() -> ConversationKey {
+    ConversationKey::new("t:1").unwrap()
+}
+
+fn item(seq: u64, sender: Participant, text: &str) -> ContextItem {
+    let at = Timestamp::from_unix_micros(1_700_000_000_000_000 + seq as i64 * 1000);
+    ContextItem {
+        seq: Seq(seq),
+        message: Message::text(
+            MessageId::from_parts(at, [seq as u8; 10]),
+            conversation(),
+            sender,
+            Audience::All,
+            text,
+            at,
+        ),
+        redelivered: false,
+    }
+}
+
+fn plan(mode: DeliveryMode, history: Vec<ContextItem>, new_message: ContextItem) -> ContextPlan {
+    let estimated_tokens = history
+        .iter()
+        .chain(std::iter::once(&new_message))
+        .map(|i| estimate_message_tokens(&i.message))
+        .sum();
+    ContextPlan {
+        mode,
+        notice: None,
+        up_to: new_message.seq,
+        history,
+        new_message,
+        estimated_tokens,
+    }
+}
+
+/// A bootstrap plan: two earlier messages, then the new one.
+fn bootstrap_plan() -> ContextPlan {
+    plan(
+        DeliveryMode::Bootstrap,
+        vec![
+            item(1, Participant::User, "alpha-one from the user"),
+            item(
+                2,
+                Participant::Agent(agent()),
+                "beta-two, my own earlier reply",
+            ),
+        ],
+        item(3, Participant::User, "gamma-three: @vorenus review this"),
+    )
+}
+
+/// A delta plan: what the session has not seen since the bootstrap.
+fn delta_plan() -> ContextPlan {
+    plan(
+        DeliveryMode::Delta,
+        vec![item(
+            5,
+            Participant::Agent(AgentName::new("pullo").unwrap()),
+            "delta-four from pullo",
+        )],
+        item(6, Participant::User, "delta-five: @vorenus and now?"),
+    )
+}
+
+fn request(plan: ContextPlan, resume: Option<&str>) -> ProviderRequest {
+    ProviderRequest {
+        conversation: conversation(),
+        agent: agent(),
+        system_prompt: SYSTEM.into(),
+        resume: resume.map(str::to_owned),
+        plan,
+        status: None,
+        deltas: None,
+    }
+}
+
+/// A fake CLI with its own state directory, in `mode`.
+struct Fake {
+    dir: TempDir,
+}
+
+impl Fake {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn settings(&self, mode: &str) -> ClaudeCodeSettings {
+        ClaudeCodeSettings {
+            executable: fake_cli(),
+            model: None,
+            extra_args: vec![
+                "--fake-dir".into(),
+                self.dir.path().display().to_string(),
+                "--fake-mode".into(),
+                mode.into(),
+            ],
+            context_window: 200_000,
+            read_timeout: Duration::from_secs(20),
+        }
+    }
+
+    fn provider(&self, mode: &str) -> ClaudeCode {
+        ClaudeCode::new("claude", self.settings(mode)).unwrap()
+    }
+
+    /// The arguments the fake got on call `n` (from 1).
+    fn argv(&self, n: usize) -> Vec<String> {
+        let bytes = std::fs::read(self.dir.path().join(format!("call-{n}.argv"))).unwrap();
+        String::from_utf8(bytes)
+            .unwrap()
+            .split_terminator('\0')
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// What the fake read on stdin on call `n`.
+    fn stdin(&self, n: usize) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("call-{n}.stdin"))).unwrap()
+    }
+
+    /// How many times the fake ran.
+    fn calls(&self) -> usize {
+        (1..)
+            .take_while(|n| self.dir.path().join(format!("call-{n}.argv")).exists())
+            .count()
+    }
+}
+
+fn failed(result: Result<ProviderReply, ProviderError>) -> String {
+    match result {
+        Err(ProviderError::Failed { message }) => message,
+        other => panic!("expected Failed, got {other:?}"),
+    }
+}
+
+/// Whether `flag` is directly followed by `value` in `argv`.
+fn has_pair(argv: &[String], flag: &str, value: &str) -> bool {
+    argv.windows(2).any(|w| w[0] == flag && w[1] == value)
+}
+
+#[tokio::test]
+async fn a_new_session_then_a_resumed_one_that_gets_only_the_delta() {
+    let fake = Fake::new();
+    let mut settings = fake.settings("ok");
+    settings.model = Some("sonnet".into());
+    let provider = ClaudeCode::new("claude", settings).unwrap();
+
+    let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel();
+    let mut first = request(bootstrap_plan(), None);
+    first.status = Some("<status>pullo: idle</status>".into());
+    first.deltas = Some(sink);
+    let expected_prompt = bootstrap_block(&first.plan, first.status.as_deref());
+    let reply = provider.call(first).await.unwrap();
+    assert_eq!(reply.text, "Hello from call 1.");
+    assert_eq!(reply.provider_session.as_deref(), Some("fake-session-1"));
+    assert_eq!(
+        reply.usage,
+        Some(TokenUsage {
+            input: 11,
+            output: 44,
+            cache_read: 33,
+            cache_write: 22,
+        })
+    );
+    let mut fragments = Vec::new();
+    while let Ok(fragment) = deltas.try_recv() {
+        fragments.push(fragment);
+    }
+    assert_eq!(fragments, ["Hello ", "from call 1."]);
+
+    let argv = fake.argv(1);
+    let dir = fake.dir.path().display().to_string();
+    assert_eq!(
+        argv,
+        [
+            "--fake-dir",
+            dir.as_str(),
+            "--fake-mode",
+            "ok",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--model",
+            "sonnet",
+            "--append-system-prompt",
+            SYSTEM,
+        ]
+    );
+    assert!(!argv.iter().any(|a| a == "--resume"), "{argv:?}");
+    let stdin = fake.stdin(1);
+    assert_eq!(stdin, expected_prompt);
+    for text in [
+        "alpha-one",
+        "beta-two",
+        "gamma-three",
+        "<status>pullo: idle</status>",
+    ] {
+        assert!(stdin.contains(text), "{text} missing from {stdin}");
+    }
+
+    let session = reply.provider_session.unwrap();
+    let second = request(delta_plan(), Some(&session));
+    let expected_delta = bootstrap_block(&second.plan, None);
+    let reply = provider.call(second).await.unwrap();
+    assert_eq!(reply.text, "Hello from call 2.");
+    assert_eq!(reply.provider_session.as_deref(), Some("fake-session-1"));
+    let argv = fake.argv(2);
+    assert!(has_pair(&argv, "--resume", "fake-session-1"), "{argv:?}");
+    assert!(
+        has_pair(&argv, "--append-system-prompt", SYSTEM),
+        "{argv:?}"
+    );
+    let stdin = fake.stdin(2);
+    assert_eq!(stdin, expected_delta);
+    assert!(stdin.contains("delta-four") && stdin.contains("delta-five"));
+    for seen in ["alpha-one", "beta-two", "gamma-three"] {
+        assert!(!stdin.contains(seen), "{seen} was sent again: {stdin}");
+    }
+    assert_eq!(fake.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_resume_that_reports_a_new_session_id_returns_the_new_one() {
+    let fake = Fake::new();
+    let provider = fake.provider("fork");
+    let first = provider
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap();
+    assert_eq!(first.provider_session.as_deref(), Some("fake-session-1"));
+    let second = provider
+        .call(request(delta_plan(), Some("fake-session-1")))
+        .await
+        .unwrap();
+    assert!(has_pair(&fake.argv(2), "--resume", "fake-session-1"));
+    assert_eq!(second.provider_session.as_deref(), Some("fake-session-2"));
+}
+
+#[tokio::test]
+async fn an_unknown_session_is_lost_whether_said_on_stderr_or_in_the_result() {
+    let fake = Fake::new();
+    let result = fake
+        .provider("ok")
+        .call(request(delta_plan(), Some("unknown-id")))
+        .await;
+    assert_eq!(
+        result,
+        Err(ProviderError::SessionLost {
+            session: "unknown-id".into()
+        })
+    );
+    assert!(has_pair(&fake.argv(1), "--resume", "unknown-id"));
+
+    let result = fake
+        .provider("lost-result")
+        .call(request(delta_plan(), Some("gone-id")))
+        .await;
+    assert_eq!(
+        result,
+        Err(ProviderError::SessionLost {
+            session: "gone-id".into()
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_failure_of_a_known_session_is_not_a_lost_session() {
+    let fake = Fake::new();
+    let session = fake
+        .provider("ok")
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap()
+        .provider_session
+        .unwrap();
+    let message = failed(
+        fake.provider("crash")
+            .call(request(delta_plan(), Some(&session)))
+            .await,
+    );
+    assert!(message.contains("exit status: 1"), "{message}");
+}
+
+#[tokio::test]
+async fn a_run_without_a_result_fails() {
+    let fake = Fake::new();
+    let (sink, _deltas) = tokio::sync::mpsc::unbounded_channel();
+    let mut req = request(bootstrap_plan(), None);
+    req.deltas = Some(sink);
+    let message = failed(fake.provider("no-result").call(req).await);
+    assert!(message.starts_with("claude: "), "{message}");
+    assert!(message.contains("without a result"), "{message}");
+}
+
+#[tokio::test]
+async fn an_invalid_json_line_fails_and_names_the_line() {
+    let fake = Fake::new();
+    let message = failed(
+        fake.provider("invalid")
+            .call(request(bootstrap_plan(), None))
+            .await,
+    );
+    assert!(message.contains("not a JSON object"), "{message}");
+    assert!(message.contains("this is not json"), "{message}");
+}
+
+#[tokio::test]
+async fn a_silent_run_fails_after_read_timeout_and_is_stopped() {
+    let fake = Fake::new();
+    let mut settings = fake.settings("hang");
+    settings.read_timeout = Duration::from_millis(400);
+    let provider = ClaudeCode::new("claude", settings).unwrap();
+    let started = Instant::now();
+    let message = failed(provider.call(request(bootstrap_plan(), None)).await);
+    assert!(message.contains("read_timeout"), "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    let pid = std::fs::read_to_string(fake.dir.path().join("pid")).unwrap();
+    assert!(gone_soon(pid.trim()).await, "the fake {pid} still runs");
+}
+
+#[tokio::test]
+async fn a_run_that_closes_its_output_but_does_not_exit_fails() {
+    let fake = Fake::new();
+    let mut settings = fake.settings("no-exit");
+    settings.read_timeout = Duration::from_millis(400);
+    let provider = ClaudeCode::new("claude", settings).unwrap();
+    let message = failed(provider.call(request(bootstrap_plan(), None)).await);
+    assert!(message.contains("did not exit"), "{message}");
+}
+
+#[tokio::test]
+async fn error_results_fail_with_what_the_cli_said() {
+    let fake = Fake::new();
+    let message = failed(
+        fake.provider("is-error")
+            .call(request(bootstrap_plan(), None))
+            .await,
+    );
+    assert!(message.contains("API Error: 529 overloaded"), "{message}");
+
+    let message = failed(
+        fake.provider("max-turns")
+            .call(request(bootstrap_plan(), None))
+            .await,
+    );
+    assert!(message.contains("error_max_turns"), "{message}");
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_fails_even_after_a_result_and_shows_stderr() {
+    let fake = Fake::new();
+    let message = failed(
+        fake.provider("exit-2")
+            .call(request(bootstrap_plan(), None))
+            .await,
+    );
+    assert!(message.contains("exit status: 2"), "{message}");
+    assert!(
+        message.contains("the fake was told to fail after its result"),
+        "{message}"
+    );
+
+    let message = failed(
+        fake.provider("crash")
+            .call(request(bootstrap_plan(), None))
+            .await,
+    );
+    assert!(message.contains("without a result"), "{message}");
+    assert!(
+        message.contains("first stderr line | Error: the fake crashed on purpose"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_executable_names_the_path_and_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("no-such-claude");
+    let settings = ClaudeCodeSettings {
+        executable: path.clone(),
+        ..ClaudeCodeSettings::default()
+    };
+    let provider = ClaudeCode::new("cc", settings.clone()).unwrap();
+    let message = failed(provider.call(request(bootstrap_plan(), None)).await);
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("providers.cc.executable"), "{message}");
+    assert!(message.contains("not found"), "{message}");
+
+    std::fs::write(&path, "#!/bin/sh\n").unwrap();
+    let provider = ClaudeCode::new("cc", settings).unwrap();
+    let message = failed(provider.call(request(bootstrap_plan(), None)).await);
+    assert!(message.contains("not executable"), "{message}");
+}
+
+#[tokio::test]
+async fn usage_is_estimated_when_the_result_has_none() {
+    let fake = Fake::new();
+    let reply = fake
+        .provider("no-usage")
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap();
+    assert_eq!(reply.text, "No usage here.");
+    let usage = reply.usage.unwrap();
+    assert!(usage.input > 0 && usage.output > 0, "{usage:?}");
+    assert_eq!((usage.cache_read, usage.cache_write), (0, 0));
+}
+
+#[tokio::test]
+async fn partial_deltas_are_forwarded_once() {
+    let fake = Fake::new();
+    let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel();
+    let mut req = request(bootstrap_plan(), None);
+    req.deltas = Some(sink);
+    let reply = fake.provider("partial").call(req).await.unwrap();
+    assert_eq!(reply.text, "Hello from call 1.");
+    let mut fragments = Vec::new();
+    while let Ok(fragment) = deltas.try_recv() {
+        fragments.push(fragment);
+    }
+    assert_eq!(fragments, ["Hel", "lo"]);
+}
+
+#[tokio::test]
+async fn dropping_the_call_kills_the_child() {
+    let fake = Fake::new();
+    let provider = fake.provider("hang");
+    let call = provider.call(request(bootstrap_plan(), None));
+    assert!(tokio::time::timeout(Duration::from_millis(1500), call)
+        .await
+        .is_err());
+    let pid = std::fs::read_to_string(fake.dir.path().join("pid")).unwrap();
+    assert!(gone_soon(pid.trim()).await, "the fake {pid} still runs");
+}
+
+/// Whether process `pid` is gone (or a zombie) within a few seconds.
+async fn gone_soon(pid: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => return true,
+            // The state follows the parenthesised command name.
+            Ok(stat) if stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z')) => {
+                return true
+            }
+            Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    false
+}
+
+#[test]
+fn capabilities_settings_and_building() {
+    let settings = ClaudeCodeSettings {
+        context_window: 123_456,
+        ..ClaudeCodeSettings::default()
+    };
+    let provider = build_provider("cc", &ProviderSettings::ClaudeCode(settings.clone())).unwrap();
+    let capabilities = provider.capabilities();
+    assert_eq!(capabilities.history, History::Session { resumable: true });
+    assert_eq!(capabilities.context_window, 123_456);
+
+    for bad in [
+        ClaudeCodeSettings {
+            executable: PathBuf::new(),
+            ..settings.clone()
+        },
+        ClaudeCodeSettings {
+            model: Some(" ".into()),
+            ..settings.clone()
+        },
+        ClaudeCodeSettings {
+            read_timeout: Duration::ZERO,
+            ..settings.clone()
+        },
+        ClaudeCodeSettings {
+            context_window: 0,
+            ..settings.clone()
+        },
+    ] {
+        let error = ClaudeCode::new("cc", bad).unwrap_err().to_string();
+        assert!(error.starts_with("providers.cc: "), "{error}");
+    }
+}
+
+#[test]
+fn arguments_put_extra_args_first_and_skip_an_empty_system_prompt() {
+    let settings = ClaudeCodeSettings {
+        extra_args: vec!["--permission-mode".into(), "plan".into()],
+        ..ClaudeCodeSettings::default()
+    };
+    let mut req = request(delta_plan(), Some("abc"));
+    req.system_prompt = String::new();
+    assert_eq!(
+        arguments(&settings, &req),
+        [
+            "--permission-mode",
+            "plan",
+            "-p",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            "--resume",
+            "abc",
+        ]
+    );
+}
