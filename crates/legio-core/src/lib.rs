@@ -40,5 +40,5 @@ pub use name::{
 pub use seq::{Seq, SeqRange};
 pub use session::{AgentSessionState, FailedInfo, SessionInfo, SessionStatus};
 pub use timestamp::Timestamp;
-pub use tokens::{estimate_message_tokens, estimate_tokens};
+pub use tokens::{estimate_message_tokens, estimate_tokens, estimate_tokens_for_model};
 pub use visibility::{can_see, visibility_keys, Viewer, VisibilityKey};

@@ -19,6 +19,19 @@ pub fn estimate_tokens(text: &str) -> u64 {
     chars.div_ceil(per_token)
 }
 
+/// Tokens of `text` for `model`: exact for OpenAI-family models (the BPE vocabulary tiktoken
+/// uses for that model, embedded in the binary; the first use of each vocabulary builds it),
+/// otherwise the [`estimate_tokens`] heuristic. Used when a provider reports no usage.
+pub fn estimate_tokens_for_model(model: &str, text: &str) -> u64 {
+    use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
+    let bpe = match get_tokenizer(model) {
+        Some(Tokenizer::O200kBase) => tiktoken_rs::o200k_base_singleton(),
+        Some(Tokenizer::Cl100kBase) => tiktoken_rs::cl100k_base_singleton(),
+        _ => return estimate_tokens(text),
+    };
+    bpe.encode_with_special_tokens(text).len() as u64
+}
+
 /// Estimated tokens of a message's parts, plus a few for its framing (sender, id).
 pub fn estimate_message_tokens(message: &Message) -> u64 {
     const FRAMING: u64 = 8;
@@ -48,6 +61,15 @@ fn is_cjk(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn openai_models_count_with_their_vocabulary_others_estimate() {
+        // "hello world" is two tokens in both cl100k and o200k; the heuristic says 3.
+        assert_eq!(estimate_tokens_for_model("gpt-4o-mini", "hello world"), 2);
+        assert_eq!(estimate_tokens_for_model("gpt-4-0613", "hello world"), 2);
+        assert_eq!(estimate_tokens_for_model("llama3.2", "hello world"), 3);
+        assert_eq!(estimate_tokens_for_model("gpt-4o", ""), 0);
+    }
 
     #[test]
     fn estimates() {

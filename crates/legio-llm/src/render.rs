@@ -67,11 +67,8 @@ fn turn(agent: &AgentName, item: &ContextItem) -> ChatTurn {
     }
 }
 
-/// The plan as chat turns: history, then the new message. A delta or bootstrap notice and the
-/// status block go in front of the new message's text.
-pub fn chat_turns(agent: &AgentName, plan: &ContextPlan, status: Option<&str>) -> Vec<ChatTurn> {
-    let mut turns: Vec<ChatTurn> = plan.history.iter().map(|i| turn(agent, i)).collect();
-    let mut last = turn(agent, &plan.new_message);
+/// What goes in front of the new message's text: the notice, then the status block.
+fn lead_in(plan: &ContextPlan, status: Option<&str>) -> String {
     let mut prefix = String::new();
     if let Some(notice) = &plan.notice {
         prefix.push_str(&format!("<context_notice>{notice}</context_notice>\n"));
@@ -80,7 +77,15 @@ pub fn chat_turns(agent: &AgentName, plan: &ContextPlan, status: Option<&str>) -
         prefix.push_str(status);
         prefix.push('\n');
     }
-    last.text = format!("{prefix}{}", last.text);
+    prefix
+}
+
+/// The plan as chat turns: history, then the new message. A delta or bootstrap notice and the
+/// status block go in front of the new message's text.
+pub fn chat_turns(agent: &AgentName, plan: &ContextPlan, status: Option<&str>) -> Vec<ChatTurn> {
+    let mut turns: Vec<ChatTurn> = plan.history.iter().map(|i| turn(agent, i)).collect();
+    let mut last = turn(agent, &plan.new_message);
+    last.text = format!("{}{}", lead_in(plan, status), last.text);
     turns.push(last);
     turns
 }
@@ -124,4 +129,102 @@ pub fn bootstrap_block(plan: &ContextPlan, status: Option<&str>) -> String {
     }
     out.push_str(&item_text(&plan.new_message));
     out
+}
+
+/// A tool call in a structured turn.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ToolCallPart {
+    /// The provider's call id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments, as JSON text.
+    pub arguments: String,
+}
+
+/// A tool result in a structured turn.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct ToolResultPart {
+    /// The id of the call it answers.
+    pub call_id: String,
+    /// The result.
+    pub content: String,
+    /// Whether the tool failed.
+    pub is_error: bool,
+}
+
+/// One message of a plan for providers with roles, names and tool calls of their own
+/// (Chat Completions, Messages): text parts joined, tool calls and results kept apart.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct StructuredTurn {
+    /// Assistant (the agent's own message) or user (anyone else's).
+    pub role: ChatRole,
+    /// The sender's name for user turns.
+    pub name: Option<String>,
+    /// The text parts, joined by newlines (with the notice and status in front of the new
+    /// message's).
+    pub text: String,
+    /// Tool calls the message makes.
+    pub tool_calls: Vec<ToolCallPart>,
+    /// Tool results the message carries.
+    pub tool_results: Vec<ToolResultPart>,
+}
+
+fn structured(agent: &AgentName, item: &ContextItem) -> StructuredTurn {
+    let own = item.message.sender == Participant::Agent(agent.clone());
+    let mut turn = StructuredTurn {
+        role: if own {
+            ChatRole::Assistant
+        } else {
+            ChatRole::User
+        },
+        name: (!own).then(|| item.message.sender.as_str().to_owned()),
+        text: String::new(),
+        tool_calls: Vec::new(),
+        tool_results: Vec::new(),
+    };
+    for part in &item.message.parts {
+        match part {
+            Part::Text { text } => {
+                if !turn.text.is_empty() {
+                    turn.text.push('\n');
+                }
+                turn.text.push_str(text);
+            }
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => turn.tool_calls.push(ToolCallPart {
+                id: id.clone(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+            }),
+            Part::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => turn.tool_results.push(ToolResultPart {
+                call_id: call_id.clone(),
+                content: content.clone(),
+                is_error: *is_error,
+            }),
+        }
+    }
+    turn
+}
+
+/// The plan as structured turns: history, then the new message, whose text gets the notice and
+/// the status block in front (as in [`chat_turns`]).
+pub fn structured_turns(
+    agent: &AgentName,
+    plan: &ContextPlan,
+    status: Option<&str>,
+) -> Vec<StructuredTurn> {
+    let mut turns: Vec<StructuredTurn> =
+        plan.history.iter().map(|i| structured(agent, i)).collect();
+    let mut last = structured(agent, &plan.new_message);
+    last.text = format!("{}{}", lead_in(plan, status), last.text);
+    turns.push(last);
+    turns
 }

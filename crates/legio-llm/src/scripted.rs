@@ -15,7 +15,7 @@ use crate::provider::{
 use crate::render::{bootstrap_block, chat_turns};
 
 /// How the scripted provider behaves.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScriptedConfig {
     /// Stateless, or stateful and (not) resumable.
     pub history: History,

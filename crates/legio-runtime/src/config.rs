@@ -26,7 +26,7 @@ struct FileConfig {
     #[serde(default)]
     agents: BTreeMap<String, AgentSection>,
     #[serde(default)]
-    providers: BTreeMap<String, ProviderSection>,
+    providers: BTreeMap<String, crate::provider_settings::ProviderSection>,
     /// Read by legio-server; parsed here so one file serves every layer.
     #[serde(default)]
     server: crate::server_settings::ServerSection,
@@ -63,15 +63,6 @@ struct AgentSection {
     description: String,
     prompt: PathBuf,
     provider: String,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProviderSection {
-    kind: String,
-    history: Option<String>,
-    latency_ms: Option<u64>,
-    context_window: Option<u64>,
 }
 
 /// Where the log lives and how it is opened.
@@ -175,19 +166,8 @@ impl AgentSpec {
     }
 }
 
-/// A provider's configuration.
-#[derive(Clone, Debug)]
-pub enum ProviderSpec {
-    /// The deterministic scripted provider.
-    Scripted {
-        /// Its history capability.
-        history: History,
-        /// Simulated latency.
-        latency: Duration,
-        /// Claimed context window.
-        context_window: u64,
-    },
-}
+/// A provider's configuration, validated per kind (see `provider_settings`).
+pub type ProviderSpec = legio_llm::ProviderSettings;
 
 /// The whole configuration, validated.
 #[derive(Clone, Debug)]
@@ -304,30 +284,7 @@ impl RuntimeConfig {
 
         let mut providers = BTreeMap::new();
         for (name, p) in &parsed.providers {
-            let spec = match p.kind.as_str() {
-                "scripted" => {
-                    let history = match p.history.as_deref().unwrap_or("session") {
-                        "stateless" => History::Stateless,
-                        "session" => History::Session { resumable: true },
-                        "session-not-resumable" => History::Session { resumable: false },
-                        other => {
-                            return Err(invalid(format!(
-                                "providers.{name}.history = {other:?} is not \"stateless\", \"session\" or \"session-not-resumable\""
-                            )))
-                        }
-                    };
-                    ProviderSpec::Scripted {
-                        history,
-                        latency: Duration::from_millis(p.latency_ms.unwrap_or(0)),
-                        context_window: p.context_window.unwrap_or(200_000),
-                    }
-                }
-                other => {
-                    return Err(invalid(format!(
-                        "providers.{name}.kind = {other:?} is not a known provider kind (this build knows \"scripted\")"
-                    )))
-                }
-            };
+            let spec = crate::provider_settings::validate(name, p, &base).map_err(&invalid)?;
             providers.insert(name.clone(), spec);
         }
 
@@ -402,9 +359,9 @@ impl RuntimeConfig {
 
     /// The history capability of the provider `spec` uses.
     pub fn history_of(&self, spec: &AgentSpec) -> Option<History> {
-        self.providers.get(&spec.provider).map(|p| match p {
-            ProviderSpec::Scripted { history, .. } => *history,
-        })
+        self.providers
+            .get(&spec.provider)
+            .map(ProviderSpec::history)
     }
 
     /// The agent's full system prompt from its prompt file's text `base`, and its hash. The
@@ -450,6 +407,7 @@ impl RuntimeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use legio_llm::ScriptedConfig;
 
     fn load_text(text: &str) -> Result<RuntimeConfig, ConfigError> {
         let dir = tempfile::tempdir().unwrap();
@@ -488,10 +446,10 @@ history = "session-not-resumable"
         assert!(c.store.path.is_absolute() && c.store.path.ends_with("db"));
         assert!(matches!(
             c.providers["local"],
-            ProviderSpec::Scripted {
+            ProviderSpec::Scripted(ScriptedConfig {
                 history: History::Session { resumable: false },
                 ..
-            }
+            })
         ));
     }
 

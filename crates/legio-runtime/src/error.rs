@@ -37,6 +37,9 @@ pub enum RuntimeError {
     /// The event log failed.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A configured provider cannot be built (a missing key variable, a bad base URL).
+    #[error(transparent)]
+    Provider(#[from] legio_llm::BuildError),
     /// A bad conversation key or agent name.
     #[error(transparent)]
     Name(#[from] NameError),
@@ -49,6 +52,14 @@ pub enum RuntimeError {
         /// The name asked for.
         name: String,
         /// The roster.
+        known: Vec<String>,
+    },
+    /// A conversation with no event in the log.
+    #[error("no conversation {key:?} in the log; conversations: {}", if known.is_empty() { "none".to_owned() } else { known.join(", ") })]
+    UnknownConversation {
+        /// The key asked for.
+        key: String,
+        /// The conversations the log has (perhaps only the first ones).
         known: Vec<String>,
     },
     /// An empty message.

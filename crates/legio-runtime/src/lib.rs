@@ -5,8 +5,10 @@ mod agent;
 mod config;
 mod error;
 pub mod metrics;
+mod operator;
 mod prepare;
 mod progress;
+mod provider_settings;
 mod restart;
 mod runtime;
 mod server_settings;
@@ -19,6 +21,9 @@ pub use config::{
     AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
 };
 pub use error::{ConfigError, RuntimeError};
+pub use operator::{
+    context_report, inspect, require_conversation, ContextReport, InspectKind, ReportItem, Table,
+};
 pub use prepare::{prepare_turn, preview_turn, PreparedTurn, TurnInputs, TurnPreview, MAX_DELTA};
 pub use progress::{Progress, ProgressSink};
 pub use restart::{RestartDecision, RestartTracker};

@@ -13,14 +13,15 @@ use legio_core::{
     parse_mentions, AgentName, AgentSessionState, Audience, ConversationKey, Event, Message,
     MessageId, Participant, Record, Seq, Viewer,
 };
-use legio_llm::{Provider, ScriptedConfig, ScriptedProvider};
+use legio_llm::Provider;
 use legio_store::{EventLog, SledLog};
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::agent::{AgentReply, TurnRequest};
-use crate::config::{ProviderSpec, Role, RuntimeConfig};
+use crate::config::{Role, RuntimeConfig};
 use crate::error::RuntimeError;
+use crate::operator::ContextReport;
 use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::{Progress, ProgressSink};
 use crate::shared::{fresh_uuid, now, Shared};
@@ -58,26 +59,21 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-/// Builds the providers the configuration names.
-fn build_providers(config: &RuntimeConfig) -> HashMap<String, Arc<dyn Provider>> {
-    config
-        .providers
-        .iter()
-        .map(|(name, spec)| {
-            let provider: Arc<dyn Provider> = match spec {
-                ProviderSpec::Scripted {
-                    history,
-                    latency,
-                    context_window,
-                } => Arc::new(ScriptedProvider::new(ScriptedConfig {
-                    history: *history,
-                    latency: *latency,
-                    context_window: *context_window,
-                })),
-            };
-            (name.clone(), provider)
-        })
-        .collect()
+/// Builds the providers the configuration names; those the host supplies in `overrides` are
+/// not built (their keys need not be set).
+fn build_providers(
+    config: &RuntimeConfig,
+    overrides: &HashMap<String, Arc<dyn Provider>>,
+) -> Result<HashMap<String, Arc<dyn Provider>>, RuntimeError> {
+    let mut providers = HashMap::new();
+    for (name, spec) in &config.providers {
+        if overrides.contains_key(name) {
+            continue;
+        }
+        let provider = legio_llm::build_provider(name, spec)?;
+        providers.insert(name.clone(), provider);
+    }
+    Ok(providers)
 }
 
 impl Runtime {
@@ -109,7 +105,7 @@ impl Runtime {
     ) -> Result<Self, RuntimeError> {
         crate::metrics::describe();
         legio_store::metrics::describe();
-        let mut providers = build_providers(&config);
+        let mut providers = build_providers(&config, &overrides)?;
         providers.extend(overrides);
         let shared = Arc::new(Shared {
             log,
@@ -441,6 +437,36 @@ impl Runtime {
         .map_err(|e| RuntimeError::Actor(format!("previewing the context was cancelled: {e}")))?
     }
 
+    /// [`Runtime::next_context`] as the operator's report (`legio context`'s JSON). An unknown
+    /// conversation is an error.
+    pub async fn context_report(
+        &self,
+        conversation: &str,
+        agent: &str,
+        at: Option<Seq>,
+    ) -> Result<ContextReport, RuntimeError> {
+        let key = ConversationKey::new(conversation)?;
+        let lookup = key.clone();
+        let last = self
+            .shared
+            .read(move |log| {
+                Ok(crate::operator::require_conversation(log, &lookup).map(|()| log.last_seq()))
+            })
+            .await??;
+        let at = at.unwrap_or(last).min(last);
+        let history = self.provider_history(agent)?;
+        let preview = self.next_context(conversation, agent, Some(at)).await?;
+        Ok(crate::operator::context_report(
+            &preview, &key, agent, at, history,
+        ))
+    }
+
+    /// The history capability of `agent`'s provider.
+    pub fn provider_history(&self, agent: &str) -> Result<legio_core::History, RuntimeError> {
+        let spec = self.shared.config.agent_named(agent)?;
+        Ok(self.shared.provider(spec)?.capabilities().history)
+    }
+
     /// A manual reset: closes the agent's session (and clears a failed agent); its next turn opens
     /// a new session restored from the log.
     pub async fn reset(&self, conversation: &str, agent: &str) -> Result<(), RuntimeError> {
@@ -510,8 +536,10 @@ impl Runtime {
     }
 
     /// Graceful shutdown: stops the reaper, suspends (or closes) every open session, stops the
-    /// actors and flushes the log.
-    pub async fn shutdown(self) -> Result<(), RuntimeError> {
+    /// actors and flushes the log. Takes `&self` so a host that shares the runtime (a server's
+    /// handlers) can shut it down while requests still hold it: they get
+    /// [`RuntimeError::ShutDown`] from then on.
+    pub async fn shutdown(&self) -> Result<(), RuntimeError> {
         self.stopped.store(true, Ordering::SeqCst);
         self.stop_reaper();
         for supervisor in self.supervisors().await {

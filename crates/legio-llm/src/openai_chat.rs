@@ -1,0 +1,232 @@
+//! `openai-chat`: the OpenAI-compatible Chat Completions API (OpenAI, Ollama, llama.cpp, vLLM,
+//! OpenRouter). Stateless: every turn sends the system prompt and the planned history. Messages
+//! carry names, `tool_calls` and `tool_call_id`; streaming is SSE with usage requested in the
+//! stream and `[DONE]` as the terminal event.
+
+use futures_util::StreamExt;
+use legio_core::{estimate_tokens_for_model, History, TokenUsage};
+use serde_json::{json, Value};
+
+use crate::http::{self, Auth, BuildError, HttpClient};
+use crate::provider::{
+    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+};
+use crate::render::{structured_turns, ChatRole};
+use crate::settings::HttpSettings;
+
+/// The Chat Completions provider.
+#[derive(Debug)]
+pub struct OpenAiChat {
+    http: HttpClient,
+}
+
+impl OpenAiChat {
+    /// A provider named `name` in the configuration.
+    pub fn new(name: &str, settings: HttpSettings) -> Result<Self, BuildError> {
+        Ok(Self {
+            http: HttpClient::new(name, settings, Auth::Bearer, &[])?,
+        })
+    }
+
+    async fn run(&self, request: ProviderRequest) -> Result<ProviderReply, ProviderError> {
+        let body = request_body(&self.http.settings, &request);
+        let response = self
+            .http
+            .post_json("chat/completions", &body)
+            .await
+            .map_err(|f| self.http.error(f))?;
+        let (text, usage) = if self.http.settings.stream {
+            read_stream(&self.http, response, &request).await?
+        } else {
+            let body = http::json_body(response)
+                .await
+                .map_err(|e| self.http.malformed(e))?;
+            read_body(&self.http, &body)?
+        };
+        self.http.record_ok();
+        let usage = usage.unwrap_or_else(|| estimate(&self.http.settings.model, &body, &text));
+        Ok(ProviderReply {
+            text,
+            usage: Some(usage),
+            provider_session: None,
+        })
+    }
+}
+
+impl Provider for OpenAiChat {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            history: History::Stateless,
+            context_window: self.http.settings.context_window,
+        }
+    }
+
+    fn call(&self, request: ProviderRequest) -> ProviderFuture<'_> {
+        Box::pin(self.run(request))
+    }
+}
+
+/// The request body: the system prompt, then the plan's messages mapped to Chat Completions
+/// messages (the agent's own as `assistant` with its `tool_calls`, everyone else's as `user`
+/// with the sender's `name`, tool results as `tool` messages with their `tool_call_id`).
+pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value {
+    let mut messages = vec![json!({"role": "system", "content": request.system_prompt})];
+    for turn in structured_turns(&request.agent, &request.plan, request.status.as_deref()) {
+        for result in &turn.tool_results {
+            let content = if result.is_error {
+                format!("error: {}", result.content)
+            } else {
+                result.content.clone()
+            };
+            messages.push(json!({
+                "role": "tool",
+                "tool_call_id": result.call_id,
+                "content": content,
+            }));
+        }
+        match turn.role {
+            ChatRole::Assistant => {
+                if turn.text.is_empty() && turn.tool_calls.is_empty() {
+                    continue;
+                }
+                let mut message = json!({"role": "assistant", "content": turn.text});
+                if !turn.tool_calls.is_empty() {
+                    message["tool_calls"] = turn
+                        .tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": c.name, "arguments": c.arguments},
+                            })
+                        })
+                        .collect();
+                }
+                messages.push(message);
+            }
+            ChatRole::User => {
+                if turn.text.is_empty() {
+                    continue;
+                }
+                let mut message = json!({"role": "user", "content": turn.text});
+                if let Some(name) = &turn.name {
+                    message["name"] = json!(name);
+                }
+                messages.push(message);
+            }
+        }
+    }
+    let mut body = json!({
+        "model": settings.model,
+        "messages": messages,
+        "stream": settings.stream,
+    });
+    if settings.stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+fn usage_of(value: &Value) -> Option<TokenUsage> {
+    let usage = value.get("usage").filter(|u| u.is_object())?;
+    let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+    let cached = n(usage.pointer("/prompt_tokens_details/cached_tokens"));
+    Some(TokenUsage {
+        input: n(usage.get("prompt_tokens")),
+        output: n(usage.get("completion_tokens")),
+        cache_read: cached,
+        cache_write: 0,
+    })
+}
+
+fn api_error(http: &HttpClient, value: &Value) -> Option<ProviderError> {
+    let error = value.get("error")?;
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| error.to_string(), str::to_owned);
+    Some(ProviderError::Failed {
+        message: format!("{}: the provider reported an error: {message}", http.name),
+    })
+}
+
+/// The reply text and usage of a non-streamed response.
+fn read_body(
+    http: &HttpClient,
+    body: &Value,
+) -> Result<(String, Option<TokenUsage>), ProviderError> {
+    if let Some(e) = api_error(http, body) {
+        return Err(e);
+    }
+    let message = body
+        .pointer("/choices/0/message")
+        .ok_or_else(|| http.malformed("no choices[0].message"))?;
+    let text = match message.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => return Err(http.malformed(format!("content is not text: {other}"))),
+    };
+    Ok((text, usage_of(body)))
+}
+
+/// Reads a stream to `[DONE]`, forwarding text fragments to the request's delta sink. A stream
+/// that ends before `[DONE]`, breaks, or carries invalid JSON is an error, never a partial reply.
+async fn read_stream(
+    http: &HttpClient,
+    response: reqwest::Response,
+    request: &ProviderRequest,
+) -> Result<(String, Option<TokenUsage>), ProviderError> {
+    let mut events = http::sse(response);
+    let (mut text, mut usage) = (String::new(), None);
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|f| http.error(f))?;
+        let data = event.data.trim();
+        if data == "[DONE]" {
+            return Ok((text, usage));
+        }
+        if data.is_empty() {
+            continue;
+        }
+        let chunk: Value = serde_json::from_str(data).map_err(|e| {
+            http.malformed(format!(
+                "invalid JSON in the stream ({e}): {}",
+                http::cut(data, 200)
+            ))
+        })?;
+        if let Some(e) = api_error(http, &chunk) {
+            return Err(e);
+        }
+        if let Some(u) = usage_of(&chunk) {
+            usage = Some(u);
+        }
+        if let Some(fragment) = chunk
+            .pointer("/choices/0/delta/content")
+            .and_then(Value::as_str)
+        {
+            if !fragment.is_empty() {
+                text.push_str(fragment);
+                if let Some(sink) = &request.deltas {
+                    let _ = sink.send(fragment.to_owned());
+                }
+            }
+        }
+    }
+    Err(http.malformed("the stream ended before [DONE]"))
+}
+
+/// A token estimate with the model's own vocabulary when it is an OpenAI model.
+fn estimate(model: &str, body: &Value, text: &str) -> TokenUsage {
+    let input: String = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["content"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    TokenUsage {
+        input: estimate_tokens_for_model(model, &input),
+        output: estimate_tokens_for_model(model, text),
+        ..TokenUsage::default()
+    }
+}

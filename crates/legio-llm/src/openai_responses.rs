@@ -1,0 +1,252 @@
+//! `openai-responses`: the OpenAI Responses API, session-stateful and resumable. The provider
+//! keeps the conversation (`store: true`); a turn continues it with `previous_response_id` and
+//! sends only the new input (the delta the runtime planned), never history the provider already
+//! holds. The new response id is the provider session the runtime stores in the log, so a process
+//! restart resumes it. When the provider no longer knows the id (404, `previous_response_not_found`)
+//! the call answers `SessionLost` and the runtime bootstraps a new session from the log.
+
+use futures_util::StreamExt;
+use legio_core::{estimate_tokens_for_model, History, TokenUsage};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use crate::http::{self, Auth, BuildError, HttpClient, HttpFailure};
+use crate::provider::{
+    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+};
+use crate::render::bootstrap_block;
+use crate::settings::HttpSettings;
+
+/// The Responses provider.
+#[derive(Debug)]
+pub struct OpenAiResponses {
+    http: HttpClient,
+}
+
+impl OpenAiResponses {
+    /// A provider named `name` in the configuration.
+    pub fn new(name: &str, settings: HttpSettings) -> Result<Self, BuildError> {
+        Ok(Self {
+            http: HttpClient::new(name, settings, Auth::Bearer, &[])?,
+        })
+    }
+
+    async fn run(&self, request: ProviderRequest) -> Result<ProviderReply, ProviderError> {
+        let body = request_body(&self.http.settings, &request);
+        let lost = || ProviderError::SessionLost {
+            session: request.resume.clone().unwrap_or_default(),
+        };
+        let response = match self.http.post_json("responses", &body).await {
+            Ok(response) => response,
+            Err(HttpFailure::Status { status, body })
+                if request.resume.is_some() && is_lost(status, &body) =>
+            {
+                return Err(lost());
+            }
+            Err(failure) => return Err(self.http.error(failure)),
+        };
+        let done = if self.http.settings.stream {
+            read_stream(&self.http, response, &request).await
+        } else {
+            let body = http::json_body(response)
+                .await
+                .map_err(|e| self.http.malformed(e))?;
+            read_response(&self.http, &body)
+        };
+        let (id, text, usage) = match done {
+            Err(Failed::Lost) if request.resume.is_some() => return Err(lost()),
+            Err(Failed::Lost) => {
+                return Err(self.http.malformed(
+                    "the provider reported an unknown previous response on a new session",
+                ))
+            }
+            Err(Failed::Other(e)) => return Err(e),
+            Ok(done) => done,
+        };
+        self.http.record_ok();
+        let usage = usage.unwrap_or_else(|| TokenUsage {
+            input: estimate_tokens_for_model(&self.http.settings.model, &input_text(&body)),
+            output: estimate_tokens_for_model(&self.http.settings.model, &text),
+            ..TokenUsage::default()
+        });
+        Ok(ProviderReply {
+            text,
+            usage: Some(usage),
+            provider_session: Some(id),
+        })
+    }
+}
+
+impl Provider for OpenAiResponses {
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            history: History::Session { resumable: true },
+            context_window: self.http.settings.context_window,
+        }
+    }
+
+    fn call(&self, request: ProviderRequest) -> ProviderFuture<'_> {
+        Box::pin(self.run(request))
+    }
+}
+
+/// The request body: the instructions (sent every turn: the API does not carry them over), the
+/// previous response to continue if any, and one input item holding what the plan says the
+/// session has not seen (a bootstrap of the history for a new session, only the delta when
+/// resuming), followed by the new message.
+pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value {
+    let text = bootstrap_block(&request.plan, request.status.as_deref());
+    let mut body = json!({
+        "model": settings.model,
+        "instructions": request.system_prompt,
+        "input": [{
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": text}],
+        }],
+        "store": true,
+        "stream": settings.stream,
+    });
+    if let Some(previous) = &request.resume {
+        body["previous_response_id"] = json!(previous);
+    }
+    body
+}
+
+fn input_text(body: &Value) -> String {
+    let mut text = body["instructions"].as_str().unwrap_or_default().to_owned();
+    for item in body["input"].as_array().into_iter().flatten() {
+        for part in item["content"].as_array().into_iter().flatten() {
+            text.push('\n');
+            text.push_str(part["text"].as_str().unwrap_or_default());
+        }
+    }
+    text
+}
+
+/// Whether an error answer says the previous response is gone.
+fn is_lost(status: StatusCode, body: &str) -> bool {
+    status == StatusCode::NOT_FOUND || body.contains("previous_response_not_found")
+}
+
+enum Failed {
+    Lost,
+    Other(ProviderError),
+}
+
+impl From<ProviderError> for Failed {
+    fn from(e: ProviderError) -> Self {
+        Self::Other(e)
+    }
+}
+
+fn usage_of(response: &Value) -> Option<TokenUsage> {
+    let usage = response.get("usage").filter(|u| u.is_object())?;
+    let n = |p: &str| usage.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    Some(TokenUsage {
+        input: n("/input_tokens"),
+        output: n("/output_tokens"),
+        cache_read: n("/input_tokens_details/cached_tokens"),
+        cache_write: 0,
+    })
+}
+
+fn error_of(http: &HttpClient, error: &Value) -> Failed {
+    let code = error.get("code").and_then(Value::as_str).unwrap_or("");
+    if code == "previous_response_not_found" {
+        return Failed::Lost;
+    }
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .map_or_else(|| error.to_string(), str::to_owned);
+    Failed::Other(ProviderError::Failed {
+        message: format!("{}: the provider reported an error: {message}", http.name),
+    })
+}
+
+/// The id, text and usage of a finished response object.
+fn read_response(
+    http: &HttpClient,
+    response: &Value,
+) -> Result<(String, String, Option<TokenUsage>), Failed> {
+    if let Some(error) = response.get("error").filter(|e| !e.is_null()) {
+        return Err(error_of(http, error));
+    }
+    let id = response
+        .get("id")
+        .and_then(Value::as_str)
+        .ok_or_else(|| http.malformed("the response has no id"))?;
+    match response.get("status").and_then(Value::as_str) {
+        Some("completed") | None => {}
+        Some(other) => {
+            let why = response
+                .pointer("/incomplete_details/reason")
+                .and_then(Value::as_str)
+                .unwrap_or("no reason given");
+            return Err(http
+                .malformed(format!("the response is {other} ({why})"))
+                .into());
+        }
+    }
+    let output = response
+        .get("output")
+        .and_then(Value::as_array)
+        .ok_or_else(|| http.malformed("the response has no output"))?;
+    let mut text = String::new();
+    for item in output.iter().filter(|i| i["type"] == "message") {
+        for part in item["content"].as_array().into_iter().flatten() {
+            if part["type"] == "output_text" {
+                text.push_str(part["text"].as_str().unwrap_or_default());
+            }
+        }
+    }
+    Ok((id.to_owned(), text, usage_of(response)))
+}
+
+/// Reads a stream to `response.completed`, forwarding text deltas. A stream that ends before it,
+/// breaks, or carries invalid JSON is an error, never a partial reply.
+async fn read_stream(
+    http: &HttpClient,
+    response: reqwest::Response,
+    request: &ProviderRequest,
+) -> Result<(String, String, Option<TokenUsage>), Failed> {
+    let mut events = http::sse(response);
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|f| http.error(f))?;
+        let data = event.data.trim();
+        if data.is_empty() {
+            continue;
+        }
+        let value: Value = serde_json::from_str(data).map_err(|e| {
+            http.malformed(format!(
+                "invalid JSON in the stream ({e}): {}",
+                http::cut(data, 200)
+            ))
+        })?;
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or(event.event.as_str());
+        match kind {
+            "response.output_text.delta" => {
+                if let (Some(sink), Some(delta)) = (&request.deltas, value["delta"].as_str()) {
+                    let _ = sink.send(delta.to_owned());
+                }
+            }
+            "response.completed" => return read_response(http, &value["response"]),
+            "response.failed" | "response.incomplete" => {
+                let response = &value["response"];
+                if let Some(error) = response.get("error").filter(|e| !e.is_null()) {
+                    return Err(error_of(http, error));
+                }
+                return read_response(http, response);
+            }
+            "error" => return Err(error_of(http, value.get("error").unwrap_or(&value))),
+            _ => {}
+        }
+    }
+    Err(http
+        .malformed("the stream ended before response.completed")
+        .into())
+}

@@ -1,0 +1,116 @@
+//! Provider settings as the configuration gives them: which kind, where, which model, which
+//! environment variable holds the key, streaming, timeouts and retries. Validated here so that
+//! every layer reports the same errors.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The provider kinds this build knows, as written in `kind = "..."`.
+pub const KINDS: [&str; 5] = [
+    "scripted",
+    "openai-chat",
+    "anthropic-messages",
+    "openai-responses",
+    "claude-code",
+];
+
+/// Retries of one request: exponential backoff with jitter between `initial_backoff` and
+/// `max_backoff`, at most `max_retries` times, on 429 (honouring `Retry-After`), 5xx and
+/// connection failures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetrySettings {
+    /// Retries after the first attempt (0 = never retry).
+    pub max_retries: u32,
+    /// The first delay.
+    pub initial_backoff: Duration,
+    /// The largest backoff delay (a server's `Retry-After` is honoured beyond it).
+    pub max_backoff: Duration,
+}
+
+impl Default for RetrySettings {
+    fn default() -> Self {
+        Self {
+            max_retries: 3,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Settings of an HTTP provider (`openai-chat`, `anthropic-messages`, `openai-responses`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpSettings {
+    /// The API's base URL including its version path, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    /// The model name sent with every request.
+    pub model: String,
+    /// The name of the environment variable that holds the API key; `None` for local servers
+    /// that need no key. The key itself is never logged, printed or stored.
+    pub api_key_env: Option<String>,
+    /// Whether to stream replies (server-sent events).
+    pub stream: bool,
+    /// How long to wait for a connection.
+    pub connect_timeout: Duration,
+    /// How long to wait for each read (the next bytes of a body or stream); a long stream that
+    /// keeps sending is never cut. The runtime's per-turn timeout bounds the whole turn.
+    pub read_timeout: Duration,
+    /// Retries.
+    pub retry: RetrySettings,
+    /// The model's context window in tokens.
+    pub context_window: u64,
+    /// The most tokens a reply may have (`max_tokens`; required by Anthropic).
+    pub max_output_tokens: u32,
+}
+
+impl HttpSettings {
+    /// Settings with the defaults for everything but where and which model.
+    pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        Self {
+            base_url: base_url.into(),
+            model: model.into(),
+            api_key_env: None,
+            stream: true,
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(120),
+            retry: RetrySettings::default(),
+            context_window: 128_000,
+            max_output_tokens: 4096,
+        }
+    }
+
+    /// `base_url` joined with `path` (`/chat/completions`), without a doubled slash.
+    pub fn url(&self, path: &str) -> String {
+        format!(
+            "{}/{}",
+            self.base_url.trim_end_matches('/'),
+            path.trim_start_matches('/')
+        )
+    }
+}
+
+/// Settings of the `claude-code` provider: the Claude Code CLI run as a subprocess.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClaudeCodeSettings {
+    /// The executable (`claude` on the PATH by default).
+    pub executable: PathBuf,
+    /// `--model`, if set.
+    pub model: Option<String>,
+    /// Extra arguments passed before ours (e.g. `--permission-mode`, `--allowedTools`).
+    pub extra_args: Vec<String>,
+    /// The model's context window in tokens.
+    pub context_window: u64,
+    /// How long to wait for the next output line before the run is treated as hung.
+    pub read_timeout: Duration,
+}
+
+impl Default for ClaudeCodeSettings {
+    fn default() -> Self {
+        Self {
+            executable: PathBuf::from("claude"),
+            model: None,
+            extra_args: Vec::new(),
+            context_window: 200_000,
+            read_timeout: Duration::from_secs(600),
+        }
+    }
+}

@@ -1,0 +1,551 @@
+//! `openai-chat` and `openai-responses` against local mock servers: the request bodies have the
+//! documented shape, streamed and whole replies are read with their usage, and every fault
+//! (429 with Retry-After, 500 then success, timeouts, truncated or cut streams, invalid JSON,
+//! 401, a lost response id) ends as the right error, never as a partial reply.
+
+use std::time::Duration;
+
+use legio_core::{
+    AgentName, Audience, ContextItem, ContextPlan, ConversationKey, DeliveryMode, Message,
+    MessageId, Participant, Seq, Timestamp,
+};
+use legio_llm::openai_chat::OpenAiChat;
+use legio_llm::openai_responses::OpenAiResponses;
+use legio_llm::{BuildError, HttpSettings, Provider, ProviderError, ProviderRequest};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wiremock::matchers::{header, method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+fn item(seq: u64, sender: &str, text: &str) -> ContextItem {
+    let sender = if sender == "user" {
+        Participant::User
+    } else {
+        Participant::Agent(AgentName::new(sender).unwrap())
+    };
+    let at = Timestamp::from_unix_micros(1_700_000_000_000_000 + seq as i64);
+    ContextItem {
+        seq: Seq(seq),
+        message: Message::text(
+            MessageId::from_parts(at, [seq as u8; 10]),
+            ConversationKey::new("test:conv").unwrap(),
+            sender,
+            Audience::All,
+            text,
+            at,
+        ),
+        redelivered: false,
+    }
+}
+
+fn request(mode: DeliveryMode, history: Vec<ContextItem>, new: ContextItem) -> ProviderRequest {
+    ProviderRequest {
+        conversation: ConversationKey::new("test:conv").unwrap(),
+        agent: AgentName::new("ann").unwrap(),
+        system_prompt: "You are ann.".into(),
+        resume: None,
+        plan: ContextPlan {
+            mode,
+            notice: None,
+            up_to: new.seq,
+            history,
+            new_message: new,
+            estimated_tokens: 10,
+        },
+        status: None,
+        deltas: None,
+    }
+}
+
+fn settings(server: &MockServer, stream: bool) -> HttpSettings {
+    let mut s = HttpSettings::new(format!("{}/v1", server.uri()), "gpt-4o-mini");
+    s.stream = stream;
+    s.retry.initial_backoff = Duration::from_millis(5);
+    s.retry.max_backoff = Duration::from_millis(50);
+    s.read_timeout = Duration::from_secs(5);
+    s
+}
+
+fn sse(events: &[Value]) -> String {
+    let mut body = String::new();
+    for e in events {
+        body.push_str(&format!("data: {e}\n\n"));
+    }
+    body
+}
+
+fn sse_template(body: String) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")
+}
+
+fn chat_stream(parts: &[&str]) -> String {
+    let mut events: Vec<Value> = parts
+        .iter()
+        .map(|p| json!({"choices": [{"index": 0, "delta": {"content": p}}]}))
+        .collect();
+    events.push(json!({"choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 40}}}));
+    format!("{}data: [DONE]\n\n", sse(&events))
+}
+
+async fn bodies(server: &MockServer) -> Vec<Value> {
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.body_json().unwrap())
+        .collect()
+}
+
+fn history() -> (Vec<ContextItem>, ContextItem) {
+    let mut call = item(2, "ann", "let me look");
+    call.message.parts.push(legio_core::Part::ToolCall {
+        id: "call_1".into(),
+        name: "get_history".into(),
+        arguments: "{\"limit\":5}".into(),
+    });
+    let mut result = item(3, "user", "");
+    result.message.parts = vec![legio_core::Part::ToolResult {
+        call_id: "call_1".into(),
+        content: "five messages".into(),
+        is_error: false,
+    }];
+    (
+        vec![
+            item(1, "user", "hello"),
+            call,
+            result,
+            item(4, "bob", "I agree"),
+        ],
+        item(5, "user", "@ann what now?"),
+    )
+}
+
+#[tokio::test]
+async fn chat_request_has_roles_names_and_tool_ids_and_streams_with_usage() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("authorization", "Bearer sk-test-chat"))
+        .respond_with(sse_template(chat_stream(&["Hel", "lo ", "there"])))
+        .mount(&server)
+        .await;
+    std::env::set_var("LEGIO_TEST_KEY_CHAT", "sk-test-chat");
+    let mut s = settings(&server, true);
+    s.api_key_env = Some("LEGIO_TEST_KEY_CHAT".into());
+    let provider = OpenAiChat::new("openai", s).unwrap();
+    let (history, new) = history();
+    let mut req = request(DeliveryMode::Full, history, new);
+    let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel();
+    req.deltas = Some(sink);
+    let reply = provider.call(req).await.unwrap();
+    assert_eq!(reply.text, "Hello there");
+    let usage = reply.usage.unwrap();
+    assert_eq!((usage.input, usage.output, usage.cache_read), (42, 7, 40));
+    assert_eq!(reply.provider_session, None);
+    let mut fragments = Vec::new();
+    while let Ok(f) = deltas.try_recv() {
+        fragments.push(f);
+    }
+    assert_eq!(fragments, ["Hel", "lo ", "there"]);
+
+    let body = &bodies(&server).await[0];
+    assert_eq!(body["model"], "gpt-4o-mini");
+    assert_eq!(body["stream"], true);
+    assert_eq!(body["stream_options"]["include_usage"], true);
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["system", "user", "assistant", "tool", "user", "user"]
+    );
+    assert_eq!(messages[0]["content"], "You are ann.");
+    assert_eq!(messages[1]["name"], "user");
+    assert_eq!(messages[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(
+        messages[2]["tool_calls"][0]["function"]["name"],
+        "get_history"
+    );
+    assert_eq!(
+        messages[2]["tool_calls"][0]["function"]["arguments"],
+        "{\"limit\":5}"
+    );
+    assert!(
+        messages[2].get("name").is_none(),
+        "the agent's own turn has no name"
+    );
+    assert_eq!(messages[3]["tool_call_id"], "call_1");
+    assert_eq!(messages[3]["content"], "five messages");
+    assert_eq!(messages[4]["name"], "bob");
+    assert_eq!(messages[5]["content"], "@ann what now?");
+}
+
+#[tokio::test]
+async fn chat_whole_reply_without_usage_is_counted_with_the_models_vocabulary() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "x", "object": "chat.completion",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello world"}, "finish_reason": "stop"}]
+        })))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("local", settings(&server, false)).unwrap();
+    let reply = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap();
+    assert_eq!(reply.text, "hello world");
+    assert_eq!(reply.usage.unwrap().output, 2, "o200k counts two tokens");
+    let body = &bodies(&server).await[0];
+    assert_eq!(body["stream"], false);
+    assert!(body.get("stream_options").is_none());
+}
+
+#[tokio::test]
+async fn retries_honour_retry_after_and_5xx_then_succeed() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(429).insert_header("retry-after", "1"))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(sse_template(chat_stream(&["ok"])))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("openai", settings(&server, true)).unwrap();
+    let started = std::time::Instant::now();
+    let reply = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap();
+    assert_eq!(reply.text, "ok");
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+    // The backoff settings allow 50 ms at most; the server asked for a second.
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "Retry-After was honoured"
+    );
+}
+
+#[tokio::test]
+async fn retries_are_bounded() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(500).set_body_string("boom"))
+        .mount(&server)
+        .await;
+    let mut s = settings(&server, true);
+    s.retry.max_retries = 2;
+    let provider = OpenAiChat::new("openai", s).unwrap();
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("gave up after 2 retries"), "{e}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn unauthorised_is_not_retried_and_names_the_key_variable() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(401)
+                .set_body_json(json!({"error": {"message": "Incorrect API key"}})),
+        )
+        .mount(&server)
+        .await;
+    std::env::set_var("LEGIO_TEST_KEY_401", "sk-wrong");
+    let mut s = settings(&server, true);
+    s.api_key_env = Some("LEGIO_TEST_KEY_401".into());
+    let provider = OpenAiChat::new("openai", s).unwrap();
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("401") && e.contains("LEGIO_TEST_KEY_401"), "{e}");
+    assert!(
+        !e.contains("sk-wrong"),
+        "the key never appears in errors: {e}"
+    );
+    assert_eq!(server.received_requests().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_missing_key_variable_is_named_at_build_time() {
+    let server = MockServer::start().await;
+    let mut s = settings(&server, true);
+    s.api_key_env = Some("LEGIO_TEST_KEY_NEVER_SET".into());
+    let e = OpenAiChat::new("openai", s).unwrap_err();
+    assert!(
+        matches!(&e, BuildError::MissingKey { variable, .. } if variable == "LEGIO_TEST_KEY_NEVER_SET")
+    );
+    assert!(e.to_string().contains("LEGIO_TEST_KEY_NEVER_SET"));
+}
+
+#[tokio::test]
+async fn a_read_timeout_is_an_error_after_bounded_retries() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(sse_template(chat_stream(&["late"])).set_delay(Duration::from_millis(800)))
+        .mount(&server)
+        .await;
+    let mut s = settings(&server, true);
+    s.read_timeout = Duration::from_millis(150);
+    s.retry.max_retries = 1;
+    let provider = OpenAiChat::new("openai", s).unwrap();
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("timed out"), "{e}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn truncated_streams_and_invalid_json_are_errors_not_partial_replies() {
+    for (body, needle) in [
+        // Ends without [DONE].
+        (
+            sse(&[json!({"choices": [{"delta": {"content": "half a rep"}}]})]),
+            "before [DONE]",
+        ),
+        // Invalid JSON in the stream.
+        ("data: {\"choices\": [\n\n".to_owned(), "invalid JSON"),
+        // An error object mid-stream.
+        (
+            sse(&[json!({"error": {"message": "overloaded"}})]),
+            "overloaded",
+        ),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(sse_template(body))
+            .mount(&server)
+            .await;
+        let provider = OpenAiChat::new("openai", settings(&server, true)).unwrap();
+        let e = provider
+            .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{needle}: {e}");
+    }
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw("{not json", "application/json"))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("openai", settings(&server, false)).unwrap();
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("invalid JSON"), "{e}");
+}
+
+/// A server that sends half a stream and closes the connection.
+async fn cutting_server() -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buffer = vec![0u8; 65536];
+            let _ = socket.read(&mut buffer).await;
+            let chunk = "data: {\"choices\":[{\"delta\":{\"content\":\"partial\"}}]}\n\n";
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{chunk}\r\n",
+                chunk.len()
+            );
+            let _ = socket.write_all(head.as_bytes()).await;
+            let _ = socket.flush().await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            drop(socket);
+        }
+    });
+    format!("http://{address}/v1")
+}
+
+#[tokio::test]
+async fn a_stream_cut_mid_way_is_an_error() {
+    let mut s = HttpSettings::new(cutting_server().await, "m");
+    s.retry.max_retries = 0;
+    let provider = OpenAiChat::new("local", s).unwrap();
+    let (sink, _deltas) = tokio::sync::mpsc::unbounded_channel();
+    let mut req = request(DeliveryMode::Full, vec![], item(1, "user", "hi"));
+    req.deltas = Some(sink);
+    let e = provider.call(req).await.unwrap_err().to_string();
+    assert!(
+        e.contains("stream broke") || e.contains("before [DONE]"),
+        "{e}"
+    );
+}
+
+fn responses_completed(id: &str, text: &str) -> Value {
+    json!({
+        "id": id, "object": "response", "status": "completed",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+        "usage": {"input_tokens": 30, "output_tokens": 5, "input_tokens_details": {"cached_tokens": 12}}
+    })
+}
+
+fn responses_stream(id: &str, parts: &[&str]) -> String {
+    let mut events =
+        vec![json!({"type": "response.created", "response": {"id": id, "status": "in_progress"}})];
+    for p in parts {
+        events.push(json!({"type": "response.output_text.delta", "delta": p}));
+    }
+    events.push(
+        json!({"type": "response.completed", "response": responses_completed(id, &parts.concat())}),
+    );
+    let mut body = String::new();
+    for e in events {
+        body.push_str(&format!(
+            "event: {}\ndata: {e}\n\n",
+            e["type"].as_str().unwrap()
+        ));
+    }
+    body
+}
+
+#[tokio::test]
+async fn responses_bootstraps_then_resumes_with_only_the_delta() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(sse_template(responses_stream(
+            "resp_1",
+            &["first ", "answer"],
+        )))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(sse_template(responses_stream("resp_2", &["second"])))
+        .mount(&server)
+        .await;
+    let provider = OpenAiResponses::new("openai", settings(&server, true)).unwrap();
+    assert!(provider.capabilities().history.is_stateful());
+
+    let first = request(
+        DeliveryMode::Bootstrap,
+        vec![
+            item(1, "user", "old message one"),
+            item(2, "bob", "old message two"),
+        ],
+        item(3, "user", "@ann first question"),
+    );
+    let reply = provider.call(first).await.unwrap();
+    assert_eq!(reply.text, "first answer");
+    assert_eq!(reply.provider_session.as_deref(), Some("resp_1"));
+    let usage = reply.usage.unwrap();
+    assert_eq!((usage.input, usage.output, usage.cache_read), (30, 5, 12));
+
+    let mut second = request(
+        DeliveryMode::Delta,
+        vec![item(5, "bob", "a new remark")],
+        item(6, "user", "@ann second question"),
+    );
+    second.resume = reply.provider_session.clone();
+    let reply = provider.call(second).await.unwrap();
+    assert_eq!(reply.provider_session.as_deref(), Some("resp_2"));
+
+    let bodies = bodies(&server).await;
+    assert!(bodies[0].get("previous_response_id").is_none());
+    assert_eq!(bodies[0]["instructions"], "You are ann.");
+    assert_eq!(bodies[0]["store"], true);
+    let first_input = bodies[0]["input"].to_string();
+    assert!(first_input.contains("old message one") && first_input.contains("first question"));
+    assert_eq!(bodies[1]["previous_response_id"], "resp_1");
+    let second_input = bodies[1]["input"].to_string();
+    assert!(second_input.contains("a new remark") && second_input.contains("second question"));
+    for old in ["old message one", "old message two", "first question"] {
+        assert!(
+            !second_input.contains(old),
+            "{old} was already sent: {second_input}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn responses_unknown_previous_id_is_a_lost_session() {
+    for template in [
+        ResponseTemplate::new(404).set_body_json(json!({"error": {"message": "Previous response with id 'resp_gone' not found.", "code": "previous_response_not_found"}})),
+        ResponseTemplate::new(400).set_body_json(json!({"error": {"message": "not found", "code": "previous_response_not_found"}})),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST")).respond_with(template).mount(&server).await;
+        let provider = OpenAiResponses::new("openai", settings(&server, true)).unwrap();
+        let mut req = request(DeliveryMode::Delta, vec![], item(9, "user", "@ann again"));
+        req.resume = Some("resp_gone".into());
+        let e = provider.call(req).await.unwrap_err();
+        assert_eq!(
+            e,
+            ProviderError::SessionLost {
+                session: "resp_gone".into()
+            }
+        );
+        assert_eq!(server.received_requests().await.unwrap().len(), 1, "not retried");
+    }
+}
+
+#[tokio::test]
+async fn responses_whole_reply_and_stream_faults() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(responses_completed("resp_9", "whole")),
+        )
+        .mount(&server)
+        .await;
+    let provider = OpenAiResponses::new("openai", settings(&server, false)).unwrap();
+    let reply = provider
+        .call(request(
+            DeliveryMode::Bootstrap,
+            vec![],
+            item(1, "user", "hi"),
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        (reply.text.as_str(), reply.provider_session.as_deref()),
+        ("whole", Some("resp_9"))
+    );
+
+    for (body, needle) in [
+        (
+            "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"half\"}\n\n".to_owned(),
+            "before response.completed",
+        ),
+        (
+            format!("data: {}\n\n", json!({"type": "response.failed", "response": {"id": "r", "status": "failed", "error": {"code": "server_error", "message": "model crashed"}}})),
+            "model crashed",
+        ),
+        ("data: {oops\n\n".to_owned(), "invalid JSON"),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST")).respond_with(sse_template(body)).mount(&server).await;
+        let provider = OpenAiResponses::new("openai", settings(&server, true)).unwrap();
+        let e = provider
+            .call(request(DeliveryMode::Bootstrap, vec![], item(1, "user", "hi")))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{needle}: {e}");
+    }
+}
