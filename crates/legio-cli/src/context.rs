@@ -1,13 +1,13 @@
 //! `legio context`: time travel. Exactly what an agent's provider would receive for its next
-//! turn had the log ended at a seq, from the runtime's own planner. Never calls a provider.
+//! turn had the log ended at a seq, from the runtime's own planner (or, with `--server`, from the
+//! running server, which uses the same planner). Never calls a provider.
 
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
 use legio_core::{ConversationKey, Seq};
-use legio_runtime::{preview_turn, TurnInputs};
+use legio_runtime::{context_report, preview_turn, ContextReport, TurnInputs};
 use legio_store::EventLog;
-use serde_json::json;
 
 use crate::common;
 use crate::Context;
@@ -41,8 +41,40 @@ pub enum PlanFormat {
 
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
+    let report = match context.remote()? {
+        Some(remote) => {
+            let mut query = vec![
+                ("conversation", args.conversation.clone()),
+                ("agent", args.agent.clone()),
+            ];
+            if let Some(at) = args.at {
+                query.push(("at", at.to_string()));
+            }
+            match remote.get_json("/operator/context", &query) {
+                Ok(value) => serde_json::from_value::<ContextReport>(value)?,
+                Err(e) if crate::remote::is_code(&e, "bad_seq") => {
+                    eprintln!("legio: bad seq: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        None => match offline(context, &args)? {
+            Some(report) => report,
+            None => return Ok(ExitCode::from(2)),
+        },
+    };
+    match args.format {
+        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        PlanFormat::Text => print_text(&report),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The report from the log itself (`None`: a usage error, already printed).
+fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
     let config = common::config(context)?;
-    let conversation = ConversationKey::new(args.conversation)?;
+    let conversation = ConversationKey::new(args.conversation.clone())?;
     let spec = config.agent_named(&args.agent)?.clone();
     let history = config
         .history_of(&spec)
@@ -61,7 +93,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let at = Seq(args.at.unwrap_or(last.get()));
     if at > last {
         eprintln!("legio: bad seq: --at {at} is past the end of the log ({last})");
-        return Ok(ExitCode::from(2));
+        return Ok(None);
     }
     let inputs = TurnInputs {
         spec: &spec,
@@ -73,89 +105,62 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         new_message: at,
     };
     let preview = preview_turn(&log, inputs, at)?;
-    let plan = &preview.turn.plan;
-    match args.format {
-        PlanFormat::Json => {
-            let items: Vec<_> = plan
-                .history
-                .iter()
-                .map(|i| json!({"seq": i.seq.get(), "sender": i.message.sender.as_str(), "redelivered": i.redelivered, "text": i.message.text_content()}))
-                .collect();
-            let out = json!({
-                "conversation": conversation.as_str(),
-                "agent": spec.name.as_str(),
-                "at": at.get(),
-                "mode": plan.mode.as_str(),
-                "notice": plan.notice,
-                "history": items,
-                "new_message": preview.answers_message.then(|| json!({"seq": plan.new_message.seq.get(), "sender": plan.new_message.message.sender.as_str(), "text": plan.new_message.message.text_content()})),
-                "estimated_tokens": plan.estimated_tokens,
-                "resume": matches!(preview.turn.decision.start, legio_core::Start::OpenResume { .. } | legio_core::Start::Continue) && history.is_stateful(),
-            });
-            println!("{}", serde_json::to_string_pretty(&out)?);
-        }
-        PlanFormat::Text => {
-            println!(
-                "context of {} in {} as of seq {at}",
-                spec.name, conversation
-            );
-            let session = preview
-                .turn
-                .current
-                .as_ref()
-                .map_or("none".to_owned(), |c| {
-                    format!(
-                        "{} ({}, checkpoint #{})",
-                        c.session,
-                        c.status.as_str(),
-                        c.checkpoint
-                    )
-                });
-            println!("session: {session}");
-            println!("decision: {:?}", preview.turn.decision.start);
-            if let Some(end) = preview.turn.decision.end {
-                println!(
-                    "first: {} the current session ({})",
-                    if end.suspend { "suspend" } else { "close" },
-                    end.why
-                );
-            }
-            println!(
-                "mode: {} ({} messages, ~{} tokens)",
-                plan.mode.as_str(),
-                plan.history.len() + usize::from(preview.answers_message),
-                plan.estimated_tokens
-            );
-            if let Some(notice) = &plan.notice {
-                println!("notice: {notice}");
-            }
-            for item in &plan.history {
-                let mark = if item.redelivered {
-                    " (redelivered)"
-                } else {
-                    ""
-                };
-                println!(
-                    "  #{:<6} {:<10} {}{mark}",
-                    item.seq.get(),
-                    item.message.sender.as_str(),
-                    one_line(&item.message.text_content())
-                );
-            }
-            if preview.answers_message {
-                println!("new message:");
-                println!(
-                    "  #{:<6} {:<10} {}",
-                    plan.new_message.seq.get(),
-                    plan.new_message.message.sender.as_str(),
-                    one_line(&plan.new_message.message.text_content())
-                );
-            } else {
-                println!("new message: (none yet; the above would precede the next message addressed to {})", spec.name);
-            }
-        }
+    Ok(Some(context_report(
+        &preview,
+        &conversation,
+        spec.name.as_str(),
+        at,
+        history,
+    )))
+}
+
+fn print_text(report: &ContextReport) {
+    println!(
+        "context of {} in {} as of seq {}",
+        report.agent, report.conversation, report.at
+    );
+    println!("session: {}", report.session);
+    println!("decision: {}", report.decision);
+    if let Some(first) = &report.first {
+        println!("first: {first}");
     }
-    Ok(ExitCode::SUCCESS)
+    println!(
+        "mode: {} ({} messages, ~{} tokens)",
+        report.mode,
+        report.history.len() + usize::from(report.new_message.is_some()),
+        report.estimated_tokens
+    );
+    if let Some(notice) = &report.notice {
+        println!("notice: {notice}");
+    }
+    for item in &report.history {
+        let mark = if item.redelivered == Some(true) {
+            " (redelivered)"
+        } else {
+            ""
+        };
+        println!(
+            "  #{:<6} {:<10} {}{mark}",
+            item.seq,
+            item.sender,
+            one_line(&item.text)
+        );
+    }
+    match &report.new_message {
+        Some(item) => {
+            println!("new message:");
+            println!(
+                "  #{:<6} {:<10} {}",
+                item.seq,
+                item.sender,
+                one_line(&item.text)
+            );
+        }
+        None => println!(
+            "new message: (none yet; the above would precede the next message addressed to {})",
+            report.agent
+        ),
+    }
 }
 
 fn one_line(text: &str) -> String {

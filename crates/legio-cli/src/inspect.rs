@@ -1,15 +1,14 @@
 //! `legio inspect`: tables of conversations, agents and sessions, from the log.
 
-use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use anyhow::Result;
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Table};
-use legio_core::{ConversationKey, Event, OpenReason, Seq, SessionStart, Timestamp};
-use legio_store::EventLog;
+use comfy_table::presets::UTF8_FULL_CONDENSED;
+use legio_core::ConversationKey;
+use legio_runtime::{InspectKind, Table};
 use serde_json::json;
 
-use crate::common::{self, for_each_record};
+use crate::common;
 use crate::Context;
 
 /// What to inspect.
@@ -64,7 +63,7 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
             println!("{}", serde_json::to_string_pretty(&objects)?);
         }
         TableFormat::Table => {
-            let mut table = Table::new();
+            let mut table = comfy_table::Table::new();
             table
                 .load_preset(UTF8_FULL_CONDENSED)
                 .set_header(header.to_vec());
@@ -79,164 +78,29 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
 
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
-    let log = common::open_log(context)?;
-    let only = args.conversation.map(ConversationKey::new).transpose()?;
-    let conversations: Vec<ConversationKey> = match &only {
-        Some(c) => {
-            if log.conversation_events(c, Seq::ZERO, 1)?.is_empty() {
-                anyhow::bail!("no conversation {:?} in the log", c.as_str());
-            }
-            vec![c.clone()]
-        }
-        None => log.conversations()?,
+    let kind = match args.what {
+        What::Conversations => InspectKind::Conversations,
+        What::Agents => InspectKind::Agents,
+        What::Sessions => InspectKind::Sessions,
     };
-    match args.what {
-        What::Conversations => {
-            let mut stats: BTreeMap<ConversationKey, (u64, u64, Timestamp)> = BTreeMap::new();
-            for_each_record(&log, only.as_ref(), Seq::FIRST, log.last_seq(), |record| {
-                let event = &record.event;
-                if only.as_ref().is_none_or(|c| c == event.conversation()) {
-                    let entry = stats.entry(event.conversation().clone()).or_insert((
-                        0,
-                        0,
-                        Timestamp::EPOCH,
-                    ));
-                    entry.0 += 1;
-                    entry.1 += u64::from(event.as_message().is_some());
-                    entry.2 = entry.2.max(event.at());
-                }
-                Ok(())
-            })?;
-            let rows = stats
-                .into_iter()
-                .map(|(c, (events, messages, last))| {
-                    vec![
-                        c.to_string(),
-                        messages.to_string(),
-                        events.to_string(),
-                        last.to_rfc3339(),
-                    ]
-                })
+    let table: Table = match context.remote()? {
+        Some(remote) => {
+            let query: Vec<(&str, String)> = args
+                .conversation
+                .iter()
+                .map(|c| ("conversation", c.clone()))
                 .collect();
-            print(
-                args.format,
-                &["conversation", "messages", "events", "last activity"],
-                rows,
-            )?;
+            serde_json::from_value(
+                remote.get_json(&format!("/operator/inspect/{}", kind.as_str()), &query)?,
+            )?
         }
-        What::Agents => {
-            let mut rows = Vec::new();
-            for conversation in &conversations {
-                for state in log.session_states(conversation)? {
-                    let (status, session, provider, checkpoint) = match &state.current {
-                        Some(c) => (
-                            c.status.as_str().to_owned(),
-                            c.session.to_string(),
-                            c.provider_session.clone().unwrap_or_else(|| "-".into()),
-                            c.checkpoint.to_string(),
-                        ),
-                        None => ("-".into(), "-".into(), "-".into(), "-".into()),
-                    };
-                    let status = if state.failed.is_some() {
-                        format!("failed ({status})")
-                    } else {
-                        status
-                    };
-                    rows.push(vec![
-                        conversation.to_string(),
-                        state.agent.to_string(),
-                        status,
-                        session,
-                        provider,
-                        state.total_usage.input.to_string(),
-                        state.total_usage.output.to_string(),
-                        checkpoint,
-                    ]);
-                }
-            }
-            print(
-                args.format,
-                &[
-                    "conversation",
-                    "agent",
-                    "status",
-                    "session",
-                    "provider session",
-                    "input tokens",
-                    "output tokens",
-                    "checkpoint",
-                ],
-                rows,
-            )?;
+        None => {
+            let log = common::open_log(context)?;
+            let only = args.conversation.map(ConversationKey::new).transpose()?;
+            legio_runtime::inspect(&log, kind, only.as_ref())?
         }
-        What::Sessions => {
-            let mut rows: Vec<Vec<String>> = Vec::new();
-            let mut index: BTreeMap<String, usize> = BTreeMap::new();
-            for_each_record(&log, only.as_ref(), Seq::FIRST, log.last_seq(), |record| {
-                if only
-                    .as_ref()
-                    .is_some_and(|c| c != record.event.conversation())
-                {
-                    return Ok(());
-                }
-                match &record.event {
-                    Event::SessionOpened(e) => {
-                        let why = match e.why {
-                            OpenReason::FirstUse => "first use".to_owned(),
-                            OpenReason::After(r) => format!("after {r}"),
-                        };
-                        let how = match &e.how {
-                            SessionStart::Stateless => "stateless".to_owned(),
-                            SessionStart::Bootstrapped { up_to } => {
-                                format!("bootstrapped up to #{up_to}")
-                            }
-                            SessionStart::Resumed {
-                                provider_session,
-                                checkpoint,
-                            } => format!("resumed {provider_session} at #{checkpoint}"),
-                        };
-                        index.insert(e.session.to_string(), rows.len());
-                        rows.push(vec![
-                            e.conversation.to_string(),
-                            e.agent.to_string(),
-                            e.session.to_string(),
-                            record.seq.to_string(),
-                            why,
-                            how,
-                            "open".into(),
-                            "-".into(),
-                        ]);
-                    }
-                    Event::SessionSuspended(e) | Event::SessionClosed(e) => {
-                        if let Some(&i) = index.get(&e.session.to_string()) {
-                            let state = if matches!(record.event, Event::SessionSuspended(_)) {
-                                "suspended"
-                            } else {
-                                "closed"
-                            };
-                            rows[i][6] = format!("{state} ({})", e.why);
-                            rows[i][7] = record.seq.to_string();
-                        }
-                    }
-                    _ => {}
-                }
-                Ok(())
-            })?;
-            print(
-                args.format,
-                &[
-                    "conversation",
-                    "agent",
-                    "session",
-                    "opened at",
-                    "why",
-                    "how",
-                    "state",
-                    "ended at",
-                ],
-                rows,
-            )?;
-        }
-    }
+    };
+    let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
+    print(args.format, &header, table.rows)?;
     Ok(ExitCode::SUCCESS)
 }

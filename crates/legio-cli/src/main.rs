@@ -10,9 +10,11 @@ mod export;
 mod import;
 mod inspect;
 mod post;
+mod remote;
 mod render;
 mod replay;
 mod reset;
+mod serve;
 mod stats;
 mod verify;
 
@@ -49,6 +51,10 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Move it:
 ///   legio export --output log.jsonl   then   legio --db ./copy import log.jsonl
 ///
+/// Serve it (HTTP API, metrics, dashboard), and look at it live while it runs:
+///   legio serve                                  # http://127.0.0.1:7878 (see [server] in the config)
+///   legio --server http://127.0.0.1:7878 replay --follow    # also inspect, context, verify, reset
+///
 /// Exit codes: 0 ok, 1 an error (one line on stderr, saying what to do), 2 a usage error,
 /// 3 `verify` found problems.
 #[derive(Debug, Parser)]
@@ -65,6 +71,14 @@ pub struct Cli {
     /// The event log's folder; overrides store.path from the configuration.
     #[arg(long, global = true)]
     db: Option<PathBuf>,
+    /// Live mode: ask the `legio serve` at this URL instead of opening the log (replay, inspect,
+    /// context, verify, reset), so the service can keep the database.
+    #[arg(long, global = true, value_name = "URL")]
+    server: Option<String>,
+    /// The server's operator token for live mode (default: LEGIO_OPERATOR_TOKEN, then
+    /// LEGIO_API_TOKEN).
+    #[arg(long, global = true, hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -93,6 +107,8 @@ enum Command {
     Import(import::Args),
     /// Manually reset an agent's session (its next turn is restored from the log).
     Reset(reset::Args),
+    /// Serve the HTTP API (turns, session history, operator access), /metrics and /dashboard.
+    Serve(serve::Args),
     /// Print shell completions, e.g. `legio completions bash > /etc/bash_completion.d/legio`.
     Completions(completions::Args),
 }
@@ -107,9 +123,26 @@ pub struct Context {
     /// Whether `--config` or `LEGIO_CONFIG` named it; the default file may be absent, and then
     /// store-only commands use the built-in store defaults.
     pub config_explicit: bool,
+    /// `--server`, if given.
+    pub server: Option<String>,
+    /// `--token`, if given.
+    pub token: Option<String>,
 }
 
 impl Context {
+    /// The live-mode client, when `--server` is given.
+    pub fn remote(&self) -> anyhow::Result<Option<remote::Remote>> {
+        let Some(url) = &self.server else {
+            return Ok(None);
+        };
+        let token = self
+            .token
+            .clone()
+            .or_else(|| std::env::var("LEGIO_OPERATOR_TOKEN").ok())
+            .or_else(|| std::env::var("LEGIO_API_TOKEN").ok());
+        Ok(Some(remote::Remote::new(url, token)?))
+    }
+
     /// The validated configuration, with `--db` applied.
     pub fn runtime_config(&self) -> anyhow::Result<legio_runtime::RuntimeConfig> {
         let mut config = legio_runtime::RuntimeConfig::load(&self.config)?;
@@ -146,7 +179,22 @@ fn main() -> ExitCode {
         db: cli.db,
         config: cli.config,
         config_explicit,
+        server: cli.server,
+        token: cli.token,
     };
+    let live = matches!(
+        cli.command,
+        Command::Replay(_)
+            | Command::Inspect(_)
+            | Command::Context(_)
+            | Command::Verify(_)
+            | Command::Reset(_)
+            | Command::Completions(_)
+    );
+    if context.server.is_some() && !live {
+        eprintln!("legio: --server works with replay, inspect, context, verify and reset; this command opens the log or the legion itself");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Demo(args) => demo::run(&context, args),
         Command::Chat(args) => chat::run(&context, args),
@@ -159,6 +207,7 @@ fn main() -> ExitCode {
         Command::Export(args) => export::run(&context, args),
         Command::Import(args) => import::run(&context, args),
         Command::Reset(args) => reset::run(&context, args),
+        Command::Serve(args) => serve::run(&context, args),
         Command::Completions(args) => completions::run(args),
     };
     match result {

@@ -194,6 +194,9 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(2));
     }
     let filter = resolve(context, &args)?;
+    if let Some(remote) = context.remote()? {
+        return live(&remote, &args, &filter, from, to);
+    }
     let log = common::open_log(context)?;
     if let Some(conversation) = &filter.conversation {
         if log
@@ -237,6 +240,46 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         drop(out);
         follow(&log, printed.max(last).next(), &filter, args.format, colour)?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Live mode: the same lines from the server's event stream (the filters but the conversation
+/// apply here, exactly as offline).
+fn live(
+    remote: &crate::remote::Remote,
+    args: &Args,
+    filter: &Filter,
+    from: Seq,
+    to: Seq,
+) -> Result<ExitCode> {
+    let mut query = vec![("from", from.get().to_string())];
+    if to != Seq(u64::MAX) {
+        query.push(("to", to.get().to_string()));
+    }
+    if let Some(conversation) = &filter.conversation {
+        query.push(("conversation", conversation.as_str().to_owned()));
+    }
+    if args.follow && to == Seq(u64::MAX) {
+        query.push(("follow", "true".to_owned()));
+    }
+    let colour = args.format == Format::Text && common::colour();
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    remote.stream_lines("/operator/events", &query, |line| {
+        let value: serde_json::Value = serde_json::from_str(line)?;
+        if let Some(error) = value.get("error") {
+            bail!("the server says: {}", error["message"]);
+        }
+        let record = legio_core::record_from_json(value)?;
+        if filter.matches(&record) {
+            write_record(&mut out, &record, args.format, colour)?;
+            if args.follow {
+                out.flush()?;
+            }
+        }
+        Ok(())
+    })?;
+    out.flush()?;
     Ok(ExitCode::SUCCESS)
 }
 

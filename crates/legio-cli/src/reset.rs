@@ -24,6 +24,24 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
+    if let Some(remote) = context.remote()? {
+        let done = remote.post_json(
+            "/operator/reset",
+            &serde_json::json!({"conversation": args.conversation, "agent": args.agent}),
+        )?;
+        println!(
+            "reset {} in {} at seq {}{}; its next turn opens a new session restored from the log",
+            done["agent"].as_str().unwrap_or_default(),
+            done["conversation"].as_str().unwrap_or_default(),
+            done["last_seq"],
+            if done["was_failed"] == true {
+                " (it was failed; it is cleared)"
+            } else {
+                ""
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = common::config(context)?;
     let conversation = ConversationKey::new(args.conversation)?;
     let spec = config.agent_named(&args.agent)?;

@@ -13,6 +13,22 @@ pub struct Args {}
 
 /// Runs the command.
 pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
+    if let Some(remote) = context.remote()? {
+        let report = remote.get_json("/operator/verify", &[])?;
+        println!(
+            "verified {} events up to seq {} on the running server",
+            report["events"], report["last_seq"]
+        );
+        if report["clean"] == true {
+            println!("clean: no gaps, every record decodes, indexes agree with the events");
+            return Ok(ExitCode::SUCCESS);
+        }
+        println!("{} problems found:", report["total_findings"]);
+        for finding in report["findings"].as_array().into_iter().flatten() {
+            println!("  {}", finding.as_str().unwrap_or_default());
+        }
+        return Ok(ExitCode::from(3));
+    }
     let store = context.store()?;
     let mut options = store.options.clone();
     options.create_if_missing = false;

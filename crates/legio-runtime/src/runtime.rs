@@ -24,6 +24,9 @@ use crate::error::RuntimeError;
 use crate::operator::ContextReport;
 use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::{Progress, ProgressSink};
+use crate::operator::ContextReport;
+use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
+use crate::progress::{Progress, ProgressSink};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::{Activity, StatusBoard};
 use crate::supervisor::{ConversationMsg, RootMsg, RootSupervisor};
@@ -467,6 +470,68 @@ impl Runtime {
         Ok(self.shared.provider(spec)?.capabilities().history)
     }
 
+    /// What `agent`'s provider would receive for its next turn in `conversation` had the log
+    /// ended at `at` (default: now): the same decision and planner the agent actor uses
+    /// ([`preview_turn`]), with the agent's current prompt and its provider's capability. Never
+    /// calls a provider; writes nothing.
+    pub async fn next_context(
+        &self,
+        conversation: &str,
+        agent: &str,
+        at: Option<Seq>,
+    ) -> Result<TurnPreview, RuntimeError> {
+        let key = ConversationKey::new(conversation)?;
+        let spec = self.shared.config.agent_named(agent)?.clone();
+        let history = self.shared.provider(&spec)?.capabilities().history;
+        let (_, prompt_hash) = self.shared.system_prompt(&spec)?;
+        let shared = Arc::clone(&self.shared);
+        tokio::task::spawn_blocking(move || {
+            let at = at.unwrap_or_else(|| shared.log.last_seq());
+            let inputs = TurnInputs {
+                spec: &spec,
+                conversation: &key,
+                history,
+                settings: &shared.config.runtime,
+                prompt_hash: &prompt_hash,
+                live_session: None,
+                new_message: at,
+            };
+            preview_turn(shared.log.as_ref(), inputs, at)
+        })
+        .await
+        .map_err(|e| RuntimeError::Actor(format!("previewing the context was cancelled: {e}")))?
+    }
+
+    /// [`Runtime::next_context`] as the operator's report (`legio context`'s JSON). An unknown
+    /// conversation is an error.
+    pub async fn context_report(
+        &self,
+        conversation: &str,
+        agent: &str,
+        at: Option<Seq>,
+    ) -> Result<ContextReport, RuntimeError> {
+        let key = ConversationKey::new(conversation)?;
+        let lookup = key.clone();
+        let last = self
+            .shared
+            .read(move |log| {
+                Ok(crate::operator::require_conversation(log, &lookup).map(|()| log.last_seq()))
+            })
+            .await??;
+        let at = at.unwrap_or(last).min(last);
+        let history = self.provider_history(agent)?;
+        let preview = self.next_context(conversation, agent, Some(at)).await?;
+        Ok(crate::operator::context_report(
+            &preview, &key, agent, at, history,
+        ))
+    }
+
+    /// The history capability of `agent`'s provider.
+    pub fn provider_history(&self, agent: &str) -> Result<legio_core::History, RuntimeError> {
+        let spec = self.shared.config.agent_named(agent)?;
+        Ok(self.shared.provider(spec)?.capabilities().history)
+    }
+
     /// A manual reset: closes the agent's session (and clears a failed agent); its next turn opens
     /// a new session restored from the log.
     pub async fn reset(&self, conversation: &str, agent: &str) -> Result<(), RuntimeError> {
@@ -536,10 +601,15 @@ impl Runtime {
     }
 
     /// Graceful shutdown: stops the reaper, suspends (or closes) every open session, stops the
-    /// actors and flushes the log. Takes `&self` so a host that shares the runtime (a server's
-    /// handlers) can shut it down while requests still hold it: they get
-    /// [`RuntimeError::ShutDown`] from then on.
-    pub async fn shutdown(&self) -> Result<(), RuntimeError> {
+    /// actors and flushes the log; the log closes when the runtime is dropped here.
+    pub async fn shutdown(self) -> Result<(), RuntimeError> {
+        self.stop().await
+    }
+
+    /// [`Runtime::shutdown`] through a shared reference, for a host whose requests may still
+    /// hold the runtime (a server's handlers): they get [`RuntimeError::ShutDown`] from then on;
+    /// the log closes when the last holder drops the runtime.
+    pub async fn stop(&self) -> Result<(), RuntimeError> {
         self.stopped.store(true, Ordering::SeqCst);
         self.stop_reaper();
         for supervisor in self.supervisors().await {

@@ -1,0 +1,74 @@
+//! `legio serve`: the host-facing HTTP server (crate legio-server) on the legion in the
+//! configuration. Loopback by default; a public address needs a token. SIGTERM or Ctrl-C shuts it
+//! down gracefully: in-flight turns finish within `server.shutdown_grace_seconds`, sessions are
+//! suspended, the log is flushed.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use legio_runtime::Runtime;
+use legio_server::{install_metrics, Server};
+
+use crate::common;
+use crate::Context;
+
+/// Arguments of `legio serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The address to listen on (default: server.bind, 127.0.0.1:7878). Port 0 picks a free port;
+    /// the first line printed says which.
+    #[arg(long)]
+    bind: Option<SocketAddr>,
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Runs the command.
+pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
+    let config = common::config(context)?;
+    let settings = config.server.clone();
+    let bind = args.bind.unwrap_or(settings.bind);
+    Server::check_bind(&settings, bind)?;
+    let tokio = common::tokio()?;
+    tokio.block_on(async move {
+        let metrics = install_metrics()?;
+        let runtime = Runtime::open(config).await?;
+        let server = match Server::bind(runtime, settings.clone(), Some(bind), metrics).await {
+            Ok(server) => server,
+            Err(e) => return Err(anyhow::Error::from(e)),
+        };
+        let addr = server.local_addr()?;
+        println!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.token.is_some() { "?token=…" } else { "" });
+        std::io::stdout().flush()?;
+        let report = server.serve(stop_signal()).await?;
+        eprintln!(
+            "legio: stopped{}{}",
+            if report.drained { "" } else { "; in-flight requests outlived the grace period and were cancelled" },
+            if report.suspended { "; sessions suspended, log flushed" } else { "; some agents were still in provider calls: their sessions are recovered on the next start" }
+        );
+        Ok(ExitCode::SUCCESS)
+    })
+}

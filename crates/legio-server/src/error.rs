@@ -1,0 +1,193 @@
+//! The server's errors, and the one place they map to HTTP statuses. Every error response is
+//! `{"error": {"code": "...", "message": "..."}}`; bad input is always a 4xx.
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use legio_runtime::RuntimeError;
+use legio_store::StoreError;
+use thiserror::Error;
+
+/// An API error: a stable code, a message saying what to do, and (in [`ApiError::status`]) its
+/// status.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("{code}: {message}")]
+pub struct ApiError {
+    /// A stable, machine-readable code (`invalid_json`, `unknown_agent`, ...).
+    pub code: &'static str,
+    /// What was wrong and what to do.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with `code` and `message`.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status of the error's code: the one table of it.
+    pub fn status(&self) -> StatusCode {
+        match self.code {
+            "invalid_json"
+            | "bad_request"
+            | "bad_conversation_key"
+            | "bad_name"
+            | "bad_query"
+            | "bad_seq" => StatusCode::BAD_REQUEST,
+            "unauthorized" => StatusCode::UNAUTHORIZED,
+            "unknown_agent" | "unknown_conversation" | "not_found" => StatusCode::NOT_FOUND,
+            "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
+            "not_acceptable" => StatusCode::NOT_ACCEPTABLE,
+            "body_too_large" | "message_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+            "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unknown_mention" | "empty_message" | "invalid_body" => {
+                StatusCode::UNPROCESSABLE_ENTITY
+            }
+            "shutting_down" | "store_locked" => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        serde_json::json!({"error": {"code": self.code, "message": self.message}})
+    }
+}
+
+impl From<RuntimeError> for ApiError {
+    fn from(e: RuntimeError) -> Self {
+        let message = e.to_string();
+        let code = match &e {
+            RuntimeError::Name(_) => "bad_name",
+            RuntimeError::Mention(_) => "unknown_mention",
+            RuntimeError::UnknownAgent { .. } => "unknown_agent",
+            RuntimeError::UnknownConversation { .. } => "unknown_conversation",
+            RuntimeError::EmptyMessage => "empty_message",
+            RuntimeError::ShutDown => "shutting_down",
+            RuntimeError::Store(StoreError::MessageTooLarge { .. })
+            | RuntimeError::Store(StoreError::RecordTooLarge { .. }) => "message_too_large",
+            RuntimeError::Store(StoreError::Closed) => "shutting_down",
+            RuntimeError::Store(StoreError::Locked { .. }) => "store_locked",
+            _ => "internal",
+        };
+        Self::new(code, message)
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(e: JsonRejection) -> Self {
+        match e {
+            JsonRejection::JsonDataError(e) => Self::new("invalid_body", e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => Self::new("invalid_json", e.body_text()),
+            JsonRejection::MissingJsonContentType(_) => Self::new(
+                "unsupported_media_type",
+                "send the body as JSON with `Content-Type: application/json`",
+            ),
+            JsonRejection::BytesRejection(e) => {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    Self::new(
+                        "body_too_large",
+                        "the request body is over the limit (server.body_limit_bytes)",
+                    )
+                } else {
+                    Self::new("bad_request", e.body_text())
+                }
+            }
+            other => Self::new("bad_request", other.body_text()),
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(e: QueryRejection) -> Self {
+        Self::new("bad_query", e.body_text())
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(code = self.code, message = %self.message, "request failed");
+        }
+        let mut response = (status, axum::Json(self.body())).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"legio\""),
+            );
+        }
+        response
+    }
+}
+
+/// Why `legio serve` could not start or stop cleanly.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// A non-loopback address without a token.
+    #[error("refusing to listen on {bind} without a token: set [server] token in the configuration or LEGIO_API_TOKEN, or bind a loopback address such as 127.0.0.1:7878")]
+    NoTokenForPublicBind {
+        /// The address.
+        bind: std::net::SocketAddr,
+    },
+    /// The address cannot be bound.
+    #[error("cannot listen on {bind}: {reason}")]
+    Bind {
+        /// The address.
+        bind: std::net::SocketAddr,
+        /// Why.
+        reason: String,
+    },
+    /// The runtime failed to start or stop.
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    /// Serving failed.
+    #[error("serving failed: {0}")]
+    Io(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_errors_are_4xx() {
+        for code in [
+            "invalid_json",
+            "bad_name",
+            "unknown_agent",
+            "unknown_conversation",
+            "unknown_mention",
+            "empty_message",
+            "body_too_large",
+            "message_too_large",
+            "bad_query",
+            "unauthorized",
+            "invalid_body",
+            "unsupported_media_type",
+        ] {
+            let status = ApiError::new(code, "x").status();
+            assert!(status.is_client_error(), "{code}: {status}");
+        }
+        assert_eq!(
+            ApiError::new("internal", "x").status(),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
+    }
+
+    #[test]
+    fn runtime_errors_map_by_kind() {
+        let e: ApiError = RuntimeError::EmptyMessage.into();
+        assert_eq!(e.code, "empty_message");
+        let e: ApiError = RuntimeError::UnknownAgent {
+            name: "zed".into(),
+            known: vec!["lead".into()],
+        }
+        .into();
+        assert_eq!(e.status(), StatusCode::NOT_FOUND);
+        assert!(e.message.contains("zed"));
+    }
+}

@@ -1,0 +1,200 @@
+//! `GET /sessions/{id}/history?view=full|compacted[&agent=NAME][&limit=N]`: a `Message[]`-
+//! compatible array (seed 002). `full` is every message as stored, nothing omitted or altered
+//! (its `parts` carry the exact content); `compacted` is what the agent's context is built from:
+//! the planner's own plan for its next turn (the same function `legio context` uses), so it is
+//! exactly what the provider receives next. Without `agent`, `full` is the whole conversation and
+//! `compacted` is the orchestrator's.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderValue;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use legio_core::{can_see, ContextItem, Message, Part, Participant, Record, Seq};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use crate::error::ApiError;
+use crate::server::AppState;
+use crate::turns::conversation_key;
+
+/// The query of a history request.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct HistoryQuery {
+    #[serde(default)]
+    view: Option<String>,
+    #[serde(default)]
+    agent: Option<String>,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// How many events one read takes.
+const CHUNK: usize = 10_000;
+
+pub(crate) async fn history(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    query: Result<Query<HistoryQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let key = conversation_key(&id)?;
+    let Query(query) = query?;
+    let runtime = &state.runtime;
+    let spec = match &query.agent {
+        Some(name) => Some(runtime.config().agent_named(name)?.clone()),
+        None => None,
+    };
+    match query.view.as_deref().unwrap_or("full") {
+        "full" => {
+            let log = Arc::clone(runtime.log());
+            let viewer_spec = spec.clone();
+            let records = tokio::task::spawn_blocking(move || {
+                let mut out: Vec<Record> = Vec::new();
+                let mut after = Seq::ZERO;
+                loop {
+                    let chunk = log.conversation_events(&key, after, CHUNK)?;
+                    let Some(last) = chunk.last().map(|r| r.seq) else {
+                        break;
+                    };
+                    out.extend(chunk.into_iter().filter(|r| {
+                        r.event.as_message().is_some_and(|m| {
+                            viewer_spec.as_ref().is_none_or(|s| can_see(s.viewer(), m))
+                        })
+                    }));
+                    after = last;
+                }
+                Ok::<_, legio_store::StoreError>(out)
+            })
+            .await
+            .map_err(|e| ApiError::new("internal", format!("reading the history failed: {e}")))?
+            .map_err(legio_runtime::RuntimeError::from)?;
+            let skip = query
+                .limit
+                .map_or(0, |limit| records.len().saturating_sub(limit));
+            let me = spec.as_ref().map(|s| Participant::Agent(s.name.clone()));
+            let messages: Vec<Value> = records
+                .iter()
+                .skip(skip)
+                .filter_map(|r| {
+                    r.event
+                        .as_message()
+                        .map(|m| message_json(m, r.seq, me.as_ref(), None))
+                })
+                .collect();
+            Ok(Json(messages).into_response())
+        }
+        "compacted" => {
+            if query.limit.is_some() {
+                return Err(ApiError::new(
+                    "bad_query",
+                    "limit applies to view=full; the compacted view is the planner's window",
+                ));
+            }
+            let agent = spec.unwrap_or_else(|| runtime.config().orchestrator().clone());
+            let preview = runtime
+                .next_context(key.as_str(), agent.name.as_str(), None)
+                .await?;
+            let plan = &preview.turn.plan;
+            let me = Participant::Agent(agent.name.clone());
+            let mut messages = Vec::new();
+            if let Some(notice) = &plan.notice {
+                messages.push(json!({"role": "system", "content": notice}));
+            }
+            let item = |i: &ContextItem| message_json(&i.message, i.seq, Some(&me), Some(i));
+            messages.extend(plan.history.iter().map(item));
+            if preview.answers_message {
+                messages.push(item(&plan.new_message));
+            }
+            let mut response = Json(messages).into_response();
+            response.headers_mut().insert(
+                "legio-context-mode",
+                HeaderValue::from_static(plan.mode.as_str()),
+            );
+            Ok(response)
+        }
+        other => Err(ApiError::new(
+            "bad_query",
+            format!("view={other:?} is not \"full\" or \"compacted\""),
+        )),
+    }
+}
+
+/// A stored message as a `Message[]` entry: `role`, `content`, `name`, `tool_calls` (with ids),
+/// `tool_call_id`, plus legio's exact record (`id`, `seq`, `sender`, `audience`, `reply_to`,
+/// `at`, `parts`). The role is relative to `me` (an agent's own messages are `assistant`, others'
+/// `user` with their `name`); without `me`, every agent's message is `assistant`. A message
+/// carrying a tool result is `tool`.
+pub(crate) fn message_json(
+    message: &Message,
+    seq: Seq,
+    me: Option<&Participant>,
+    item: Option<&ContextItem>,
+) -> Value {
+    let tool_result = message.parts.iter().find_map(|p| match p {
+        Part::ToolResult {
+            call_id, content, ..
+        } => Some((call_id, content)),
+        _ => None,
+    });
+    let role = match (&message.sender, tool_result, me) {
+        (_, Some(_), _) => "tool",
+        (Participant::User, _, _) => "user",
+        (sender, _, Some(me)) if sender == me => "assistant",
+        (_, _, Some(_)) => "user",
+        (Participant::Agent(_), _, None) => "assistant",
+    };
+    let text = message.text_content();
+    let content = match tool_result {
+        Some((_, result)) if text.is_empty() => result.clone(),
+        _ => text,
+    };
+    let tool_calls: Vec<Value> = message
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => Some(json!({
+                "id": id,
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            })),
+            _ => None,
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert("role".into(), json!(role));
+    out.insert("content".into(), json!(content));
+    out.insert("name".into(), json!(message.sender.as_str()));
+    if !tool_calls.is_empty() {
+        out.insert("tool_calls".into(), Value::Array(tool_calls));
+    }
+    if let Some((call_id, _)) = tool_result {
+        out.insert("tool_call_id".into(), json!(call_id));
+    }
+    out.insert("id".into(), json!(message.id.to_string()));
+    out.insert("seq".into(), json!(seq.get()));
+    out.insert("sender".into(), json!(message.sender.as_str()));
+    out.insert(
+        "audience".into(),
+        serde_json::to_value(&message.audience).unwrap_or(Value::Null),
+    );
+    out.insert(
+        "reply_to".into(),
+        json!(message.reply_to.map(|id| id.to_string())),
+    );
+    out.insert("at".into(), json!(message.at.to_rfc3339()));
+    out.insert(
+        "parts".into(),
+        serde_json::to_value(&message.parts).unwrap_or(Value::Null),
+    );
+    if let Some(item) = item {
+        out.insert("redelivered".into(), json!(item.redelivered));
+    }
+    Value::Object(out)
+}

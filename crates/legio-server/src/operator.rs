@@ -1,0 +1,328 @@
+//! Operator endpoints, for the CLI's live mode (`legio --server URL replay|inspect|context|verify|
+//! reset`) while this server holds the log: the event stream from a seq (JSON lines or SSE, with
+//! follow), the inspect tables, context plans, the integrity report and manual resets. Reads run
+//! on blocking threads; a reset goes through the runtime like any turn.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, StreamExt};
+use legio_core::{record_to_json, ConversationKey, Record, Seq};
+use legio_runtime::{inspect as inspect_log, InspectKind, RuntimeError};
+use legio_store::{EventLog, Subscription};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+use crate::error::ApiError;
+use crate::server::AppState;
+use crate::turns::conversation_key;
+
+/// Events per read while catching up.
+const CHUNK: usize = 1_000;
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, RuntimeError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::new("internal", format!("a log read failed: {e}")))?
+        .map_err(ApiError::from)
+}
+
+fn optional_key(key: Option<&str>) -> Result<Option<ConversationKey>, ApiError> {
+    key.map(conversation_key).transpose()
+}
+
+/// The query of `GET /operator/events`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct EventsQuery {
+    #[serde(default)]
+    from: Option<u64>,
+    #[serde(default)]
+    to: Option<u64>,
+    #[serde(default)]
+    conversation: Option<String>,
+    #[serde(default)]
+    follow: Option<bool>,
+    #[serde(default)]
+    format: Option<String>,
+}
+
+/// Where an event stream is.
+struct Cursor {
+    log: Arc<dyn EventLog>,
+    conversation: Option<ConversationKey>,
+    next: Seq,
+    to: Seq,
+    follow: bool,
+    subscription: Option<Subscription>,
+    stopping: watch::Receiver<bool>,
+}
+
+impl Cursor {
+    /// The next batch of records: read from the log while catching up, then (with follow) each
+    /// new event as it is appended, until the server stops. `None` at the end.
+    async fn next_batch(mut self) -> Option<(Result<Vec<Record>, ApiError>, Self)> {
+        if self.next > self.to {
+            return None;
+        }
+        if self.subscription.is_none() {
+            let (log, key, next, to) = (
+                Arc::clone(&self.log),
+                self.conversation.clone(),
+                self.next,
+                self.to,
+            );
+            let read = blocking(move || {
+                let last = log.last_seq().min(to);
+                if next > last {
+                    return Ok(Vec::new());
+                }
+                let mut records = match &key {
+                    Some(key) => log.conversation_events(key, Seq(next.get() - 1), CHUNK)?,
+                    None => log.read_range(next, last, CHUNK)?,
+                };
+                records.retain(|r| r.seq <= last);
+                Ok(records)
+            })
+            .await;
+            match read {
+                Err(e) => {
+                    return Some((
+                        Err(e),
+                        Self {
+                            to: Seq::ZERO,
+                            ..self
+                        },
+                    ))
+                }
+                Ok(records) if !records.is_empty() => {
+                    if let Some(last) = records.last() {
+                        self.next = last.seq.next();
+                    }
+                    return Some((Ok(records), self));
+                }
+                Ok(_) if !self.follow => return None,
+                Ok(_) => self.subscription = Some(self.log.subscribe(self.next)),
+            }
+        }
+        let mut subscription = self.subscription.take()?;
+        let mut stopping = self.stopping.clone();
+        loop {
+            tokio::select! {
+                record = subscription.next() => match record {
+                    Ok(record) => {
+                        self.next = record.seq.next();
+                        if self.conversation.as_ref().is_some_and(|c| c != record.event.conversation()) {
+                            continue;
+                        }
+                        self.subscription = Some(subscription);
+                        return Some((Ok(vec![record]), self));
+                    }
+                    Err(_) => return None,
+                },
+                _ = stopping.wait_for(|stop| *stop) => return None,
+            }
+        }
+    }
+}
+
+pub(crate) async fn events(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query?;
+    let conversation = optional_key(query.conversation.as_deref())?;
+    let from = Seq(query.from.unwrap_or(1).max(1));
+    let to = Seq(query.to.unwrap_or(u64::MAX));
+    if from > to {
+        return Err(ApiError::new(
+            "bad_seq",
+            format!("from={from} is after to={to}"),
+        ));
+    }
+    let sse_wanted = match query.format.as_deref() {
+        Some("sse") => true,
+        Some("jsonl") => false,
+        Some(other) => {
+            return Err(ApiError::new(
+                "bad_query",
+                format!("format={other:?} is not \"jsonl\" or \"sse\""),
+            ))
+        }
+        None => headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.contains("text/event-stream")),
+    };
+    let cursor = Cursor {
+        log: Arc::clone(state.runtime.log()),
+        conversation,
+        next: from,
+        to,
+        follow: query.follow.unwrap_or(false) && query.to.is_none(),
+        subscription: None,
+        stopping: state.stopping.clone(),
+    };
+    let batches = stream::unfold(cursor, Cursor::next_batch);
+    if sse_wanted {
+        let events = batches.flat_map(|batch| {
+            let events: Vec<SseEvent> = match batch {
+                Ok(records) => records
+                    .iter()
+                    .map(|r| {
+                        SseEvent::default()
+                            .id(r.seq.get().to_string())
+                            .event("record")
+                            .data(record_to_json(r).to_string())
+                    })
+                    .collect(),
+                Err(e) => vec![SseEvent::default()
+                    .event("error")
+                    .data(e.body().to_string())],
+            };
+            stream::iter(events.into_iter().map(Ok::<_, Infallible>))
+        });
+        return Ok(Sse::new(events)
+            .keep_alive(KeepAlive::default())
+            .into_response());
+    }
+    let lines = batches.map(|batch| {
+        let mut out = Vec::new();
+        match batch {
+            Ok(records) => {
+                for record in &records {
+                    out.extend_from_slice(record_to_json(record).to_string().as_bytes());
+                    out.push(b'\n');
+                }
+            }
+            Err(e) => {
+                out.extend_from_slice(e.body().to_string().as_bytes());
+                out.push(b'\n');
+            }
+        }
+        Ok::<_, Infallible>(Bytes::from(out))
+    });
+    Ok((
+        [(header::CONTENT_TYPE, "application/x-ndjson")],
+        Body::from_stream(lines),
+    )
+        .into_response())
+}
+
+/// The query of `GET /operator/inspect/{what}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct InspectQuery {
+    #[serde(default)]
+    conversation: Option<String>,
+}
+
+pub(crate) async fn inspect(
+    State(state): State<Arc<AppState>>,
+    Path(what): Path<String>,
+    query: Result<Query<InspectQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query?;
+    let kind = InspectKind::parse(&what).ok_or_else(|| {
+        ApiError::new(
+            "not_found",
+            format!("cannot inspect {what:?}; choose conversations, agents or sessions"),
+        )
+    })?;
+    let only = optional_key(query.conversation.as_deref())?;
+    let log = Arc::clone(state.runtime.log());
+    let table = blocking(move || inspect_log(log.as_ref(), kind, only.as_ref())).await?;
+    Ok(Json(serde_json::to_value(table).unwrap_or(Value::Null)))
+}
+
+/// The query of `GET /operator/context`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ContextQuery {
+    conversation: String,
+    agent: String,
+    #[serde(default)]
+    at: Option<u64>,
+}
+
+pub(crate) async fn context(
+    State(state): State<Arc<AppState>>,
+    query: Result<Query<ContextQuery>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query?;
+    let key = conversation_key(&query.conversation)?;
+    let last = state.runtime.log().last_seq();
+    if let Some(at) = query.at {
+        if Seq(at) > last {
+            return Err(ApiError::new(
+                "bad_seq",
+                format!("at={at} is past the end of the log ({last})"),
+            ));
+        }
+    }
+    let report = state
+        .runtime
+        .context_report(key.as_str(), &query.agent, query.at.map(Seq))
+        .await?;
+    Ok(Json(serde_json::to_value(report).unwrap_or(Value::Null)))
+}
+
+pub(crate) async fn verify(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let log = Arc::clone(state.runtime.log());
+    let report = blocking(move || Ok(log.verify(&mut |_| {})?)).await?;
+    let counts: serde_json::Map<String, Value> = report
+        .counts
+        .iter()
+        .map(|(kind, n)| ((*kind).to_owned(), json!(n)))
+        .collect();
+    Ok(Json(json!({
+        "events": report.events,
+        "last_seq": report.last_seq.get(),
+        "clean": report.is_clean(),
+        "total_findings": report.total_findings(),
+        "findings": report.findings.iter().map(|f| f.to_string()).collect::<Vec<_>>(),
+        "counts": counts,
+    })))
+}
+
+/// The body of `POST /operator/reset`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ResetBody {
+    conversation: String,
+    agent: String,
+}
+
+pub(crate) async fn reset(
+    State(state): State<Arc<AppState>>,
+    body: Result<Json<ResetBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(body) = body?;
+    let key = conversation_key(&body.conversation)?;
+    let runtime = &state.runtime;
+    let agent = runtime.config().agent_named(&body.agent)?.name.clone();
+    let was_failed = runtime
+        .status(key.as_str())
+        .await?
+        .iter()
+        .any(|s| s.agent == agent && s.session.as_ref().is_some_and(|x| x.failed.is_some()));
+    runtime.reset(key.as_str(), agent.as_str()).await?;
+    Ok(Json(json!({
+        "conversation": key.as_str(),
+        "agent": agent.as_str(),
+        "was_failed": was_failed,
+        "last_seq": runtime.log().last_seq().get(),
+    })))
+}

@@ -1,0 +1,318 @@
+//! The server: binding (loopback by default; a public address needs a token), the routes and
+//! their guards, and graceful shutdown (stop accepting, let in-flight requests finish within the
+//! grace period, then cancel them, suspend every session and flush the log).
+
+use std::collections::HashMap;
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use legio_runtime::{Runtime, ServerSettings};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
+
+use crate::error::{ApiError, ServeError};
+use crate::metrics::MetricsHandle;
+use crate::{auth, dashboard, history, meta, metrics, operator, turns};
+
+/// What every handler shares.
+pub(crate) struct AppState {
+    pub(crate) runtime: Arc<Runtime>,
+    pub(crate) settings: ServerSettings,
+    pub(crate) metrics: MetricsHandle,
+    /// False once shutdown began (`/readyz` answers 503).
+    pub(crate) ready: AtomicBool,
+    /// Becomes true when shutdown begins: long-lived streams (follow) end.
+    pub(crate) stopping: watch::Receiver<bool>,
+    /// Streamed turns run on their own tasks (a client that goes away does not cancel a turn);
+    /// shutdown cancels those still running after the grace period.
+    turn_tasks: Mutex<HashMap<u64, AbortHandle>>,
+    next_task: AtomicU64,
+}
+
+impl AppState {
+    /// Spawns a streamed turn's task, tracked until it ends.
+    pub(crate) fn spawn_turn<F>(self: &Arc<Self>, future: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::clone(self);
+        let mut tasks = self.turn_tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let task = tokio::spawn(async move {
+            future.await;
+            state
+                .turn_tasks
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+        });
+        tasks.insert(id, task.abort_handle());
+    }
+
+    fn cancel_turns(&self) -> usize {
+        let mut tasks = self.turn_tasks.lock().unwrap_or_else(|p| p.into_inner());
+        let n = tasks.len();
+        for (_, task) in tasks.drain() {
+            task.abort();
+        }
+        n
+    }
+}
+
+/// How a shutdown went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Whether every in-flight request finished within the grace period.
+    pub drained: bool,
+    /// Streamed turns still running after the grace period, cancelled (their agents' turns end
+    /// with the runtime's shutdown).
+    pub cancelled_turns: usize,
+    /// Whether every session was suspended (or closed) and the log flushed; false when agents
+    /// were still inside provider calls after the grace period.
+    pub suspended: bool,
+}
+
+/// A bound server, ready to serve.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<AppState>,
+    stop: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// Binds `settings.bind` (or `bind`, when given) for `runtime`. A non-loopback address
+    /// without a token is refused.
+    pub async fn bind(
+        runtime: Runtime,
+        mut settings: ServerSettings,
+        bind: Option<SocketAddr>,
+        metrics: MetricsHandle,
+    ) -> Result<Self, ServeError> {
+        if let Some(bind) = bind {
+            settings.bind = bind;
+        }
+        let bind = settings.bind;
+        Self::check_bind(&settings, bind)?;
+        let listener = TcpListener::bind(bind)
+            .await
+            .map_err(|e| ServeError::Bind {
+                bind,
+                reason: e.to_string(),
+            })?;
+        let (stop, stopping) = watch::channel(false);
+        let state = Arc::new(AppState {
+            runtime: Arc::new(runtime),
+            settings,
+            metrics,
+            ready: AtomicBool::new(true),
+            stopping,
+            turn_tasks: Mutex::new(HashMap::new()),
+            next_task: AtomicU64::new(0),
+        });
+        Ok(Self {
+            listener,
+            state,
+            stop,
+        })
+    }
+
+    /// Refuses a non-loopback address without a token (checked before anything is opened).
+    pub fn check_bind(settings: &ServerSettings, bind: SocketAddr) -> Result<(), ServeError> {
+        if !bind.ip().is_loopback() && settings.token.is_none() {
+            return Err(ServeError::NoTokenForPublicBind { bind });
+        }
+        Ok(())
+    }
+
+    /// The address it listens on (the real port when bound to port 0).
+    pub fn local_addr(&self) -> Result<SocketAddr, ServeError> {
+        self.listener
+            .local_addr()
+            .map_err(|e| ServeError::Io(e.to_string()))
+    }
+
+    /// The runtime it serves.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.state.runtime
+    }
+
+    /// Serves until `shutdown` resolves, then shuts down gracefully: new connections are refused
+    /// and `/readyz` says 503, follow streams end, in-flight requests get
+    /// `server.shutdown_grace_seconds` to finish (then they are cancelled), every session is
+    /// suspended or closed and the log flushed.
+    pub async fn serve(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<ShutdownReport, ServeError> {
+        let Self {
+            listener,
+            state,
+            stop,
+        } = self;
+        let upkeep = metrics::spawn_upkeep(Arc::clone(&state));
+        let app = router(Arc::clone(&state));
+        let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<()>();
+        let fired_at: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let signal_state = Arc::clone(&state);
+        let signal_at = Arc::clone(&fired_at);
+        let signal = async move {
+            shutdown.await;
+            if let Ok(mut at) = signal_at.lock() {
+                *at = Some(Instant::now());
+            }
+            tracing::info!("shutting down: no new connections; finishing in-flight requests");
+            signal_state.ready.store(false, Ordering::SeqCst);
+            let _ = stop.send(true);
+            let _ = fired_tx.send(());
+        };
+        let serving = axum::serve(listener, app)
+            .with_graceful_shutdown(signal)
+            .into_future();
+        tokio::pin!(serving);
+        let grace = state.settings.shutdown_grace;
+        let drained = tokio::select! {
+            result = &mut serving => {
+                result.map_err(|e| ServeError::Io(e.to_string()))?;
+                true
+            }
+            _ = fired_rx => match tokio::time::timeout(grace, &mut serving).await {
+                Ok(result) => {
+                    result.map_err(|e| ServeError::Io(e.to_string()))?;
+                    true
+                }
+                Err(_) => false,
+            },
+        };
+        // Streamed turns whose client went away may still run: they get the rest of the grace
+        // period, then are cancelled; the runtime's shutdown then suspends or closes every
+        // session.
+        let deadline = fired_at
+            .lock()
+            .map(|t| *t)
+            .ok()
+            .flatten()
+            .unwrap_or_else(Instant::now)
+            + grace;
+        while !state
+            .turn_tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let cancelled_turns = state.cancel_turns();
+        upkeep.abort();
+        if !drained {
+            tracing::warn!(
+                grace_seconds = grace.as_secs_f64(),
+                cancelled_turns,
+                "in-flight requests did not finish within the grace period; cancelled"
+            );
+        }
+        // An agent still inside a provider call finishes it before it suspends its session;
+        // past the grace period the process stops without waiting (as a crash would: every
+        // acknowledged event is durable, and the next start closes or suspends those sessions
+        // as crashed).
+        let suspended = match tokio::time::timeout(
+            grace.max(Duration::from_secs(1)),
+            state.runtime.stop(),
+        )
+        .await
+        {
+            Ok(result) => {
+                result?;
+                tracing::info!("shut down: sessions suspended, log flushed");
+                true
+            }
+            Err(_) => {
+                tracing::warn!("agents still in provider calls after the grace period: stopping without suspending their sessions (the next start recovers them)");
+                false
+            }
+        };
+        Ok(ShutdownReport {
+            drained,
+            cancelled_turns,
+            suspended,
+        })
+    }
+}
+
+/// Every route and its guard.
+pub(crate) fn router(state: Arc<AppState>) -> Router {
+    let api = Router::new()
+        .route("/meta", get(meta::meta))
+        .route("/sessions/{id}/turns", post(turns::post_turn))
+        .route("/sessions/{id}/history", get(history::history))
+        .route("/metrics", get(metrics::render))
+        .route("/dashboard", get(dashboard::page))
+        .route("/dashboard.js", get(dashboard::script))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            auth::require_api_token,
+        ));
+    let operator = Router::new()
+        .route("/operator/events", get(operator::events))
+        .route("/operator/inspect/{what}", get(operator::inspect))
+        .route("/operator/context", get(operator::context))
+        .route("/operator/verify", get(operator::verify))
+        .route("/operator/reset", post(operator::reset))
+        .route_layer(middleware::from_fn_with_state(
+            Arc::clone(&state),
+            auth::require_operator_token,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .merge(api)
+        .merge(operator)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
+        .with_state(state)
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({"status": "ok"}))
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    if state.ready.load(Ordering::SeqCst) {
+        Json(serde_json::json!({"status": "ready"})).into_response()
+    } else {
+        ApiError::new("shutting_down", "the server is shutting down").into_response()
+    }
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(
+        "not_found",
+        "no such endpoint; the API is described in proto/openapi.yaml",
+    )
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        "method_not_allowed",
+        "this endpoint does not take that method; see proto/openapi.yaml",
+    )
+}

@@ -1,0 +1,220 @@
+//! `POST /sessions/{id}/turns`: the client sends only the new turn; the server owns the history.
+//! The reply is JSON, or with `Accept: text/event-stream` a stream of progress (`agent_started`,
+//! `delta`, `agent_done`) ending with the `replies`. Everything is validated before anything is
+//! stored: a refused turn stores nothing.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use std::collections::VecDeque;
+
+use futures_util::stream::{self, Stream, StreamExt};
+use legio_core::ConversationKey;
+use legio_runtime::{AgentReply, Progress, RuntimeError};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::ApiError;
+use crate::server::AppState;
+
+/// The body of a turn.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TurnBody {
+    /// The message; `@name` mentions address agents.
+    content: String,
+    /// `user` (the default) or an agent of the roster relaying what it says.
+    #[serde(default)]
+    sender: Option<String>,
+}
+
+/// Validates a session id as a conversation key.
+pub(crate) fn conversation_key(id: &str) -> Result<ConversationKey, ApiError> {
+    ConversationKey::new(id).map_err(|e| ApiError::new("bad_conversation_key", e.to_string()))
+}
+
+/// One reply as JSON.
+pub(crate) fn reply_json(reply: &AgentReply) -> Value {
+    json!({
+        "agent": reply.agent.as_str(),
+        "content": reply.text,
+        "message_id": reply.message_id.map(|id| id.to_string()),
+        "seq": reply.seq.map(|s| s.get()),
+        "error": reply.error,
+    })
+}
+
+fn replies_json(replies: &[AgentReply]) -> Value {
+    json!({"replies": replies.iter().map(reply_json).collect::<Vec<_>>()})
+}
+
+fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+pub(crate) async fn post_turn(
+    State(state): State<Arc<AppState>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: Result<Json<TurnBody>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let key = conversation_key(&id)?;
+    let Json(body) = body?;
+    let sender = body.sender.unwrap_or_else(|| "user".to_owned());
+    if !wants_stream(&headers) {
+        let replies = state
+            .runtime
+            .post_as(key.as_str(), &sender, &body.content)
+            .await?;
+        return Ok(Json(replies_json(&replies)).into_response());
+    }
+    let (progress, mut updates) = mpsc::unbounded_channel::<Progress>();
+    let (done_tx, mut done) = oneshot::channel::<Result<Vec<AgentReply>, RuntimeError>>();
+    let runtime = Arc::clone(&state.runtime);
+    // The turn runs on its own task: a client that goes away does not cancel it (its reply is
+    // stored all the same).
+    state.spawn_turn(async move {
+        let result = runtime
+            .post_streaming(key.as_str(), &sender, &body.content, progress)
+            .await;
+        let _ = done_tx.send(result);
+    });
+    // A refused turn (bad mention, empty message, unknown sender) is an error status, not a
+    // stream: wait for the first progress or the end.
+    let first = tokio::select! {
+        biased;
+        // `None` (the sender is gone) disables this branch: the end then says how it went.
+        Some(update) = updates.recv() => Some(update),
+        result = &mut done => {
+            let replies = result.map_err(|_| cancelled())??;
+            let events: Vec<SseEvent> = drain(&mut updates)
+                .into_iter()
+                .map(progress_event)
+                .chain(std::iter::once(replies_event(&replies)))
+                .collect();
+            return Ok(sse(stream::iter(events).map(Ok)));
+        }
+    };
+    let first = first.map(progress_event);
+    let stream = stream::unfold(
+        Step::Running {
+            first,
+            updates,
+            done,
+        },
+        next_event,
+    );
+    Ok(sse(stream.map(Ok)))
+}
+
+type Done = oneshot::Receiver<Result<Vec<AgentReply>, RuntimeError>>;
+
+/// Where a streamed turn is.
+enum Step {
+    /// The turn runs: progress comes, then the result.
+    Running {
+        first: Option<SseEvent>,
+        updates: mpsc::UnboundedReceiver<Progress>,
+        done: Done,
+    },
+    /// The turn finished: the last events, then the end.
+    Tail(VecDeque<SseEvent>),
+}
+
+async fn next_event(step: Step) -> Option<(SseEvent, Step)> {
+    match step {
+        Step::Tail(mut events) => events.pop_front().map(|e| (e, Step::Tail(events))),
+        Step::Running {
+            first: Some(event),
+            updates,
+            done,
+        } => Some((
+            event,
+            Step::Running {
+                first: None,
+                updates,
+                done,
+            },
+        )),
+        Step::Running {
+            first: None,
+            mut updates,
+            mut done,
+        } => {
+            tokio::select! {
+                biased;
+                Some(update) = updates.recv() => Some((
+                    progress_event(update),
+                    Step::Running { first: None, updates, done },
+                )),
+                result = &mut done => {
+                    let mut events: VecDeque<SseEvent> =
+                        drain(&mut updates).into_iter().map(progress_event).collect();
+                    events.push_back(match result {
+                        Ok(Ok(replies)) => replies_event(&replies),
+                        Ok(Err(e)) => error_event(ApiError::from(e)),
+                        Err(_) => error_event(cancelled()),
+                    });
+                    let first = events.pop_front()?;
+                    Some((first, Step::Tail(events)))
+                }
+            }
+        }
+    }
+}
+
+fn cancelled() -> ApiError {
+    ApiError::new("shutting_down", "the turn was cancelled by a shutdown")
+}
+
+fn drain(updates: &mut mpsc::UnboundedReceiver<Progress>) -> Vec<Progress> {
+    let mut out = Vec::new();
+    while let Ok(update) = updates.try_recv() {
+        out.push(update);
+    }
+    out
+}
+
+fn sse<S>(events: S) -> Response
+where
+    S: Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
+{
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn event(name: &str, data: &Value) -> SseEvent {
+    SseEvent::default().event(name).data(data.to_string())
+}
+
+fn progress_event(update: Progress) -> SseEvent {
+    match update {
+        Progress::AgentStarted { agent } => {
+            event("agent_started", &json!({"agent": agent.as_str()}))
+        }
+        Progress::Delta { agent, text } => {
+            event("delta", &json!({"agent": agent.as_str(), "text": text}))
+        }
+        Progress::AgentDone { reply } => event("agent_done", &reply_json(&reply)),
+    }
+}
+
+fn replies_event(replies: &[AgentReply]) -> SseEvent {
+    event("replies", &replies_json(replies))
+}
+
+fn error_event(error: ApiError) -> SseEvent {
+    event("error", &error.body())
+}
