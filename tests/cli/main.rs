@@ -239,7 +239,7 @@ fn replay_prints_every_event_and_filters_agree_with_the_store() {
         .iter()
         .filter(|r| match r.event.as_message() {
             Some(m) => can_see(Viewer::Specialist(&ann), m),
-            None => r.event.session_agent() == Some(&ann),
+            None => r.event.agent() == Some(&ann),
         })
         .map(|r| r.seq.get())
         .collect();
@@ -652,4 +652,129 @@ fn post_chat_and_reset_talk_to_the_configured_legion() {
         "{}",
         stdout(&out)
     );
+}
+
+#[test]
+fn inspect_memory_and_heartbeats_in_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "", "");
+    let config_path = dir.path().join("legio.toml");
+    let config = RuntimeConfig::load(&config_path).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let runtime = Runtime::open(config).await.unwrap();
+        let tools = runtime.memory_tools().clone();
+        let (lead, ann) = (
+            legio_core::AgentName::new("lead").unwrap(),
+            legio_core::AgentName::new("ann").unwrap(),
+        );
+        let call = |who: &legio_core::AgentName, tool: &str, args: serde_json::Value| {
+            let (tools, who, tool) = (tools.clone(), who.clone(), tool.to_owned());
+            async move { tools.call(&who, &tool, args).await.unwrap() }
+        };
+        call(
+            &lead,
+            "publish_directive",
+            serde_json::json!({"text": "ship at noon"}),
+        )
+        .await;
+        call(
+            &lead,
+            "publish_directive",
+            serde_json::json!({"text": "old rule"}),
+        )
+        .await;
+        call(
+            &lead,
+            "revoke_directive",
+            serde_json::json!({"id": "d2", "reason": "stale"}),
+        )
+        .await;
+        call(
+            &ann,
+            "write_note",
+            serde_json::json!({"key": "api", "text": "v2 since Tuesday"}),
+        )
+        .await;
+        call(
+            &ann,
+            "append_notebook",
+            serde_json::json!({"text": "lead likes small PRs"}),
+        )
+        .await;
+        drop(tools);
+        let reply = runtime
+            .heartbeat(CONV, "lead", "anything due?")
+            .await
+            .unwrap();
+        assert!(reply.error.is_none(), "{reply:?}");
+        runtime.shutdown().await.unwrap();
+    });
+    let legio = |args: &[&str]| legio_in(dir.path(), &config_path, args, None);
+
+    let out = legio(&["inspect", "memory"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    for text in [
+        "ship at noon",
+        "revoked by lead: stale",
+        "v2 since Tuesday",
+        "ann#1",
+    ] {
+        assert!(
+            stdout(&out).contains(text),
+            "{text} missing:\n{}",
+            stdout(&out)
+        );
+    }
+    let out = legio(&["inspect", "memory", "--format", "json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let memory: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(memory["directives"][0]["text"], "ship at noon");
+    assert_eq!(memory["notes"]["api"]["author"], "ann");
+    assert_eq!(
+        memory["notebooks"]["ann"][0]["text"],
+        "lead likes small PRs"
+    );
+
+    // Every new kind is valid JSON per the schema; memory is in its own conversation.
+    let schema_path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto/events.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let out = legio(&["replay", "--format", "jsonl"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let mut kinds = std::collections::BTreeSet::new();
+    for line in stdout(&out).lines() {
+        let value: serde_json::Value = serde_json::from_str(line).unwrap();
+        let errors: Vec<String> = validator
+            .iter_errors(&value)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{line}\n{errors:?}");
+        kinds.insert(value["kind"].as_str().unwrap().to_owned());
+    }
+    for kind in [
+        "directive_published",
+        "directive_revoked",
+        "note_written",
+        "notebook_entry_appended",
+        "heartbeat_ran",
+    ] {
+        assert!(kinds.contains(kind), "{kind} missing from {kinds:?}");
+    }
+    let out = legio(&["replay", "--conversation", "legio:memory"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 5, "{}", stdout(&out));
+    let out = legio(&["replay", "--agent", "lead"]);
+    assert!(
+        stdout(&out).contains("heartbeat_ran") && stdout(&out).contains("anything due?"),
+        "the heartbeat is in the lead's replay:\n{}",
+        stdout(&out)
+    );
+    let out = legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
 }

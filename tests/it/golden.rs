@@ -1,16 +1,22 @@
 //! Golden files: the stored v1 encoding must keep decoding. If this test fails, a change broke the
 //! format of existing logs: add a new format version and an upcast instead (docs/storage.md).
-//! To write the file after adding events to `samples()` (new variants only), run with
-//! `LEGIO_BLESS=1` and commit the file.
+//! `events-v1.bin` holds the first variants; `events-v1-memory.bin` the variants appended later
+//! (memory stores, heartbeats). To write a file after adding events to its samples (new variants
+//! only), run with `LEGIO_BLESS=1` and commit the file.
 
 use legio_core::{
-    AgentFailed, BoundaryReason, DeliveryMode, Event, OpenReason, Seq, SessionStart,
-    SummaryRecorded, TurnFailed,
+    AgentFailed, BoundaryReason, DeliveryMode, DirectivePublished, DirectiveRevoked, Event,
+    EventKind, HeartbeatRan, NoteWritten, NotebookEntryAppended, OpenReason, Seq, SessionStart,
+    SummaryRecorded, TokenUsage, TurnFailed,
 };
 use legio_store::{decode_event, encode_event, FORMAT_VERSION};
 use legio_tests::*;
 
 const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/events-v1.bin");
+const GOLDEN_MEMORY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/events-v1-memory.bin"
+);
 
 /// One sample of every event variant and every message part, with fixed values.
 fn samples() -> Vec<Event> {
@@ -77,6 +83,66 @@ fn samples() -> Vec<Event> {
     ]
 }
 
+/// One sample of every variant appended after `events-v1.bin` was written.
+fn memory_samples() -> Vec<Event> {
+    vec![
+        Event::DirectivePublished(DirectivePublished {
+            id: "d1".into(),
+            by: agent("lead"),
+            at: ts(20),
+            text: "ship at noon".into(),
+        }),
+        Event::DirectiveRevoked(DirectiveRevoked {
+            id: "d1".into(),
+            by: agent("lead"),
+            at: ts(21),
+            reason: Some("shipped".into()),
+        }),
+        Event::DirectiveRevoked(DirectiveRevoked {
+            id: "d2".into(),
+            by: agent("lead"),
+            at: ts(22),
+            reason: None,
+        }),
+        Event::NoteWritten(NoteWritten {
+            key: "api-version".into(),
+            author: agent("pullo"),
+            at: ts(23),
+            text: "v2 since Tuesday".into(),
+        }),
+        Event::NotebookEntryAppended(NotebookEntryAppended {
+            owner: agent("vorenus"),
+            at: ts(24),
+            text: "the lead prefers small PRs".into(),
+        }),
+        Event::HeartbeatRan(HeartbeatRan {
+            conversation: conv("golden:1"),
+            agent: agent("vorenus"),
+            at: ts(25),
+            prompt_hash: "abc123".into(),
+            prompt: "anything due?".into(),
+            reply: Some("nothing".into()),
+            error: None,
+            usage: TokenUsage {
+                input: 40,
+                output: 2,
+                cache_read: 1,
+                cache_write: 0,
+            },
+        }),
+        Event::HeartbeatRan(HeartbeatRan {
+            conversation: conv("golden:1"),
+            agent: agent("pullo"),
+            at: ts(26),
+            prompt_hash: "abc123".into(),
+            prompt: "anything due?".into(),
+            reply: None,
+            error: Some("timeout".into()),
+            usage: TokenUsage::default(),
+        }),
+    ]
+}
+
 fn frame(records: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     for r in records {
@@ -96,19 +162,18 @@ fn unframe(mut bytes: &[u8]) -> Vec<Vec<u8>> {
     out
 }
 
-#[test]
-fn v1_records_still_decode_and_encode_identically() {
+/// The records of the golden file at `path` decode to `samples` and encode to the same bytes.
+fn check_golden(path: &str, samples: Vec<Event>) {
     assert_eq!(
         FORMAT_VERSION, 1,
         "a new format version needs its own golden file and this test extended"
     );
-    let samples = samples();
     let encoded: Vec<Vec<u8>> = samples.iter().map(|e| encode_event(e).unwrap()).collect();
     if std::env::var_os("LEGIO_BLESS").is_some() {
-        std::fs::create_dir_all(std::path::Path::new(GOLDEN).parent().unwrap()).unwrap();
-        std::fs::write(GOLDEN, frame(&encoded)).unwrap();
+        std::fs::create_dir_all(std::path::Path::new(path).parent().unwrap()).unwrap();
+        std::fs::write(path, frame(&encoded)).unwrap();
     }
-    let golden = std::fs::read(GOLDEN)
+    let golden = std::fs::read(path)
         .expect("golden file missing: run once with LEGIO_BLESS=1 and commit it");
     let stored = unframe(&golden);
     assert!(
@@ -136,8 +201,36 @@ fn v1_records_still_decode_and_encode_identically() {
 }
 
 #[test]
+fn v1_records_still_decode_and_encode_identically() {
+    check_golden(GOLDEN, samples());
+}
+
+#[test]
+fn v1_memory_and_heartbeat_records_still_decode_and_encode_identically() {
+    check_golden(GOLDEN_MEMORY, memory_samples());
+}
+
+#[test]
+fn the_golden_samples_cover_every_event_kind() {
+    let covered: std::collections::BTreeSet<EventKind> = samples()
+        .iter()
+        .chain(memory_samples().iter())
+        .map(Event::kind)
+        .collect();
+    let missing: Vec<&str> = EventKind::ALL
+        .into_iter()
+        .filter(|k| !covered.contains(k))
+        .map(EventKind::as_str)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no golden sample of {missing:?}: add one (in a new golden file if the old ones are full)"
+    );
+}
+
+#[test]
 fn every_event_round_trips_through_its_json_line() {
-    for (i, event) in samples().into_iter().enumerate() {
+    for (i, event) in samples().into_iter().chain(memory_samples()).enumerate() {
         let record = legio_core::Record {
             seq: Seq(i as u64 + 1),
             event,

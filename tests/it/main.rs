@@ -3,6 +3,7 @@
 mod contract;
 mod crash;
 mod golden;
+mod memory;
 mod model;
 mod runtime;
 mod sled_log;

@@ -1,4 +1,4 @@
-//! `legio inspect`: tables of conversations, agents and sessions, from the log.
+//! `legio inspect`: tables of conversations, agents, sessions and the shared memory, from the log.
 
 use std::process::ExitCode;
 
@@ -20,6 +20,8 @@ pub enum What {
     Agents,
     /// Every session with why it opened and why it ended.
     Sessions,
+    /// The shared memory: directives, notes and every notebook (JSON: the whole projection).
+    Memory,
 }
 
 /// Table or JSON.
@@ -82,6 +84,21 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         What::Conversations => InspectKind::Conversations,
         What::Agents => InspectKind::Agents,
         What::Sessions => InspectKind::Sessions,
+        What::Memory => {
+            if context.server.is_some() {
+                anyhow::bail!("`inspect memory` reads the log directly; the server does not serve it yet (stop `legio serve` or use `replay --server` for memory events)");
+            }
+            let log = common::open_log(context)?;
+            let state = legio_runtime::read_memory(&log)?;
+            if args.format == TableFormat::Json {
+                println!("{}", serde_json::to_string_pretty(&state)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            let table = legio_runtime::memory_table(&state);
+            let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
+            print(args.format, &header, table.rows)?;
+            return Ok(ExitCode::SUCCESS);
+        }
     };
     let table: Table = match context.remote()? {
         Some(remote) => {

@@ -91,6 +91,36 @@ pub fn line(record: &Record) -> String {
             e.restarts,
             cut(&e.reason)
         ),
+        Event::DirectivePublished(e) => {
+            format!("{} published directive {}: {}", e.by, e.id, cut(&e.text))
+        }
+        Event::DirectiveRevoked(e) => format!(
+            "{} revoked directive {}{}",
+            e.by,
+            e.id,
+            e.reason
+                .as_deref()
+                .map(|r| format!(": {}", cut(r)))
+                .unwrap_or_default()
+        ),
+        Event::NoteWritten(e) => format!("{} wrote note {}: {}", e.author, e.key, cut(&e.text)),
+        Event::NotebookEntryAppended(e) => {
+            format!("{} notebook entry: {}", e.owner, cut(&e.text))
+        }
+        Event::HeartbeatRan(e) => match (&e.reply, &e.error) {
+            (Some(reply), _) => format!(
+                "{} heartbeat {:?} -> {}",
+                e.agent,
+                cut(&e.prompt),
+                cut(reply)
+            ),
+            (None, error) => format!(
+                "{} heartbeat {:?} failed: {}",
+                e.agent,
+                cut(&e.prompt),
+                cut(error.as_deref().unwrap_or("unknown error"))
+            ),
+        },
     };
     format!(
         "#{:<5} {time} {:<18} {detail}",

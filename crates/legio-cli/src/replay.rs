@@ -104,7 +104,7 @@ impl Filter {
         if let Some(spec) = &self.agent {
             return match event.as_message() {
                 Some(message) => can_see(spec.viewer(), message),
-                None => event.session_agent() == Some(&spec.name),
+                None => event.agent() == Some(&spec.name),
             };
         }
         true

@@ -9,6 +9,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+use crate::memory::{DirectivePublished, DirectiveRevoked, NoteWritten, NotebookEntryAppended};
 use crate::message::{Message, MessageId};
 use crate::name::{AgentName, ConversationKey};
 use crate::seq::Seq;
@@ -276,6 +277,29 @@ pub struct AgentFailed {
     pub restarts: u32,
 }
 
+/// A heartbeat ran: an agent answered a host's text with no history (only its system prompt and
+/// the text). Not a message and not part of any session: no context ever shows it, and it changes
+/// no session state; it is in the log for the audit.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct HeartbeatRan {
+    /// The conversation.
+    pub conversation: ConversationKey,
+    /// The agent.
+    pub agent: AgentName,
+    /// When it finished.
+    pub at: Timestamp,
+    /// Hash of the system prompt sent.
+    pub prompt_hash: String,
+    /// The host's text, sent as the only message.
+    pub prompt: String,
+    /// The agent's reply, if the call succeeded.
+    pub reply: Option<String>,
+    /// What went wrong, if it failed.
+    pub error: Option<String>,
+    /// Tokens used (zero when the call failed).
+    pub usage: TokenUsage,
+}
+
 /// Everything the log records. Append new variants at the end only (see the module docs).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum Event {
@@ -297,6 +321,16 @@ pub enum Event {
     SummaryRecorded(SummaryRecorded),
     /// An agent was marked failed.
     AgentFailed(AgentFailed),
+    /// A directive was published (memory; conversation `legio:memory`).
+    DirectivePublished(DirectivePublished),
+    /// A directive was revoked (memory).
+    DirectiveRevoked(DirectiveRevoked),
+    /// A shared note was written (memory).
+    NoteWritten(NoteWritten),
+    /// A notebook entry was appended (memory).
+    NotebookEntryAppended(NotebookEntryAppended),
+    /// A heartbeat ran (no history; not a message).
+    HeartbeatRan(HeartbeatRan),
 }
 
 /// The kind of an event, without its data (for filters and metrics).
@@ -320,11 +354,21 @@ pub enum EventKind {
     SummaryRecorded,
     /// [`Event::AgentFailed`].
     AgentFailed,
+    /// [`Event::DirectivePublished`].
+    DirectivePublished,
+    /// [`Event::DirectiveRevoked`].
+    DirectiveRevoked,
+    /// [`Event::NoteWritten`].
+    NoteWritten,
+    /// [`Event::NotebookEntryAppended`].
+    NotebookEntryAppended,
+    /// [`Event::HeartbeatRan`].
+    HeartbeatRan,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 9] = [
+    pub const ALL: [EventKind; 14] = [
         Self::MessagePosted,
         Self::SessionOpened,
         Self::ContextDelivered,
@@ -334,6 +378,11 @@ impl EventKind {
         Self::SessionClosed,
         Self::SummaryRecorded,
         Self::AgentFailed,
+        Self::DirectivePublished,
+        Self::DirectiveRevoked,
+        Self::NoteWritten,
+        Self::NotebookEntryAppended,
+        Self::HeartbeatRan,
     ];
 
     /// The kind as a stable snake_case word.
@@ -348,6 +397,11 @@ impl EventKind {
             Self::SessionClosed => "session_closed",
             Self::SummaryRecorded => "summary_recorded",
             Self::AgentFailed => "agent_failed",
+            Self::DirectivePublished => "directive_published",
+            Self::DirectiveRevoked => "directive_revoked",
+            Self::NoteWritten => "note_written",
+            Self::NotebookEntryAppended => "notebook_entry_appended",
+            Self::HeartbeatRan => "heartbeat_ran",
         }
     }
 
@@ -376,10 +430,16 @@ impl Event {
             Self::SessionClosed(_) => EventKind::SessionClosed,
             Self::SummaryRecorded(_) => EventKind::SummaryRecorded,
             Self::AgentFailed(_) => EventKind::AgentFailed,
+            Self::DirectivePublished(_) => EventKind::DirectivePublished,
+            Self::DirectiveRevoked(_) => EventKind::DirectiveRevoked,
+            Self::NoteWritten(_) => EventKind::NoteWritten,
+            Self::NotebookEntryAppended(_) => EventKind::NotebookEntryAppended,
+            Self::HeartbeatRan(_) => EventKind::HeartbeatRan,
         }
     }
 
-    /// The conversation the event belongs to.
+    /// The conversation the event belongs to; memory events belong to the reserved
+    /// [`ConversationKey::memory`] (`legio:memory`).
     pub fn conversation(&self) -> &ConversationKey {
         match self {
             Self::MessagePosted(e) => &e.conversation,
@@ -390,6 +450,11 @@ impl Event {
             Self::SessionSuspended(e) | Self::SessionClosed(e) => &e.conversation,
             Self::SummaryRecorded(e) => &e.conversation,
             Self::AgentFailed(e) => &e.conversation,
+            Self::DirectivePublished(_)
+            | Self::DirectiveRevoked(_)
+            | Self::NoteWritten(_)
+            | Self::NotebookEntryAppended(_) => ConversationKey::memory(),
+            Self::HeartbeatRan(e) => &e.conversation,
         }
     }
 
@@ -404,13 +469,24 @@ impl Event {
             Self::SessionSuspended(e) | Self::SessionClosed(e) => e.at,
             Self::SummaryRecorded(e) => e.at,
             Self::AgentFailed(e) => e.at,
+            Self::DirectivePublished(e) => e.at,
+            Self::DirectiveRevoked(e) => e.at,
+            Self::NoteWritten(e) => e.at,
+            Self::NotebookEntryAppended(e) => e.at,
+            Self::HeartbeatRan(e) => e.at,
         }
     }
 
-    /// The agent whose session state the event changes; `None` for messages.
+    /// The agent whose session state the event changes; `None` for messages, memory events and
+    /// heartbeats (a heartbeat is outside every session).
     pub fn session_agent(&self) -> Option<&AgentName> {
         match self {
-            Self::MessagePosted(_) => None,
+            Self::MessagePosted(_)
+            | Self::DirectivePublished(_)
+            | Self::DirectiveRevoked(_)
+            | Self::NoteWritten(_)
+            | Self::NotebookEntryAppended(_)
+            | Self::HeartbeatRan(_) => None,
             Self::SessionOpened(e) => Some(&e.agent),
             Self::ContextDelivered(e) => Some(&e.agent),
             Self::TurnCompleted(e) => Some(&e.agent),
@@ -418,6 +494,15 @@ impl Event {
             Self::SessionSuspended(e) | Self::SessionClosed(e) => Some(&e.agent),
             Self::SummaryRecorded(e) => Some(&e.agent),
             Self::AgentFailed(e) => Some(&e.agent),
+        }
+    }
+
+    /// The agent an event is about, for filters (`legio replay --agent`): the session agent, or a
+    /// heartbeat's agent. `None` for messages (see the visibility rule) and memory events.
+    pub fn agent(&self) -> Option<&AgentName> {
+        match self {
+            Self::HeartbeatRan(e) => Some(&e.agent),
+            _ => self.session_agent(),
         }
     }
 

@@ -34,6 +34,11 @@ fn inner(event: &Event) -> Result<Value, serde_json::Error> {
         Event::SessionSuspended(e) | Event::SessionClosed(e) => serde_json::to_value(e),
         Event::SummaryRecorded(e) => serde_json::to_value(e),
         Event::AgentFailed(e) => serde_json::to_value(e),
+        Event::DirectivePublished(e) => serde_json::to_value(e),
+        Event::DirectiveRevoked(e) => serde_json::to_value(e),
+        Event::NoteWritten(e) => serde_json::to_value(e),
+        Event::NotebookEntryAppended(e) => serde_json::to_value(e),
+        Event::HeartbeatRan(e) => serde_json::to_value(e),
     }
 }
 
@@ -93,6 +98,19 @@ pub fn record_from_json(value: Value) -> Result<Record, JsonEventError> {
             Event::SummaryRecorded(serde_json::from_value(fields).map_err(fail)?)
         }
         EventKind::AgentFailed => Event::AgentFailed(serde_json::from_value(fields).map_err(fail)?),
+        EventKind::DirectivePublished => {
+            Event::DirectivePublished(serde_json::from_value(fields).map_err(fail)?)
+        }
+        EventKind::DirectiveRevoked => {
+            Event::DirectiveRevoked(serde_json::from_value(fields).map_err(fail)?)
+        }
+        EventKind::NoteWritten => Event::NoteWritten(serde_json::from_value(fields).map_err(fail)?),
+        EventKind::NotebookEntryAppended => {
+            Event::NotebookEntryAppended(serde_json::from_value(fields).map_err(fail)?)
+        }
+        EventKind::HeartbeatRan => {
+            Event::HeartbeatRan(serde_json::from_value(fields).map_err(fail)?)
+        }
     };
     Ok(Record {
         seq: Seq(seq),

@@ -1,5 +1,6 @@
 //! legio-core: the pure domain of legio. Names, messages, events, visibility, mentions and the
-//! session projection, session lifecycle decisions and context planning. No IO, no clock or randomness reads, no async runtime: time and random
+//! session projection, session lifecycle decisions and context planning, and the shared memory
+//! stores (directives, notes, notebooks: events, projection and permissions). No IO, no clock or randomness reads, no async runtime: time and random
 //! bytes are passed in by the caller.
 
 mod context;
@@ -7,6 +8,7 @@ mod error;
 mod event;
 mod event_json;
 mod lifecycle;
+mod memory;
 mod mention;
 mod message;
 mod name;
@@ -22,14 +24,20 @@ mod test_support;
 pub use context::{plan_context, triggers_turn, ContextItem, ContextPlan};
 pub use error::{MentionError, NameError, TimestampError};
 pub use event::{
-    AgentFailed, BoundaryReason, ContextDelivered, DeliveryMode, Event, EventKind, OpenReason,
-    Record, SessionEnded, SessionId, SessionOpened, SessionStart, SummaryRecorded, TokenUsage,
-    TurnCompleted, TurnFailed,
+    AgentFailed, BoundaryReason, ContextDelivered, DeliveryMode, Event, EventKind, HeartbeatRan,
+    OpenReason, Record, SessionEnded, SessionId, SessionOpened, SessionStart, SummaryRecorded,
+    TokenUsage, TurnCompleted, TurnFailed,
 };
 pub use event_json::{record_from_json, record_to_json, JsonEventError};
 pub use lifecycle::{
     crash_cleanup, decide_session, manual_reset, restored_notice, stop_session, Delivery,
     EndSession, History, SessionDecision, SessionFacts, Start,
+};
+pub use memory::{
+    check_note_key, check_permission, Caller, Directive, DirectivePublished, DirectiveRevoked,
+    MemoryCommand, MemoryError, MemoryOperation, MemoryState, MemoryStore, Note, NoteWritten,
+    NotebookEntry, NotebookEntryAppended, Revocation, MAX_MEMORY_TEXT_BYTES, MAX_NOTE_KEY_LEN,
+    MEMORY_CONVERSATION, RESERVED_CONVERSATION_PREFIX,
 };
 pub use mention::parse_mentions;
 pub use message::{Audience, Message, MessageId, Part};

@@ -102,6 +102,20 @@ impl ConversationKey {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// The reserved key of the shared memory stores, `legio:memory` (see `MemoryState`). It
+    /// is a valid key, so the log indexes memory events like any conversation's.
+    pub fn memory() -> &'static ConversationKey {
+        static MEMORY: std::sync::OnceLock<ConversationKey> = std::sync::OnceLock::new();
+        MEMORY.get_or_init(|| ConversationKey(crate::memory::MEMORY_CONVERSATION.to_owned()))
+    }
+
+    /// Whether legio reserves this key for itself (it starts with `legio:`): hosts cannot post to
+    /// it, though the log accepts it.
+    pub fn is_reserved(&self) -> bool {
+        self.0
+            .starts_with(crate::memory::RESERVED_CONVERSATION_PREFIX)
+    }
 }
 
 impl TryFrom<String> for ConversationKey {

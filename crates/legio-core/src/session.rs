@@ -158,6 +158,12 @@ impl AgentSessionState {
                 self.total_usage.add(e.usage);
             }
             Event::TurnFailed(_) | Event::SummaryRecorded(_) => {}
+            // Never reached: `session_agent` is `None` for these.
+            Event::DirectivePublished(_)
+            | Event::DirectiveRevoked(_)
+            | Event::NoteWritten(_)
+            | Event::NotebookEntryAppended(_)
+            | Event::HeartbeatRan(_) => return false,
             Event::SessionSuspended(e) => {
                 if same_session(&self.current, &e.session) {
                     if let Some(c) = self.current.as_mut() {

@@ -59,6 +59,9 @@ pub(crate) struct TurnRequest {
     pub(crate) seq: Seq,
     pub(crate) id: MessageId,
     pub(crate) progress: Option<ProgressSink>,
+    /// A heartbeat's text instead of a message (`seq` and `id` unused): run with no history and
+    /// recorded as `HeartbeatRan` (heartbeat.rs). Travels as a turn so it queues like one.
+    pub(crate) heartbeat: Option<String>,
 }
 
 pub(crate) enum AgentMsg {
@@ -148,6 +151,20 @@ impl Actor for AgentActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
+            AgentMsg::Turn { request, reply } if request.heartbeat.is_some() => {
+                // Between turns, outside the session: no boundary, no checkpoint, no idle reset.
+                let prompt = request.heartbeat.unwrap_or_default();
+                self.shared
+                    .board
+                    .set(&self.conversation, &self.agent, Activity::Working);
+                let outcome =
+                    crate::heartbeat::run(&self.shared, &self.conversation, &self.agent, prompt)
+                        .await;
+                self.shared
+                    .board
+                    .set(&self.conversation, &self.agent, Activity::Idle);
+                let _ = reply.send(outcome);
+            }
             AgentMsg::Turn { request, reply } => {
                 let started = Instant::now();
                 self.shared

@@ -62,6 +62,12 @@ pub enum RuntimeError {
         /// The conversations the log has (perhaps only the first ones).
         known: Vec<String>,
     },
+    /// A conversation key legio keeps for itself (`legio:...`, e.g. the memory stores').
+    #[error("conversation key {key:?} is reserved by legio (keys starting with \"legio:\"): use another key")]
+    ReservedConversation {
+        /// The key.
+        key: String,
+    },
     /// An empty message.
     #[error("a message needs some text")]
     EmptyMessage,

@@ -4,6 +4,8 @@
 mod agent;
 mod config;
 mod error;
+mod heartbeat;
+mod memory;
 pub mod metrics;
 mod operator;
 mod prepare;
@@ -21,6 +23,7 @@ pub use config::{
     AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
 };
 pub use error::{ConfigError, RuntimeError};
+pub use memory::{fold_memory, memory_table, read_memory, MemoryTools, ToolError, ToolSpec};
 pub use operator::{
     context_report, inspect, require_conversation, ContextReport, InspectKind, ReportItem, Table,
 };

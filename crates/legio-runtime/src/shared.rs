@@ -11,6 +11,7 @@ use legio_store::EventLog;
 
 use crate::config::{AgentSpec, Role, RuntimeConfig};
 use crate::error::RuntimeError;
+use crate::memory::MemoryTools;
 use crate::status::StatusBoard;
 
 pub(crate) struct Shared {
@@ -18,6 +19,8 @@ pub(crate) struct Shared {
     pub(crate) config: RuntimeConfig,
     pub(crate) providers: HashMap<String, Arc<dyn Provider>>,
     pub(crate) board: StatusBoard,
+    /// The memory tools' executor (its cached projection of `legio:memory`).
+    pub(crate) memory: Arc<MemoryTools>,
     /// Composed prompts by file, valid while the file's modification time and length are the
     /// same (a stat per turn instead of a read and a hash).
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,

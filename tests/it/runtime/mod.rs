@@ -2,6 +2,7 @@
 //! intensity, and a property test of exactly-once context delivery.
 
 mod exactly_once;
+mod heartbeat;
 mod providers;
 mod scenarios;
 

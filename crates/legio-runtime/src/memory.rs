@@ -1,0 +1,713 @@
+//! The memory tools: directives, shared notes and private notebooks as tools an agent calls, with
+//! the scope fixed by who calls.
+//!
+//! [`MemoryTools::tools_for`] describes an agent's tools (name, description, JSON schema of the
+//! arguments); [`MemoryTools::call`] runs one for a calling agent: it validates the arguments,
+//! asks the core whether the caller may (`check_permission`, `MemoryState::decide`), appends the
+//! event through the log and answers from the projection. A specialist's notebook tools take no
+//! argument naming an agent: they are bound to the caller, so no call can reach another notebook.
+//! The orchestrator's notebook tools take the specialist's name and only read.
+//!
+//! The projection is folded from the log's `legio:memory` conversation and cached; each call
+//! first folds in what the log gained since (one index read), and the whole call holds a lock, so
+//! directive ids are never handed out twice. Every failure is a [`ToolError`] value meant to be
+//! returned to the model as the tool's result, never a panic.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use legio_core::{
+    check_permission, AgentName, Caller, ConversationKey, Event, MemoryCommand, MemoryError,
+    MemoryOperation, MemoryState, MemoryStore, Timestamp,
+};
+use legio_store::{EventLog, StoreError};
+use serde_json::{json, Map, Value};
+use thiserror::Error;
+
+use crate::config::{AgentSpec, Role};
+use crate::error::RuntimeError;
+use crate::operator::Table;
+use crate::shared::now;
+
+/// How many memory events a catch-up reads from the log at a time.
+const CHUNK: usize = 10_000;
+/// How many characters of a text a listing shows.
+const LIST_CUT: usize = 100;
+
+/// A tool as it is described to a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    /// Its name, unique among an agent's tools.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON schema of its arguments (an object).
+    pub parameters: Value,
+}
+
+/// Why a tool call failed: returned to the model as the tool's error result.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ToolError {
+    /// The caller has no tool of this name.
+    #[error("no tool {tool:?} for {caller}; its tools: {}", known.join(", "))]
+    UnknownTool {
+        /// The name asked for.
+        tool: String,
+        /// The caller.
+        caller: String,
+        /// The caller's tools.
+        known: Vec<String>,
+    },
+    /// The arguments do not fit the tool's schema.
+    #[error("invalid arguments for {tool}: {reason}")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A memory rule refused the call (permission, unknown id, bad text).
+    #[error(transparent)]
+    Refused(#[from] MemoryError),
+    /// The caller is not an agent of this legion.
+    #[error("{name:?} is not an agent of this legion")]
+    UnknownCaller {
+        /// The name.
+        name: String,
+    },
+    /// The orchestrator named an agent that has no notebook.
+    #[error("{name:?} has no notebook; specialists: {}", specialists.join(", "))]
+    NoNotebook {
+        /// The name given.
+        name: String,
+        /// The specialists.
+        specialists: Vec<String>,
+    },
+    /// The log failed; the call may be retried.
+    #[error("the memory store failed: {0}")]
+    Store(String),
+}
+
+impl From<StoreError> for ToolError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e.to_string())
+    }
+}
+
+/// An argument's type.
+#[derive(Clone, Copy)]
+enum Kind {
+    Text,
+    Number,
+    Flag,
+}
+
+/// One argument of a tool.
+struct Param {
+    name: &'static str,
+    kind: Kind,
+    required: bool,
+    description: &'static str,
+}
+
+const fn param(name: &'static str, kind: Kind, required: bool, description: &'static str) -> Param {
+    Param {
+        name,
+        kind,
+        required,
+        description,
+    }
+}
+
+/// One tool: its name, description and arguments (the schema and the validation come from it).
+struct ToolDef {
+    name: &'static str,
+    description: &'static str,
+    params: &'static [Param],
+}
+
+const LIST_DIRECTIVES: ToolDef = ToolDef {
+    name: "list_directives",
+    description: "List the directives in force (standing instructions from the orchestrator): id, author and the start of each.",
+    params: &[param(
+        "include_revoked",
+        Kind::Flag,
+        false,
+        "also list revoked directives",
+    )],
+};
+const READ_DIRECTIVE: ToolDef = ToolDef {
+    name: "read_directive",
+    description: "Read one directive in full.",
+    params: &[param("id", Kind::Text, true, "the directive's id, e.g. d1")],
+};
+const PUBLISH_DIRECTIVE: ToolDef = ToolDef {
+    name: "publish_directive",
+    description: "Publish a directive: a standing instruction every agent reads. Returns its id.",
+    params: &[param("text", Kind::Text, true, "the directive")],
+};
+const REVOKE_DIRECTIVE: ToolDef = ToolDef {
+    name: "revoke_directive",
+    description: "Revoke a directive; it stays readable, marked revoked.",
+    params: &[
+        param("id", Kind::Text, true, "the directive's id"),
+        param("reason", Kind::Text, false, "why it is revoked"),
+    ],
+};
+const LIST_NOTES: ToolDef = ToolDef {
+    name: "list_notes",
+    description: "List the shared notes every agent can read and write: key, last author and the start of each.",
+    params: &[],
+};
+const READ_NOTE: ToolDef = ToolDef {
+    name: "read_note",
+    description: "Read one shared note in full.",
+    params: &[param("key", Kind::Text, true, "the note's key")],
+};
+const WRITE_NOTE: ToolDef = ToolDef {
+    name: "write_note",
+    description: "Write a shared note every agent can read. Writing an existing key replaces its text (you are recorded as the author).",
+    params: &[
+        param(
+            "key",
+            Kind::Text,
+            true,
+            "the note's key: 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'",
+        ),
+        param("text", Kind::Text, true, "the note's text"),
+    ],
+};
+const OWN_LIST_NOTEBOOK: ToolDef = ToolDef {
+    name: "list_notebook",
+    description:
+        "List the entries of your private notebook (only you and the orchestrator read it).",
+    params: &[],
+};
+const OWN_READ_NOTEBOOK: ToolDef = ToolDef {
+    name: "read_notebook",
+    description: "Read one entry of your private notebook in full.",
+    params: &[param(
+        "entry",
+        Kind::Number,
+        true,
+        "the entry's number, from 1",
+    )],
+};
+const OWN_APPEND_NOTEBOOK: ToolDef = ToolDef {
+    name: "append_notebook",
+    description: "Append an entry to your private notebook (append-only; only you and the orchestrator read it).",
+    params: &[param("text", Kind::Text, true, "the entry")],
+};
+const ANY_LIST_NOTEBOOK: ToolDef = ToolDef {
+    name: "list_notebook",
+    description: "List the entries of a specialist's private notebook.",
+    params: &[param("agent", Kind::Text, true, "the specialist's name")],
+};
+const ANY_READ_NOTEBOOK: ToolDef = ToolDef {
+    name: "read_notebook",
+    description: "Read one entry of a specialist's private notebook in full.",
+    params: &[
+        param("agent", Kind::Text, true, "the specialist's name"),
+        param("entry", Kind::Number, true, "the entry's number, from 1"),
+    ],
+};
+
+/// The tools of a role, in the order they are described.
+fn definitions(role: Role) -> &'static [ToolDef] {
+    match role {
+        Role::Orchestrator => &[
+            LIST_DIRECTIVES,
+            READ_DIRECTIVE,
+            PUBLISH_DIRECTIVE,
+            REVOKE_DIRECTIVE,
+            LIST_NOTES,
+            READ_NOTE,
+            WRITE_NOTE,
+            ANY_LIST_NOTEBOOK,
+            ANY_READ_NOTEBOOK,
+        ],
+        Role::Specialist => &[
+            LIST_DIRECTIVES,
+            READ_DIRECTIVE,
+            LIST_NOTES,
+            READ_NOTE,
+            WRITE_NOTE,
+            OWN_LIST_NOTEBOOK,
+            OWN_READ_NOTEBOOK,
+            OWN_APPEND_NOTEBOOK,
+        ],
+    }
+}
+
+impl ToolDef {
+    fn spec(&self) -> ToolSpec {
+        let mut properties = Map::new();
+        for p in self.params {
+            let kind = match p.kind {
+                Kind::Text => json!({"type": "string", "description": p.description}),
+                Kind::Number => {
+                    json!({"type": "integer", "minimum": 1, "description": p.description})
+                }
+                Kind::Flag => json!({"type": "boolean", "description": p.description}),
+            };
+            properties.insert(p.name.to_owned(), kind);
+        }
+        let required: Vec<&str> = self
+            .params
+            .iter()
+            .filter(|p| p.required)
+            .map(|p| p.name)
+            .collect();
+        ToolSpec {
+            name: self.name.to_owned(),
+            description: self.description.to_owned(),
+            parameters: json!({
+                "type": "object",
+                "properties": properties,
+                "required": required,
+                "additionalProperties": false,
+            }),
+        }
+    }
+
+    /// Checks `arguments` against the parameters: an object (or null for none) with only known
+    /// keys, every required one, each of its type.
+    fn validate(&self, arguments: Value) -> Result<Arguments, ToolError> {
+        let invalid = |reason: String| ToolError::InvalidArguments {
+            tool: self.name.to_owned(),
+            reason,
+        };
+        let map = match arguments {
+            Value::Null => Map::new(),
+            Value::Object(map) => map,
+            other => return Err(invalid(format!("expected a JSON object, got {other}"))),
+        };
+        let names: Vec<&str> = self.params.iter().map(|p| p.name).collect();
+        if let Some(unknown) = map.keys().find(|k| !names.contains(&k.as_str())) {
+            return Err(invalid(format!(
+                "unexpected argument {unknown:?}; arguments: {}",
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        }
+        for p in self.params {
+            match (map.get(p.name), p.kind) {
+                (None | Some(Value::Null), _) if p.required => {
+                    return Err(invalid(format!("missing argument {:?}", p.name)))
+                }
+                (None | Some(Value::Null), _) => {}
+                (Some(Value::String(_)), Kind::Text) | (Some(Value::Bool(_)), Kind::Flag) => {}
+                (Some(Value::Number(n)), Kind::Number) if n.as_u64().is_some_and(|n| n >= 1) => {}
+                (Some(v), kind) => {
+                    let expected = match kind {
+                        Kind::Text => "a string",
+                        Kind::Number => "an integer from 1",
+                        Kind::Flag => "true or false",
+                    };
+                    return Err(invalid(format!(
+                        "argument {:?} must be {expected}, got {v}",
+                        p.name
+                    )));
+                }
+            }
+        }
+        Ok(Arguments(map))
+    }
+}
+
+/// Validated arguments.
+struct Arguments(Map<String, Value>);
+
+impl Arguments {
+    fn text(&self, name: &str) -> Option<String> {
+        self.0.get(name).and_then(Value::as_str).map(str::to_owned)
+    }
+    fn number(&self, name: &str) -> u64 {
+        self.0.get(name).and_then(Value::as_u64).unwrap_or(0)
+    }
+    fn flag(&self, name: &str) -> bool {
+        self.0.get(name).and_then(Value::as_bool).unwrap_or(false)
+    }
+}
+
+fn cut(text: &str) -> String {
+    let flat = text.replace('\n', " ");
+    if flat.chars().count() <= LIST_CUT {
+        flat
+    } else {
+        let head: String = flat.chars().take(LIST_CUT - 1).collect();
+        format!("{head}…")
+    }
+}
+
+fn when(at: Timestamp) -> String {
+    let text = at.to_rfc3339();
+    text.get(..19).map_or(text.clone(), |t| format!("{t}Z"))
+}
+
+/// Folds every memory event of `log` after `state.last_seq` into `state`. Blocks (log reads).
+pub fn fold_memory(log: &dyn EventLog, state: &mut MemoryState) -> Result<(), StoreError> {
+    loop {
+        let chunk = log.conversation_events(ConversationKey::memory(), state.last_seq, CHUNK)?;
+        for record in &chunk {
+            state.apply(record.seq, &record.event);
+        }
+        if chunk.len() < CHUNK {
+            return Ok(());
+        }
+    }
+}
+
+/// The memory stores as they stand in `log`: the operator's view (everything). Blocks.
+pub fn read_memory(log: &dyn EventLog) -> Result<MemoryState, StoreError> {
+    let mut state = MemoryState::new();
+    fold_memory(log, &mut state)?;
+    Ok(state)
+}
+
+/// The memory stores as one table for operators: one row per directive, note and notebook entry.
+pub fn memory_table(state: &MemoryState) -> Table {
+    let mut rows = Vec::new();
+    for d in &state.directives {
+        let status = match &d.revoked {
+            Some(r) => format!(
+                "revoked by {}{}",
+                r.by,
+                r.reason
+                    .as_deref()
+                    .map(|w| format!(": {w}"))
+                    .unwrap_or_default()
+            ),
+            None => "in force".to_owned(),
+        };
+        rows.push(vec![
+            "directive".into(),
+            d.id.clone(),
+            d.by.to_string(),
+            when(d.at),
+            status,
+            cut(&d.text),
+        ]);
+    }
+    for n in state.notes.values() {
+        rows.push(vec![
+            "note".into(),
+            n.key.clone(),
+            n.author.to_string(),
+            when(n.at),
+            format!("revision {} (created by {})", n.revisions, n.created_by),
+            cut(&n.text),
+        ]);
+    }
+    for (owner, entries) in &state.notebooks {
+        for e in entries {
+            rows.push(vec![
+                "notebook".into(),
+                format!("{owner}#{}", e.number),
+                owner.to_string(),
+                when(e.at),
+                "-".into(),
+                cut(&e.text),
+            ]);
+        }
+    }
+    Table {
+        header: ["store", "id", "by", "at", "state", "text"]
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        rows,
+    }
+}
+
+/// The memory tools' executor for one legion: the log, the roster's roles, the cached projection.
+pub struct MemoryTools {
+    log: Arc<dyn EventLog>,
+    roles: BTreeMap<AgentName, Role>,
+    state: tokio::sync::Mutex<MemoryState>,
+}
+
+impl std::fmt::Debug for MemoryTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryTools")
+            .field("roles", &self.roles)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryTools {
+    /// The executor for the agents of `roster`, on `log`.
+    pub fn new(log: Arc<dyn EventLog>, roster: &[AgentSpec]) -> Self {
+        Self::with_roles(log, roster.iter().map(|a| (a.name.clone(), a.role)))
+    }
+
+    /// The executor for agents given by name and role, on `log`.
+    pub fn with_roles(
+        log: Arc<dyn EventLog>,
+        roles: impl IntoIterator<Item = (AgentName, Role)>,
+    ) -> Self {
+        Self {
+            log,
+            roles: roles.into_iter().collect(),
+            state: tokio::sync::Mutex::new(MemoryState::new()),
+        }
+    }
+
+    /// The memory tools of `agent`, as described to its model. The orchestrator's can publish
+    /// and revoke directives and read any specialist's notebook (naming it); a specialist's read
+    /// directives and reach only its own notebook (no argument names an agent).
+    pub fn tools_for(agent: &AgentSpec) -> Vec<ToolSpec> {
+        Self::tools_for_role(agent.role)
+    }
+
+    /// The memory tools of any agent with `role` (see [`MemoryTools::tools_for`]).
+    pub fn tools_for_role(role: Role) -> Vec<ToolSpec> {
+        definitions(role).iter().map(ToolDef::spec).collect()
+    }
+
+    /// Whether `tool` is a memory tool of some role (so a tool loop can route calls here).
+    pub fn is_memory_tool(tool: &str) -> bool {
+        [Role::Orchestrator, Role::Specialist]
+            .into_iter()
+            .any(|r| definitions(r).iter().any(|d| d.name == tool))
+    }
+
+    /// The projection as it stands in the log now (everything: the operator's view).
+    pub async fn snapshot(&self) -> Result<MemoryState, RuntimeError> {
+        let mut state = self.state.lock().await;
+        self.catch_up(&mut state).await?;
+        Ok(state.clone())
+    }
+
+    /// Folds in what the log gained since the cached state (off the async workers). The state
+    /// moves to the blocking thread and back; if it is lost on the way, the empty state left in
+    /// its place is folded again from the start next time (the fold is idempotent).
+    async fn catch_up(&self, state: &mut MemoryState) -> Result<(), RuntimeError> {
+        let log = Arc::clone(&self.log);
+        let mut moved = std::mem::take(state);
+        let (result, moved) = tokio::task::spawn_blocking(move || {
+            let result = fold_memory(log.as_ref(), &mut moved);
+            (result, moved)
+        })
+        .await
+        .map_err(|e| RuntimeError::Actor(format!("reading memory was cancelled: {e}")))?;
+        *state = moved;
+        Ok(result?)
+    }
+
+    fn caller(&self, name: &AgentName) -> Result<(Caller, Role), ToolError> {
+        match self.roles.get(name) {
+            Some(Role::Orchestrator) => {
+                Ok((Caller::Orchestrator(name.clone()), Role::Orchestrator))
+            }
+            Some(Role::Specialist) => Ok((Caller::Specialist(name.clone()), Role::Specialist)),
+            None => Err(ToolError::UnknownCaller {
+                name: name.to_string(),
+            }),
+        }
+    }
+
+    /// The specialist named `name` (whose notebook the orchestrator asks for).
+    fn specialist(&self, name: &str) -> Result<AgentName, ToolError> {
+        let specialists = || {
+            self.roles
+                .iter()
+                .filter(|(_, r)| **r == Role::Specialist)
+                .map(|(n, _)| n.to_string())
+                .collect()
+        };
+        match AgentName::new(name) {
+            Ok(agent) if self.roles.get(&agent) == Some(&Role::Specialist) => Ok(agent),
+            _ => Err(ToolError::NoNotebook {
+                name: name.to_owned(),
+                specialists: specialists(),
+            }),
+        }
+    }
+
+    /// Runs `tool` for `caller` with `arguments` (a JSON object). Returns the text for the model,
+    /// or the error to give it instead.
+    pub async fn call(
+        &self,
+        caller: &AgentName,
+        tool: &str,
+        arguments: Value,
+    ) -> Result<String, ToolError> {
+        let (who, role) = self.caller(caller)?;
+        let Some(def) = definitions(role).iter().find(|d| d.name == tool) else {
+            // A tool of the other role: say which rule forbids it.
+            let denied = match tool {
+                "publish_directive" => Some((MemoryOperation::Write, MemoryStore::Directives)),
+                "revoke_directive" => Some((MemoryOperation::Revoke, MemoryStore::Directives)),
+                "append_notebook" => Some((
+                    MemoryOperation::Write,
+                    MemoryStore::Notebook(caller.clone()),
+                )),
+                _ => None,
+            };
+            if let Some((operation, store)) = denied {
+                check_permission(&who, operation, &store)?;
+            }
+            return Err(ToolError::UnknownTool {
+                tool: tool.to_owned(),
+                caller: caller.to_string(),
+                known: definitions(role)
+                    .iter()
+                    .map(|d| d.name.to_owned())
+                    .collect(),
+            });
+        };
+        let args = def.validate(arguments)?;
+        let mut state = self.state.lock().await;
+        self.catch_up(&mut state)
+            .await
+            .map_err(|e| ToolError::Store(e.to_string()))?;
+        let command = match def.name {
+            "list_directives" => {
+                check_permission(&who, MemoryOperation::Read, &MemoryStore::Directives)?;
+                return Ok(list_directives(&state, args.flag("include_revoked")));
+            }
+            "read_directive" => {
+                check_permission(&who, MemoryOperation::Read, &MemoryStore::Directives)?;
+                let d = state.directive(&args.text("id").unwrap_or_default())?;
+                let mut out = format!("directive {} (by {}, {})", d.id, d.by, when(d.at));
+                if let Some(r) = &d.revoked {
+                    out.push_str(&format!(" REVOKED by {} ({})", r.by, when(r.at)));
+                    if let Some(reason) = &r.reason {
+                        out.push_str(&format!(": {reason}"));
+                    }
+                }
+                return Ok(format!("{out}\n{}", d.text));
+            }
+            "list_notes" => {
+                check_permission(&who, MemoryOperation::Read, &MemoryStore::Notes)?;
+                if state.notes.is_empty() {
+                    return Ok("no notes".into());
+                }
+                let lines: Vec<String> = state
+                    .notes
+                    .values()
+                    .map(|n| {
+                        format!(
+                            "{} (by {}, {}): {}",
+                            n.key,
+                            n.author,
+                            when(n.at),
+                            cut(&n.text)
+                        )
+                    })
+                    .collect();
+                return Ok(lines.join("\n"));
+            }
+            "read_note" => {
+                check_permission(&who, MemoryOperation::Read, &MemoryStore::Notes)?;
+                let n = state.note(&args.text("key").unwrap_or_default())?;
+                return Ok(format!(
+                    "note {} (revision {} by {}, {}; created by {})\n{}",
+                    n.key,
+                    n.revisions,
+                    n.author,
+                    when(n.at),
+                    n.created_by,
+                    n.text
+                ));
+            }
+            "list_notebook" | "read_notebook" => {
+                let owner = match role {
+                    Role::Specialist => caller.clone(),
+                    Role::Orchestrator => {
+                        self.specialist(&args.text("agent").unwrap_or_default())?
+                    }
+                };
+                if def.name == "list_notebook" {
+                    let entries = state.notebook(&who, &owner)?;
+                    if entries.is_empty() {
+                        return Ok(format!("the notebook of {owner} is empty"));
+                    }
+                    let lines: Vec<String> = entries
+                        .iter()
+                        .map(|e| format!("{} ({}): {}", e.number, when(e.at), cut(&e.text)))
+                        .collect();
+                    return Ok(lines.join("\n"));
+                }
+                let e = state.notebook_entry(&who, &owner, args.number("entry"))?;
+                return Ok(format!(
+                    "entry {} of the notebook of {owner} ({})\n{}",
+                    e.number,
+                    when(e.at),
+                    e.text
+                ));
+            }
+            "publish_directive" => MemoryCommand::PublishDirective {
+                text: args.text("text").unwrap_or_default(),
+            },
+            "revoke_directive" => MemoryCommand::RevokeDirective {
+                id: args.text("id").unwrap_or_default(),
+                reason: args.text("reason"),
+            },
+            "write_note" => MemoryCommand::WriteNote {
+                key: args.text("key").unwrap_or_default(),
+                text: args.text("text").unwrap_or_default(),
+            },
+            "append_notebook" => MemoryCommand::AppendNotebook {
+                text: args.text("text").unwrap_or_default(),
+            },
+            other => {
+                return Err(ToolError::UnknownTool {
+                    tool: other.to_owned(),
+                    caller: caller.to_string(),
+                    known: definitions(role)
+                        .iter()
+                        .map(|d| d.name.to_owned())
+                        .collect(),
+                })
+            }
+        };
+        let event = state.decide(&who, command, now())?;
+        let range = self.log.submit(vec![event.clone()])?.await?;
+        state.apply(range.first, &event);
+        Ok(match &event {
+            Event::DirectivePublished(e) => format!("published directive {}", e.id),
+            Event::DirectiveRevoked(e) => format!("revoked directive {}", e.id),
+            Event::NoteWritten(e) => {
+                let revisions = state.notes.get(&e.key).map_or(1, |n| n.revisions);
+                format!("wrote note {} (revision {revisions})", e.key)
+            }
+            Event::NotebookEntryAppended(e) => {
+                let n = state.notebooks.get(&e.owner).map_or(0, Vec::len);
+                format!("appended entry {n} to your notebook")
+            }
+            _ => "done".to_owned(),
+        })
+    }
+}
+
+fn list_directives(state: &MemoryState, include_revoked: bool) -> String {
+    let lines: Vec<String> = state
+        .directives
+        .iter()
+        .filter(|d| include_revoked || d.revoked.is_none())
+        .map(|d| {
+            let revoked = if d.revoked.is_some() {
+                " [revoked]"
+            } else {
+                ""
+            };
+            format!(
+                "{} (by {}, {}){revoked}: {}",
+                d.id,
+                d.by,
+                when(d.at),
+                cut(&d.text)
+            )
+        })
+        .collect();
+    if lines.is_empty() {
+        "no directives in force".to_owned()
+    } else {
+        lines.join("\n")
+    }
+}
