@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 use crate::agent::{AgentReply, TurnRequest};
 use crate::config::{Role, RuntimeConfig};
 use crate::error::RuntimeError;
+use crate::memory::MemoryTools;
 use crate::operator::ContextReport;
 use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::{Progress, ProgressSink};
@@ -107,11 +108,13 @@ impl Runtime {
         legio_store::metrics::describe();
         let mut providers = build_providers(&config, &overrides)?;
         providers.extend(overrides);
+        let memory = Arc::new(MemoryTools::new(Arc::clone(&log), &config.agents));
         let shared = Arc::new(Shared {
             log,
             config,
             providers,
             board: StatusBoard::default(),
+            memory,
             prompts: Default::default(),
         });
         let (root, _handle) = Actor::spawn(
@@ -184,6 +187,17 @@ impl Runtime {
 
     fn agent_name(&self, name: &str) -> Result<AgentName, RuntimeError> {
         Ok(self.shared.config.agent_named(name)?.name.clone())
+    }
+
+    /// A conversation key a host may write to: valid and not reserved (`legio:...`).
+    fn host_conversation(conversation: &str) -> Result<ConversationKey, RuntimeError> {
+        let key = ConversationKey::new(conversation)?;
+        if key.is_reserved() {
+            return Err(RuntimeError::ReservedConversation {
+                key: key.as_str().to_owned(),
+            });
+        }
+        Ok(key)
     }
 
     /// The conversation's supervisor: from this runtime's cache, or from the root (which starts
@@ -282,7 +296,7 @@ impl Runtime {
         progress: Option<ProgressSink>,
     ) -> Result<Vec<AgentReply>, RuntimeError> {
         self.check_running()?;
-        let key = ConversationKey::new(conversation)?;
+        let key = Self::host_conversation(conversation)?;
         if text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);
         }
@@ -326,6 +340,7 @@ impl Runtime {
                 seq: range.first,
                 id,
                 progress,
+                heartbeat: None,
             },
             &targets,
         )
@@ -379,6 +394,50 @@ impl Runtime {
             });
         }
         Ok(replies)
+    }
+
+    /// A heartbeat: `agent` answers `text` with no history. Its provider gets only the system
+    /// prompt and the text (never its live provider session); the exchange is recorded as one
+    /// `HeartbeatRan` event, not as messages, so no later context shows it, and the agent's
+    /// session is untouched. Runs in the agent's actor between its turns. A failed call is an
+    /// error reply (recorded too), as in [`Runtime::post`].
+    pub async fn heartbeat(
+        &self,
+        conversation: &str,
+        agent: &str,
+        text: &str,
+    ) -> Result<AgentReply, RuntimeError> {
+        self.check_running()?;
+        let key = Self::host_conversation(conversation)?;
+        let agent = self.agent_name(agent)?;
+        if text.trim().is_empty() {
+            return Err(RuntimeError::EmptyMessage);
+        }
+        let request = TurnRequest {
+            seq: Seq::ZERO,
+            id: MessageId(uuid::Uuid::nil()),
+            progress: None,
+            heartbeat: Some(text.to_owned()),
+        };
+        let mut replies = self
+            .dispatch(&key, request, std::slice::from_ref(&agent))
+            .await?;
+        Ok(replies
+            .pop()
+            .unwrap_or_else(|| AgentReply::failed(&agent, "no reply to the heartbeat")))
+    }
+
+    /// The memory tools' executor: what a tool loop calls with an agent's memory tool calls, and
+    /// what describes them ([`MemoryTools::tools_for`]). It holds the log: drop every clone
+    /// before opening the log again.
+    pub fn memory_tools(&self) -> &Arc<MemoryTools> {
+        &self.shared.memory
+    }
+
+    /// The shared memory as it stands (directives, notes, every notebook): the operator's and
+    /// host's view, unrestricted.
+    pub async fn memory(&self) -> Result<legio_core::MemoryState, RuntimeError> {
+        self.shared.memory.snapshot().await
     }
 
     /// The last `limit` messages of a conversation, as `agent` may see them (`None`: everything,
@@ -471,7 +530,7 @@ impl Runtime {
     /// a new session restored from the log.
     pub async fn reset(&self, conversation: &str, agent: &str) -> Result<(), RuntimeError> {
         self.check_running()?;
-        let key = ConversationKey::new(conversation)?;
+        let key = Self::host_conversation(conversation)?;
         let agent = self.agent_name(agent)?;
         let (tx, rx) = oneshot::channel();
         self.send_to_conversation(&key, ConversationMsg::Reset { agent, reply: tx })
