@@ -430,6 +430,8 @@ fn specs() -> Vec<AgentSpec> {
             description: String::new(),
             prompt: PathBuf::new(),
             provider: "local".into(),
+            compaction: legio_core::CompactionPolicy::default(),
+            summarizer: None,
         })
         .collect()
 }

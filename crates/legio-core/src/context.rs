@@ -16,6 +16,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::compaction::{summary_tokens, ContextSummary};
 use crate::event::{DeliveryMode, Record};
 use crate::lifecycle::Delivery;
 use crate::message::{Audience, Message};
@@ -47,8 +48,12 @@ pub struct ContextPlan {
     pub new_message: ContextItem,
     /// The checkpoint to record once the provider call succeeded: the new message's seq.
     pub up_to: Seq,
-    /// Estimated tokens of the messages in the plan (history and new message).
+    /// Estimated tokens of the messages in the plan (history and new message) and its summary.
     pub estimated_tokens: u64,
+    /// The summary that stands for the messages before the history (a compacted full or
+    /// bootstrap context); `None` when nothing was compacted, and always for a delta.
+    #[serde(default)]
+    pub summary: Option<ContextSummary>,
 }
 
 impl ContextPlan {
@@ -67,12 +72,7 @@ pub fn triggers_turn(agent: &AgentName, message: &Message) -> bool {
     message.sender != me && (message.audience == Audience::All || message.audience.names(&me))
 }
 
-/// Plans a turn's context.
-///
-/// `visible` holds the agent's visible messages in log order: for `Full` and `Bootstrap` at least
-/// the last `history_window` before the new message; for `Delta` every visible message after the
-/// checkpoint. Messages at or after the new message are ignored, so a caller may pass a window
-/// that already includes it.
+/// Plans a turn's context, without a summary (see [`plan_context_with_summary`]).
 pub fn plan_context(
     agent: &AgentName,
     delivery: &Delivery,
@@ -80,9 +80,30 @@ pub fn plan_context(
     new_message: &Record,
     history_window: usize,
 ) -> ContextPlan {
+    plan_context_with_summary(agent, delivery, visible, new_message, history_window, None)
+}
+
+/// Plans a turn's context. With a `summary`, a full or bootstrap context is the compacted view:
+/// the summary, then the visible messages after the seq it covers (at most `history_window`);
+/// a delta is unaffected (the session already holds what the summary stands for).
+///
+/// `visible` holds the agent's visible messages in log order: for `Full` and `Bootstrap` at least
+/// the last `history_window` before the new message; for `Delta` every visible message after the
+/// checkpoint. Messages at or after the new message are ignored, so a caller may pass a window
+/// that already includes it.
+pub fn plan_context_with_summary(
+    agent: &AgentName,
+    delivery: &Delivery,
+    visible: &[Record],
+    new_message: &Record,
+    history_window: usize,
+    summary: Option<&ContextSummary>,
+) -> ContextPlan {
+    let summary = summary.filter(|_| !matches!(delivery, Delivery::Delta { .. }));
+    let covered = summary.map_or(Seq::ZERO, |s| s.covers_up_to);
     let before = visible
         .iter()
-        .filter(|r| r.seq < new_message.seq && r.event.as_message().is_some());
+        .filter(|r| r.seq < new_message.seq && r.seq > covered && r.event.as_message().is_some());
     let item = |r: &Record, redelivered: bool| ContextItem {
         seq: r.seq,
         message: r
@@ -130,7 +151,8 @@ pub fn plan_context(
         .iter()
         .chain(std::iter::once(&new_item))
         .map(|i: &ContextItem| estimate_message_tokens(&i.message))
-        .sum();
+        .sum::<u64>()
+        + summary.map_or(0, summary_tokens);
     ContextPlan {
         mode,
         notice,
@@ -138,5 +160,6 @@ pub fn plan_context(
         up_to: new_message.seq,
         new_message: new_item,
         estimated_tokens,
+        summary: summary.cloned(),
     }
 }

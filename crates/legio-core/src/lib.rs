@@ -3,6 +3,7 @@
 //! stores (directives, notes, notebooks: events, projection and permissions). No IO, no clock or randomness reads, no async runtime: time and random
 //! bytes are passed in by the caller.
 
+mod compaction;
 mod context;
 mod error;
 mod event;
@@ -21,7 +22,14 @@ mod visibility;
 #[cfg(test)]
 mod test_support;
 
-pub use context::{plan_context, triggers_turn, ContextItem, ContextPlan};
+pub use compaction::{
+    finish_summary, merge_prompt, needs_compaction, part_prompt, split_for_summarizer,
+    summary_boundary, summary_tokens, CompactionPolicy, ContextSummary, LeftOut, SummaryJob,
+    SUMMARIZER_PROMPT,
+};
+pub use context::{
+    plan_context, plan_context_with_summary, triggers_turn, ContextItem, ContextPlan,
+};
 pub use error::{MentionError, NameError, TimestampError};
 pub use event::{
     AgentFailed, BoundaryReason, ContextDelivered, DeliveryMode, Event, EventKind, HeartbeatRan,
@@ -46,7 +54,7 @@ pub use name::{
     RESERVED_NAMES,
 };
 pub use seq::{Seq, SeqRange};
-pub use session::{AgentSessionState, FailedInfo, SessionInfo, SessionStatus};
+pub use session::{AgentSessionState, FailedInfo, SessionInfo, SessionStatus, SummaryRef};
 pub use timestamp::Timestamp;
 pub use tokens::{estimate_message_tokens, estimate_tokens, estimate_tokens_for_model};
 pub use visibility::{can_see, visibility_keys, Viewer, VisibilityKey};

@@ -84,6 +84,18 @@ pub struct AgentSessionState {
     pub sessions_opened: u64,
     /// Cumulative usage over all sessions.
     pub total_usage: TokenUsage,
+    /// The latest summary of the agent's context (compaction), if one was recorded. Summaries
+    /// belong to the conversation, not to a provider session: they outlive session boundaries.
+    pub latest_summary: Option<SummaryRef>,
+}
+
+/// Where the latest summary of an agent's context is.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct SummaryRef {
+    /// The seq of the `SummaryRecorded` event (its text is read from there).
+    pub event: Seq,
+    /// The last seq the summary covers.
+    pub covers_up_to: Seq,
 }
 
 impl AgentSessionState {
@@ -97,6 +109,7 @@ impl AgentSessionState {
             failed: None,
             sessions_opened: 0,
             total_usage: TokenUsage::default(),
+            latest_summary: None,
         }
     }
 
@@ -157,7 +170,13 @@ impl AgentSessionState {
                 }
                 self.total_usage.add(e.usage);
             }
-            Event::TurnFailed(_) | Event::SummaryRecorded(_) => {}
+            Event::TurnFailed(_) => {}
+            Event::SummaryRecorded(e) => {
+                self.latest_summary = Some(SummaryRef {
+                    event: seq,
+                    covers_up_to: e.covers_up_to,
+                });
+            }
             // Never reached: `session_agent` is `None` for these.
             Event::DirectivePublished(_)
             | Event::DirectiveRevoked(_)

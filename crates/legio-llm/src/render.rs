@@ -67,6 +67,16 @@ fn turn(agent: &AgentName, item: &ContextItem) -> ChatTurn {
     }
 }
 
+/// A compacted context's summary as the first turn's text.
+fn summary_text(plan: &ContextPlan) -> Option<String> {
+    plan.summary.as_ref().map(|s| {
+        format!(
+            "<conversation_summary covers_up_to=\"{}\">\n{}\n</conversation_summary>",
+            s.covers_up_to, s.text
+        )
+    })
+}
+
 /// What goes in front of the new message's text: the notice, then the status block.
 fn lead_in(plan: &ContextPlan, status: Option<&str>) -> String {
     let mut prefix = String::new();
@@ -83,7 +93,15 @@ fn lead_in(plan: &ContextPlan, status: Option<&str>) -> String {
 /// The plan as chat turns: history, then the new message. A delta or bootstrap notice and the
 /// status block go in front of the new message's text.
 pub fn chat_turns(agent: &AgentName, plan: &ContextPlan, status: Option<&str>) -> Vec<ChatTurn> {
-    let mut turns: Vec<ChatTurn> = plan.history.iter().map(|i| turn(agent, i)).collect();
+    let mut turns: Vec<ChatTurn> = summary_text(plan)
+        .map(|text| ChatTurn {
+            role: ChatRole::User,
+            name: None,
+            text,
+        })
+        .into_iter()
+        .chain(plan.history.iter().map(|i| turn(agent, i)))
+        .collect();
     let mut last = turn(agent, &plan.new_message);
     last.text = format!("{}{}", lead_in(plan, status), last.text);
     turns.push(last);
@@ -101,6 +119,13 @@ fn escape(text: &str) -> String {
 /// the new message.
 pub fn bootstrap_block(plan: &ContextPlan, status: Option<&str>) -> String {
     let mut out = String::new();
+    if let Some(summary) = &plan.summary {
+        out.push_str(&format!(
+            "<conversation_summary covers_up_to=\"{}\">\n{}\n</conversation_summary>\n",
+            summary.covers_up_to,
+            escape(&summary.text)
+        ));
+    }
     if !plan.history.is_empty() {
         out.push_str(&format!("<history mode=\"{}\">\n", plan.mode.as_str()));
         for item in &plan.history {
@@ -221,8 +246,17 @@ pub fn structured_turns(
     plan: &ContextPlan,
     status: Option<&str>,
 ) -> Vec<StructuredTurn> {
-    let mut turns: Vec<StructuredTurn> =
-        plan.history.iter().map(|i| structured(agent, i)).collect();
+    let mut turns: Vec<StructuredTurn> = summary_text(plan)
+        .map(|text| StructuredTurn {
+            role: ChatRole::User,
+            name: None,
+            text,
+            tool_calls: Vec::new(),
+            tool_results: Vec::new(),
+        })
+        .into_iter()
+        .chain(plan.history.iter().map(|i| structured(agent, i)))
+        .collect();
     let mut last = structured(agent, &plan.new_message);
     last.text = format!("{}{}", lead_in(plan, status), last.text);
     turns.push(last);

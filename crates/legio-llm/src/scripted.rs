@@ -47,6 +47,8 @@ pub enum Fault {
     Hang,
     /// Answer that the session to resume is unknown.
     LoseSession,
+    /// Answer with exactly this text (an empty one included) instead of the derived reply.
+    Reply(String),
 }
 
 /// One request as the provider received it.
@@ -207,23 +209,27 @@ impl ScriptedProvider {
         state.requests.push(record);
         let plan = &request.plan;
         let redelivered = plan.history.iter().filter(|i| i.redelivered).count();
-        let text = format!(
-            "{} read {} message(s) ({}{}{}) and answers #{}.",
-            request.agent,
-            plan.history.len() + 1,
-            plan.mode.as_str(),
-            if plan.notice.is_some() {
-                ", restored"
-            } else {
-                ""
-            },
-            if redelivered > 0 {
-                format!(", {redelivered} marked redelivered")
-            } else {
-                String::new()
-            },
-            plan.new_message.seq
-        );
+        let text = if let Some(Fault::Reply(text)) = fault {
+            text
+        } else {
+            format!(
+                "{} read {} message(s) ({}{}{}) and answers #{}.",
+                request.agent,
+                plan.history.len() + 1,
+                plan.mode.as_str(),
+                if plan.notice.is_some() {
+                    ", restored"
+                } else {
+                    ""
+                },
+                if redelivered > 0 {
+                    format!(", {redelivered} marked redelivered")
+                } else {
+                    String::new()
+                },
+                plan.new_message.seq
+            )
+        };
         let input = estimate_tokens(&request.system_prompt) + estimate_tokens(&rendered);
         Ok(ProviderReply {
             usage: Some(TokenUsage {

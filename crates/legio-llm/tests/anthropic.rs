@@ -91,6 +91,7 @@ fn request_with(history: Vec<(&str, Vec<Part>)>, new_text: &str) -> ProviderRequ
             new_message: item(new_seq, "user", vec![text(new_text)]),
             up_to: Seq(new_seq),
             estimated_tokens: 0,
+            summary: None,
         },
         status: None,
         deltas: None,

@@ -59,6 +59,7 @@ fn plan(mode: DeliveryMode, history: Vec<ContextItem>, new_message: ContextItem)
         history,
         new_message,
         estimated_tokens,
+        summary: None,
     }
 }
 

@@ -49,6 +49,7 @@ fn request(mode: DeliveryMode, new: ContextItem, resume: Option<String>) -> Prov
             history: Vec::new(),
             new_message: new,
             estimated_tokens: 20,
+            summary: None,
         },
         status: None,
         deltas: None,

@@ -51,6 +51,7 @@ fn request(mode: DeliveryMode, history: Vec<ContextItem>, new: ContextItem) -> P
             history,
             new_message: new,
             estimated_tokens: 10,
+            summary: None,
         },
         status: None,
         deltas: None,

@@ -18,10 +18,11 @@ use legio_llm::{ProviderError, ProviderRequest};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
+use crate::compact::compact;
 use crate::config::Role;
 use crate::error::RuntimeError;
 use crate::metrics as m;
-use crate::prepare::{prepare_turn, window_tokens, PreparedTurn, TurnInputs};
+use crate::prepare::{compaction_job, prepare_turn, window_tokens, PreparedTurn, TurnInputs};
 use crate::progress::{Progress, ProgressSink};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::Activity;
@@ -315,31 +316,51 @@ impl AgentActor {
         let settings = &shared.config.runtime;
         let (system_prompt, prompt_hash) = shared.system_prompt(&spec)?;
 
-        let prepared = {
-            let (shared, spec, conversation) =
+        // One hop to the blocking pool: the plan, the window it saves (for the metric), and
+        // whether the context must be compacted first. After a compaction, a second hop plans
+        // the turn on the compacted view.
+        let system_tokens = estimate_tokens(&system_prompt);
+        let mut compacted = false;
+        let prepared = loop {
+            let (shared_, spec_, conversation) =
                 (Arc::clone(shared), spec.clone(), self.conversation.clone());
             let (history, live_session, prompt_hash) = (
                 capabilities.history,
                 state.live_session,
                 prompt_hash.clone(),
             );
-            // One hop to the blocking pool: the plan, and the window it saves (for the metric).
-            tokio::task::spawn_blocking(move || {
+            let (context_window, check) = (capabilities.context_window, !compacted);
+            let (prepared, window, job) = tokio::task::spawn_blocking(move || {
                 let inputs = TurnInputs {
-                    spec: &spec,
+                    spec: &spec_,
                     conversation: &conversation,
                     history,
-                    settings: &shared.config.runtime,
+                    settings: &shared_.config.runtime,
                     prompt_hash: &prompt_hash,
                     live_session,
                     new_message: request.seq,
                 };
-                let prepared = prepare_turn(shared.log.as_ref(), inputs)?;
-                let window = window_tokens(shared.log.as_ref(), &inputs, &prepared)?;
-                Ok::<_, RuntimeError>((prepared, window))
+                let log = shared_.log.as_ref();
+                let prepared = prepare_turn(log, inputs)?;
+                let window = window_tokens(log, &inputs, &prepared)?;
+                let job = if check {
+                    compaction_job(log, &inputs, &prepared, context_window, system_tokens)?
+                } else {
+                    None
+                };
+                Ok::<_, RuntimeError>((prepared, window, job))
             })
             .await
-            .map_err(|e| RuntimeError::Actor(format!("preparing the turn was cancelled: {e}")))??
+            .map_err(|e| RuntimeError::Actor(format!("preparing the turn was cancelled: {e}")))??;
+            match job {
+                Some(job) => {
+                    compacted = true;
+                    if !compact(shared, &self.conversation, &spec, job).await? {
+                        break (prepared, window);
+                    }
+                }
+                None => break (prepared, window),
+            }
         };
         let (
             PreparedTurn {

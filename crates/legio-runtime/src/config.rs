@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use legio_core::{AgentName, History};
+use legio_core::{AgentName, CompactionPolicy, History};
 use legio_store::{Durability, StoreOptions};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
@@ -53,6 +53,18 @@ struct RuntimeSection {
     restart_window_seconds: Option<f64>,
     restart_backoff_ms: Option<u64>,
     restart_backoff_max_ms: Option<u64>,
+    #[serde(flatten)]
+    compaction: CompactionSection,
+}
+
+/// Compaction keys, in `[runtime]` (the defaults) and in `[agents.NAME]` (overrides).
+#[derive(Debug, Default, Deserialize)]
+struct CompactionSection {
+    compaction: Option<bool>,
+    compact_after_messages: Option<usize>,
+    compact_window_percent: Option<u8>,
+    keep_recent: Option<usize>,
+    summarizer: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,6 +75,8 @@ struct AgentSection {
     description: String,
     prompt: PathBuf,
     provider: String,
+    #[serde(flatten)]
+    compaction: CompactionSection,
 }
 
 /// Where the log lives and how it is opened.
@@ -102,6 +116,11 @@ pub struct RuntimeSettings {
     pub reap_interval: Duration,
     /// Restart policy.
     pub restart: RestartSettings,
+    /// The compaction policy agents use unless their table overrides it.
+    pub compaction: CompactionPolicy,
+    /// The provider that writes summaries unless an agent names its own; `None`: each agent's
+    /// own provider.
+    pub summarizer: Option<String>,
 }
 
 impl Default for RuntimeSettings {
@@ -118,6 +137,8 @@ impl Default for RuntimeSettings {
                 backoff: Duration::from_millis(100),
                 max_backoff: Duration::from_secs(10),
             },
+            compaction: CompactionPolicy::default(),
+            summarizer: None,
         }
     }
 }
@@ -154,6 +175,10 @@ pub struct AgentSpec {
     pub prompt: PathBuf,
     /// The provider it uses (a key of `providers`).
     pub provider: String,
+    /// When its context is compacted.
+    pub compaction: CompactionPolicy,
+    /// The provider that writes its summaries (`None`: its own).
+    pub summarizer: Option<String>,
 }
 
 impl AgentSpec {
@@ -184,6 +209,44 @@ pub struct RuntimeConfig {
     pub providers: BTreeMap<String, ProviderSpec>,
     /// The `[server]` section (used by `legio serve`).
     pub server: crate::server_settings::ServerSettings,
+}
+
+/// `section`'s compaction keys over `base`; errors name `where_`'s key.
+fn compaction_policy(
+    section: &CompactionSection,
+    base: CompactionPolicy,
+    where_: &str,
+) -> Result<CompactionPolicy, String> {
+    let mut policy = base;
+    if let Some(v) = section.compaction {
+        policy.enabled = v;
+    }
+    if let Some(v) = section.compact_after_messages {
+        if v < 2 {
+            return Err(format!(
+                "{where_}.compact_after_messages = {v} must be at least 2"
+            ));
+        }
+        policy.compact_after_messages = v;
+    }
+    if let Some(v) = section.compact_window_percent {
+        if !(1..=100).contains(&v) {
+            return Err(format!(
+                "{where_}.compact_window_percent = {v} must be 1 to 100"
+            ));
+        }
+        policy.window_percent = v;
+    }
+    if let Some(v) = section.keep_recent {
+        policy.keep_recent = v;
+    }
+    if policy.keep_recent >= policy.compact_after_messages {
+        return Err(format!(
+            "{where_}.keep_recent ({}) must be below compact_after_messages ({})",
+            policy.keep_recent, policy.compact_after_messages
+        ));
+    }
+    Ok(policy)
 }
 
 impl RuntimeConfig {
@@ -247,6 +310,9 @@ impl RuntimeConfig {
 
         let r = &parsed.runtime;
         let mut runtime = RuntimeSettings::default();
+        runtime.compaction =
+            compaction_policy(&r.compaction, runtime.compaction, "runtime").map_err(&invalid)?;
+        runtime.summarizer = r.compaction.summarizer.clone();
         let secs = |key: &str, v: f64| -> Result<Duration, ConfigError> {
             Duration::try_from_secs_f64(v)
                 .map_err(|_| invalid(format!("runtime.{key} = {v} is not a valid duration")))
@@ -321,12 +387,27 @@ impl RuntimeConfig {
                     prompt.display()
                 )));
             }
+            let where_ = format!("agents.{name}");
+            let compaction =
+                compaction_policy(&a.compaction, runtime.compaction, &where_).map_err(&invalid)?;
+            let summarizer = a
+                .compaction
+                .summarizer
+                .clone()
+                .or_else(|| runtime.summarizer.clone());
+            if let Some(s) = summarizer.as_ref().filter(|s| !providers.contains_key(*s)) {
+                return Err(invalid(format!(
+                    "{where_}.summarizer (or runtime.summarizer) = {s:?} names no [providers.{s}] table"
+                )));
+            }
             agents.push(AgentSpec {
                 name: agent,
                 role,
                 description: a.description.clone(),
                 prompt,
                 provider: a.provider.clone(),
+                compaction,
+                summarizer,
             });
         }
         let orchestrators: Vec<&AgentSpec> = agents
@@ -482,6 +563,71 @@ history = "session-not-resumable"
         assert!(e.contains("forever"), "{e}");
         let e = err(&GOOD.replace("[agents.ann]", "[agents.Ann]"));
         assert!(e.contains("\"Ann\""), "{e}");
+    }
+
+    #[test]
+    fn compaction_has_runtime_defaults_and_per_agent_overrides() {
+        let c = load_text(GOOD).unwrap();
+        assert_eq!(c.agents[0].compaction, CompactionPolicy::default());
+        assert_eq!(c.agents[0].summarizer, None);
+        let text = GOOD
+            .replace(
+                "history_window = 20",
+                "history_window = 20\ncompact_after_messages = 30\nkeep_recent = 6\nsummarizer = \"local\"",
+            )
+            .replace(
+                "prompt = \"spec.md\"",
+                "prompt = \"spec.md\"\ncompaction = false\nkeep_recent = 2",
+            );
+        let c = load_text(&text).unwrap();
+        let lead = &c.agents[0];
+        assert_eq!(
+            (
+                lead.compaction.compact_after_messages,
+                lead.compaction.keep_recent
+            ),
+            (30, 6)
+        );
+        assert_eq!(lead.summarizer.as_deref(), Some("local"));
+        let ann = &c.agents[1];
+        assert!(!ann.compaction.enabled);
+        assert_eq!(
+            (
+                ann.compaction.compact_after_messages,
+                ann.compaction.keep_recent
+            ),
+            (30, 2)
+        );
+        for (from, to, needle) in [
+            (
+                "history_window = 20",
+                "keep_recent = 40",
+                "keep_recent (40)",
+            ),
+            (
+                "history_window = 20",
+                "summarizer = \"nope\"",
+                "names no [providers.nope]",
+            ),
+            (
+                "history_window = 20",
+                "compact_window_percent = 0",
+                "compact_window_percent",
+            ),
+            (
+                "prompt = \"spec.md\"",
+                "prompt = \"spec.md\"\nkeep_recnt = 3",
+                "keep_recnt",
+            ),
+            (
+                "history_window = 20",
+                "histroy_window = 20",
+                "histroy_window",
+            ),
+        ] {
+            let e = err(&GOOD.replace(from, to));
+            assert!(e.contains(needle), "{to}: {e}");
+        }
     }
 
     #[test]

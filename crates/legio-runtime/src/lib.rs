@@ -2,6 +2,7 @@
 //! names ractor), with exact context delivery across restarts.
 
 mod agent;
+mod compact;
 mod config;
 mod error;
 mod heartbeat;
@@ -27,7 +28,10 @@ pub use memory::{fold_memory, memory_table, read_memory, MemoryTools, ToolError,
 pub use operator::{
     context_report, inspect, require_conversation, ContextReport, InspectKind, ReportItem, Table,
 };
-pub use prepare::{prepare_turn, preview_turn, PreparedTurn, TurnInputs, TurnPreview, MAX_DELTA};
+pub use prepare::{
+    compaction_job, prepare_turn, preview_turn, CompactionJob, PreparedTurn, TurnInputs,
+    TurnPreview, MAX_DELTA,
+};
 pub use progress::{Progress, ProgressSink};
 pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime};

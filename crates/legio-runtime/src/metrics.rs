@@ -23,6 +23,10 @@ pub const LIVE_ACTORS: &str = "legio_live_actors";
 /// Actors stopped by the idle reaper.
 pub const REAPED: &str = "legio_reaped_actors_total";
 
+/// Compactions, labelled by `agent` and `outcome` (ok, failed, empty): a failed or empty one
+/// keeps the uncompacted context.
+pub const COMPACTIONS: &str = "legio_compactions_total";
+
 /// Explicit buckets for [`TURN_LATENCY`], in seconds.
 pub const TURN_LATENCY_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -50,4 +54,8 @@ pub fn describe() {
     );
     metrics::describe_gauge!(LIVE_ACTORS, "Live agent actors");
     metrics::describe_counter!(REAPED, "Agent actors stopped by the idle reaper");
+    metrics::describe_counter!(
+        COMPACTIONS,
+        "Context compactions by agent and outcome (a failed one keeps the full context)"
+    );
 }

@@ -2,8 +2,9 @@
 //! blocking thread before each turn; `legio context` and the restore benchmark call it directly.
 
 use legio_core::{
-    decide_session, estimate_message_tokens, plan_context, triggers_turn, AgentSessionState,
-    Audience, ContextPlan, ConversationKey, Delivery, Event, History, Message, MessageId,
+    decide_session, estimate_message_tokens, needs_compaction, plan_context_with_summary,
+    summary_boundary, summary_tokens, triggers_turn, AgentSessionState, Audience, ContextItem,
+    ContextPlan, ContextSummary, ConversationKey, Delivery, Event, History, Message, MessageId,
     Participant, Record, Seq, SessionDecision, SessionFacts, SessionId, SessionInfo, SessionStatus,
     Timestamp,
 };
@@ -83,20 +84,155 @@ fn plan_with_state(
         max_input_tokens: inputs.settings.max_input_tokens,
     });
     let window = inputs.settings.history_window;
-    let visible = match decision.delivery {
-        Delivery::Full | Delivery::Bootstrap { .. } => {
-            log.visible_before(inputs.conversation, spec.viewer(), new.seq, window)?
-        }
-        Delivery::Delta { checkpoint } => {
-            log.visible_after(inputs.conversation, spec.viewer(), checkpoint, MAX_DELTA)?
-        }
+    let (visible, summary) = match decision.delivery {
+        Delivery::Full | Delivery::Bootstrap { .. } => (
+            log.visible_before(inputs.conversation, spec.viewer(), new.seq, window)?,
+            latest_summary(log, state.as_ref())?,
+        ),
+        Delivery::Delta { checkpoint } => (
+            log.visible_after(inputs.conversation, spec.viewer(), checkpoint, MAX_DELTA)?,
+            None,
+        ),
     };
-    let plan = plan_context(&spec.name, &decision.delivery, &visible, &new, window);
+    let plan = plan_context_with_summary(
+        &spec.name,
+        &decision.delivery,
+        &visible,
+        &new,
+        window,
+        summary.as_ref(),
+    );
     Ok(PreparedTurn {
         current,
         decision,
         plan,
     })
+}
+
+/// `state` (folded up to `at`) with the agent's `SummaryRecorded` events that follow `at` before
+/// any other event of the agent: the compaction the turn answering `at` made.
+fn with_turn_summaries(
+    log: &dyn EventLog,
+    conversation: &ConversationKey,
+    agent: &legio_core::AgentName,
+    at: Seq,
+    mut state: Option<AgentSessionState>,
+) -> Result<Option<AgentSessionState>, RuntimeError> {
+    let mut after = at;
+    loop {
+        let chunk = log.conversation_events(conversation, after, 256)?;
+        let Some(last) = chunk.last().map(|r| r.seq) else {
+            return Ok(state);
+        };
+        for record in &chunk {
+            if record.event.session_agent() != Some(agent) {
+                continue;
+            }
+            if !matches!(record.event, Event::SummaryRecorded(_)) {
+                return Ok(state);
+            }
+            state
+                .get_or_insert_with(|| AgentSessionState::new(conversation.clone(), agent.clone()))
+                .apply(record.seq, &record.event);
+        }
+        after = last;
+    }
+}
+
+/// The agent's latest summary, read from its `SummaryRecorded` event.
+fn latest_summary(
+    log: &dyn EventLog,
+    state: Option<&AgentSessionState>,
+) -> Result<Option<ContextSummary>, RuntimeError> {
+    let Some(at) = state.and_then(|s| s.latest_summary) else {
+        return Ok(None);
+    };
+    let record = log.read_range(at.event, at.event, 1)?.into_iter().next();
+    match record.map(|r| r.event) {
+        Some(Event::SummaryRecorded(e)) => Ok(Some(ContextSummary {
+            covers_up_to: e.covers_up_to,
+            text: e.text,
+        })),
+        _ => Err(RuntimeError::Actor(format!(
+            "the session state points at a summary at seq {} that is not in the log",
+            at.event
+        ))),
+    }
+}
+
+/// Older messages to summarize before a turn (the context crossed the agent's compaction
+/// policy), and what the summary replaces.
+#[derive(Clone, Debug)]
+pub struct CompactionJob {
+    /// Every visible message after the previous summary up to `covers_up_to`, in log order (not
+    /// only those in the windowed context: a summary never skips a message).
+    pub items: Vec<ContextItem>,
+    /// The summary being extended, if any.
+    pub previous: Option<ContextSummary>,
+    /// The last seq the new summary will cover.
+    pub covers_up_to: Seq,
+    /// Estimated tokens of the context before compaction.
+    pub tokens_before: u64,
+    /// Estimated tokens of what stays verbatim (recent history and the new message).
+    pub kept_tokens: u64,
+}
+
+/// Whether `turn` (a full or bootstrap context) crosses the agent's compaction policy, and if so
+/// what to summarize: everything before the last `keep_recent` messages, with the boundary moved
+/// so that no tool call is separated from its result. `fixed_tokens`: the system prompt's.
+/// Blocks on a log read.
+pub fn compaction_job(
+    log: &dyn EventLog,
+    inputs: &TurnInputs<'_>,
+    turn: &PreparedTurn,
+    context_window: u64,
+    fixed_tokens: u64,
+) -> Result<Option<CompactionJob>, RuntimeError> {
+    let plan = &turn.plan;
+    if matches!(turn.decision.delivery, Delivery::Delta { .. }) {
+        return Ok(None);
+    }
+    let policy = &inputs.spec.compaction;
+    let fixed = fixed_tokens + plan.summary.as_ref().map_or(0, summary_tokens);
+    if !needs_compaction(
+        policy,
+        &plan.history,
+        &plan.new_message,
+        fixed,
+        context_window,
+    ) {
+        return Ok(None);
+    }
+    let boundary = summary_boundary(&plan.history, policy.keep_recent);
+    if boundary == 0 {
+        return Ok(None);
+    }
+    let covers_up_to = plan.history[boundary - 1].seq;
+    let after = plan.summary.as_ref().map_or(Seq::ZERO, |s| s.covers_up_to);
+    let items: Vec<ContextItem> = log
+        .visible_after(inputs.conversation, inputs.spec.viewer(), after, MAX_DELTA)?
+        .into_iter()
+        .filter(|r| r.seq <= covers_up_to)
+        .filter_map(|r| {
+            r.event.as_message().cloned().map(|message| ContextItem {
+                seq: r.seq,
+                message,
+                redelivered: false,
+            })
+        })
+        .collect();
+    let kept_tokens = plan.history[boundary..]
+        .iter()
+        .chain(std::iter::once(&plan.new_message))
+        .map(|i| estimate_message_tokens(&i.message))
+        .sum();
+    Ok(Some(CompactionJob {
+        items,
+        previous: plan.summary.clone(),
+        covers_up_to,
+        tokens_before: plan.estimated_tokens + fixed_tokens,
+        kept_tokens,
+    }))
 }
 
 /// Estimated tokens that re-sending the window would cost for `turn`: the last `history_window`
@@ -191,6 +327,13 @@ pub fn preview_turn(
             .is_some_and(|m| triggers_turn(agent, m) && m.conversation == *inputs.conversation)
     });
     let answers_message = answering.is_some();
+    // A compaction for the turn answering the message at `at` is recorded just after it, before
+    // the turn's other events: fold it in, so the preview shows the compacted view that turn used.
+    let state = if answers_message {
+        with_turn_summaries(log, inputs.conversation, agent, at, state)?
+    } else {
+        state
+    };
     let new = answering.unwrap_or_else(|| Record {
         seq: at.next(),
         event: Event::MessagePosted(Message::text(

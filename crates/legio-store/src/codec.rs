@@ -3,23 +3,48 @@
 //! Version 1 is the bincode 2 (`standard()` config: little endian, varint integers) encoding of
 //! `legio_core::Event`, and of `AgentSessionState` for the sessions index. A later version adds a
 //! decoder here and an upcast to the current types; old logs keep decoding.
+//!
+//! Session states (a derived index) are at version 2: the state gained `latest_summary`. A
+//! version-1 state decodes through [`StateV1`] and is upcast with no summary (builds that wrote
+//! version 1 never recorded summaries). Events are still version 1.
 
-use legio_core::{AgentSessionState, Event};
+use legio_core::{
+    AgentName, AgentSessionState, ConversationKey, Event, FailedInfo, Seq, SessionInfo, TokenUsage,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::error::{Result, StoreError};
 
-/// The format version written by this build.
+/// The format version of events written by this build.
 pub const FORMAT_VERSION: u8 = 1;
+
+/// The format version of session states written by this build.
+pub const STATE_FORMAT_VERSION: u8 = 2;
+
+/// A session state as version 1 stored it (before `latest_summary`).
+#[derive(serde::Deserialize)]
+struct StateV1 {
+    conversation: ConversationKey,
+    agent: AgentName,
+    last_seq: Seq,
+    current: Option<SessionInfo>,
+    failed: Option<FailedInfo>,
+    sessions_opened: u64,
+    total_usage: TokenUsage,
+}
 
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
+    encode_as(FORMAT_VERSION, value)
+}
+
+fn encode_as<T: Serialize>(version: u8, value: &T) -> Result<Vec<u8>> {
     let mut out = Vec::with_capacity(128);
-    out.push(FORMAT_VERSION);
+    out.push(version);
     bincode::serde::encode_into_std_write(value, &mut out, config())
         .map_err(|e| StoreError::io("encoding a record", e))?;
     Ok(out)
@@ -30,35 +55,39 @@ fn decode<T: DeserializeOwned>(
     what: impl Fn() -> String,
     seq_hint: legio_core::Seq,
 ) -> Result<T> {
+    match split(bytes, &what)? {
+        (1, payload) => payload_of(payload, &what),
+        (other, _) => Err(StoreError::UnknownFormatVersion {
+            seq: seq_hint,
+            version: other,
+            known: FORMAT_VERSION,
+        }),
+    }
+}
+
+fn split<'a>(bytes: &'a [u8], what: &impl Fn() -> String) -> Result<(u8, &'a [u8])> {
     let Some((&version, payload)) = bytes.split_first() else {
         return Err(StoreError::Corrupt {
             what: what(),
             reason: "empty record".into(),
         });
     };
-    match version {
-        1 => {
-            let (value, used) =
-                bincode::serde::decode_from_slice(payload, config()).map_err(|e| {
-                    StoreError::Corrupt {
-                        what: what(),
-                        reason: e.to_string(),
-                    }
-                })?;
-            if used != payload.len() {
-                return Err(StoreError::Corrupt {
-                    what: what(),
-                    reason: format!("{} trailing bytes after the record", payload.len() - used),
-                });
-            }
-            Ok(value)
-        }
-        other => Err(StoreError::UnknownFormatVersion {
-            seq: seq_hint,
-            version: other,
-            known: FORMAT_VERSION,
-        }),
+    Ok((version, payload))
+}
+
+fn payload_of<T: DeserializeOwned>(payload: &[u8], what: &impl Fn() -> String) -> Result<T> {
+    let (value, used) =
+        bincode::serde::decode_from_slice(payload, config()).map_err(|e| StoreError::Corrupt {
+            what: what(),
+            reason: e.to_string(),
+        })?;
+    if used != payload.len() {
+        return Err(StoreError::Corrupt {
+            what: what(),
+            reason: format!("{} trailing bytes after the record", payload.len() - used),
+        });
     }
+    Ok(value)
 }
 
 /// Encodes an event as a versioned record.
@@ -72,7 +101,7 @@ pub fn decode_event(seq: legio_core::Seq, bytes: &[u8]) -> Result<Event> {
 }
 
 pub(crate) fn encode_state(state: &AgentSessionState) -> Result<Vec<u8>> {
-    encode(state)
+    encode_as(STATE_FORMAT_VERSION, state)
 }
 
 pub(crate) fn decode_state(
@@ -80,17 +109,80 @@ pub(crate) fn decode_state(
     conversation: &str,
     agent: &str,
 ) -> Result<AgentSessionState> {
-    decode(
-        bytes,
-        || format!("session state {conversation}/{agent}"),
-        legio_core::Seq::ZERO,
-    )
+    let what = || format!("session state {conversation}/{agent}");
+    match split(bytes, &what)? {
+        (1, payload) => {
+            let v1: StateV1 = payload_of(payload, &what)?;
+            Ok(AgentSessionState {
+                conversation: v1.conversation,
+                agent: v1.agent,
+                last_seq: v1.last_seq,
+                current: v1.current,
+                failed: v1.failed,
+                sessions_opened: v1.sessions_opened,
+                total_usage: v1.total_usage,
+                latest_summary: None,
+            })
+        }
+        (STATE_FORMAT_VERSION, payload) => payload_of(payload, &what),
+        (other, _) => Err(StoreError::UnknownFormatVersion {
+            seq: Seq::ZERO,
+            version: other,
+            known: STATE_FORMAT_VERSION,
+        }),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use legio_core::Seq;
+    use legio_core::{Seq, SummaryRef};
+
+    /// A version-1 state (as an older build wrote it) decodes, upcast with no summary; a state
+    /// written now round-trips with its summary.
+    #[test]
+    fn version_one_states_upcast_and_version_two_round_trips() {
+        #[derive(Serialize)]
+        struct WrittenV1 {
+            conversation: ConversationKey,
+            agent: AgentName,
+            last_seq: Seq,
+            current: Option<SessionInfo>,
+            failed: Option<FailedInfo>,
+            sessions_opened: u64,
+            total_usage: TokenUsage,
+        }
+        let conversation = ConversationKey::new("t:1").unwrap();
+        let agent = AgentName::new("ann").unwrap();
+        let old = WrittenV1 {
+            conversation: conversation.clone(),
+            agent: agent.clone(),
+            last_seq: Seq(9),
+            current: None,
+            failed: None,
+            sessions_opened: 2,
+            total_usage: TokenUsage::default(),
+        };
+        let bytes = encode_as(1, &old).unwrap();
+        let state = decode_state(&bytes, "t:1", "ann").unwrap();
+        assert_eq!(state.last_seq, Seq(9));
+        assert_eq!(state.sessions_opened, 2);
+        assert_eq!(state.latest_summary, None);
+
+        let mut now = AgentSessionState::new(conversation, agent);
+        now.latest_summary = Some(SummaryRef {
+            event: Seq(12),
+            covers_up_to: Seq(10),
+        });
+        let bytes = encode_state(&now).unwrap();
+        assert_eq!(bytes[0], STATE_FORMAT_VERSION);
+        assert_eq!(decode_state(&bytes, "t:1", "ann").unwrap(), now);
+        let err = decode_state(&[9, 0], "t:1", "ann").unwrap_err();
+        assert!(
+            matches!(err, StoreError::UnknownFormatVersion { version: 9, .. }),
+            "{err}"
+        );
+    }
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {

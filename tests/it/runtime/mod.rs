@@ -1,6 +1,7 @@
 //! Runtime tests: scenarios for every session boundary, parallel dispatch with failures, restart
 //! intensity, and a property test of exactly-once context delivery.
 
+mod compaction;
 mod exactly_once;
 mod heartbeat;
 mod providers;
@@ -10,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use legio_core::{AgentName, Event, History, Record, Seq};
-use legio_llm::{Provider, RecordedRequest, ScriptedConfig, ScriptedProvider};
+use legio_llm::{Provider, RecordedRequest, ScriptedProvider};
 use legio_runtime::{Runtime, RuntimeConfig};
 
 /// A legion in a temp dir: three agents (lead orchestrator, ann and bob specialists) on one
@@ -25,8 +26,20 @@ pub struct Legion {
 pub const CONV: &str = "test:1";
 
 impl Legion {
-    /// `runtime`: extra lines for the `[runtime]` table.
+    /// `runtime`: extra lines for the `[runtime]` table. Compaction is off unless they mention
+    /// it (most scenarios check exact delivery of the windowed history).
     pub async fn new(history: History, runtime: &str) -> Self {
+        Self::with_provider(history, runtime, "").await
+    }
+
+    /// Like [`Legion::new`], with extra lines for the `[providers.local]` table (e.g. its
+    /// `context_window`).
+    pub async fn with_provider(history: History, runtime: &str, provider: &str) -> Self {
+        let compaction = if runtime.contains("compact") {
+            ""
+        } else {
+            "compaction = false"
+        };
         let dir = tempfile::tempdir().unwrap();
         for (name, text) in [
             ("lead", "You lead."),
@@ -47,6 +60,7 @@ path = "db"
 durability = "relaxed"
 [runtime]
 {runtime}
+{compaction}
 [agents.lead]
 role = "orchestrator"
 description = "leads"
@@ -65,12 +79,16 @@ provider = "local"
 [providers.local]
 kind = "scripted"
 history = "{history_word}"
+{provider}
 "#
         );
         let file = dir.path().join("legio.toml");
         std::fs::write(&file, &text).unwrap();
         let config = RuntimeConfig::load(&file).unwrap();
-        let provider = ScriptedProvider::new(ScriptedConfig::new(history));
+        let provider = match &config.providers["local"] {
+            legio_runtime::ProviderSpec::Scripted(c) => ScriptedProvider::new(*c),
+            other => panic!("the fixture's provider is scripted, not {other:?}"),
+        };
         let mut legion = Self {
             dir,
             config,
