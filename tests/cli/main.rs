@@ -778,3 +778,294 @@ fn inspect_memory_and_heartbeats_in_replay() {
     let out = legio(&["verify"]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
 }
+
+/// A `legio serve` child process on a free loopback port.
+struct Served {
+    child: std::process::Child,
+    base: String,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Served {
+    /// Starts `legio serve --bind 127.0.0.1:0` on `f`'s configuration with the API token `token`,
+    /// reads the address it prints first, and waits until `/healthz` answers.
+    fn start(f: &Fixture, token: &str) -> Self {
+        use std::io::BufRead;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_legio"))
+            .current_dir(f.dir.path())
+            .env("LEGIO_CONFIG", f.config_path())
+            .env("LEGIO_API_TOKEN", token)
+            .env_remove("LEGIO_OPERATOR_TOKEN")
+            .env_remove("LEGIO_STORE_PATH")
+            .env("NO_COLOR", "1")
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut first = String::new();
+        stdout.read_line(&mut first).unwrap();
+        // "legio: serving http://127.0.0.1:PORT (dashboard: ...)"
+        let base = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("serve printed no address: {first:?}"))
+            .to_owned();
+        let served = Self {
+            child,
+            base,
+            stdout,
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (status, _) = served.http("GET", "/healthz", None, None);
+            if status == 200 {
+                return served;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "/healthz never answered"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// One HTTP request (`body` as JSON), its status (0 when unreachable) and its body.
+    fn http(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<serde_json::Value>,
+    ) -> (u16, String) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let client = reqwest::Client::new();
+            let url = format!("{}{path}", self.base);
+            let mut request = match method {
+                "GET" => client.get(url),
+                _ => client.post(url),
+            };
+            if let Some(token) = token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = body {
+                request = request
+                    .header("content-type", "application/json")
+                    .body(body.to_string());
+            }
+            match request.send().await {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    (status, response.text().await.unwrap_or_default())
+                }
+                Err(_) => (0, String::new()),
+            }
+        })
+    }
+
+    /// Sends SIGTERM and waits: the exit status and what it printed on stderr.
+    fn terminate(mut self) -> (std::process::ExitStatus, String) {
+        use std::io::Read;
+        let killed = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let mut rest = String::new();
+        self.stdout.read_to_string(&mut rest).unwrap();
+        let status = self.child.wait().unwrap();
+        let mut err = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut err)
+            .unwrap();
+        (status, err)
+    }
+}
+
+/// The last seq `legio verify` reports ("verified N events up to seq S ...").
+fn verified_seq(out: &Output) -> u64 {
+    let text = stdout(out);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| *w == "seq")
+        .unwrap_or_else(|| panic!("no seq in {text}"));
+    words[at + 1].parse().unwrap()
+}
+
+#[test]
+fn live_mode_agrees_with_offline_while_the_server_holds_the_log() {
+    let f = fixture();
+    const TOKEN: &str = "live-token-42";
+    // What the offline commands print on this log, before the server opens it.
+    let offline_commands: [&[&str]; 6] = [
+        &["replay"],
+        &["replay", "--format", "jsonl"],
+        &["inspect", "sessions", "--format", "json"],
+        &["inspect", "agents", "--format", "json"],
+        &["inspect", "memory", "--format", "json"],
+        &["context", "--conversation", CONV, "--agent", "ann"],
+    ];
+    let offline: Vec<String> = offline_commands
+        .iter()
+        .map(|args| {
+            let out = f.legio(args);
+            assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+            stdout(&out)
+        })
+        .collect();
+    let out = f.legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let last = verified_seq(&out);
+
+    let served = Served::start(&f, TOKEN);
+    let url = served.base.clone();
+    let live = |args: &[&str]| {
+        let mut all = vec!["--server", url.as_str(), "--token", TOKEN];
+        all.extend_from_slice(args);
+        f.legio(&all)
+    };
+    // The offline command is refused with the way out named.
+    let out = f.legio(&["replay"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("locked by another process") && stderr(&out).contains("--server"),
+        "{}",
+        stderr(&out)
+    );
+    // Without the token the server refuses, and the CLI says so.
+    let out = f.legio(&["--server", &url, "verify"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("unauthorized"), "{}", stderr(&out));
+
+    // Live, every command prints what it printed offline (the server wrote nothing yet).
+    let out = live(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(verified_seq(&out), last);
+    assert!(stdout(&out).contains("on the running server") && stdout(&out).contains("clean"));
+    for (args, want) in offline_commands.iter().zip(&offline) {
+        let out = live(args);
+        assert_eq!(code(&out), 0, "{args:?}: {}", stderr(&out));
+        assert_eq!(&stdout(&out), want, "live {args:?} differs from offline");
+    }
+    let out = live(&["replay", "--conversation", "cli:other", "--format", "jsonl"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let other: Vec<&str> = offline[1]
+        .lines()
+        .filter(|l| l.contains("\"cli:other\""))
+        .collect();
+    assert!(!other.is_empty());
+    assert_eq!(stdout(&out).lines().collect::<Vec<_>>(), other);
+
+    // A live reset goes through the server's runtime.
+    let out = live(&["reset", "--conversation", CONV, "--agent", "bob"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let reset_seq = last + 1;
+    assert!(
+        stdout(&out).starts_with(&format!("reset bob in {CONV} at seq {reset_seq}")),
+        "{}",
+        stdout(&out)
+    );
+    let out = live(&["reset", "--conversation", CONV, "--agent", "zed"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("the server says"), "{}", stderr(&out));
+
+    // Follow: a live `replay --follow` prints a turn posted over HTTP while it runs.
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_legio"))
+        .current_dir(f.dir.path())
+        .env("LEGIO_CONFIG", f.config_path())
+        .env("NO_COLOR", "1")
+        .args([
+            "--server", &url, "--token", TOKEN, "replay", "--format", "jsonl",
+        ])
+        .args(["--follow", "--from", &reset_seq.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let follow_out = follow.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(follow_out).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let (status, body) = served.http(
+        "POST",
+        &format!("/sessions/{CONV}/turns"),
+        Some(TOKEN),
+        Some(serde_json::json!({"content": "@ann while following"})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut followed: Vec<serde_json::Value> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    // The reset, the message, ann's session events and reply: until ann's reply arrives.
+    while !followed
+        .iter()
+        .any(|v| v["kind"] == "message_posted" && v["sender"] == "ann")
+    {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let line = lines_rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("follow stalled after {followed:?}"));
+        followed.push(serde_json::from_str(&line).unwrap());
+    }
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    reader.join().unwrap();
+    assert_eq!(followed[0]["seq"], reset_seq);
+    assert_eq!(followed[0]["kind"], "session_closed", "{}", followed[0]);
+    let out = live(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let before_stop = verified_seq(&out);
+
+    // SIGTERM: a clean exit that suspends the sessions and leaves the log verifiable.
+    let (status, err) = served.terminate();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("legio: stopped"), "{err}");
+    let out = f.legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
+    assert!(
+        verified_seq(&out) > before_stop,
+        "shutdown records the boundaries"
+    );
+    // Offline now prints what live printed, up to where live looked, and what was followed.
+    let out = f.legio(&["replay", "--to", &last.to_string()]);
+    assert_eq!(stdout(&out), offline[0]);
+    let out = f.legio(&["replay", "--format", "jsonl"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let all: Vec<serde_json::Value> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let from_reset: Vec<&serde_json::Value> = all
+        .iter()
+        .filter(|v| v["seq"].as_u64().unwrap() >= reset_seq)
+        .take(followed.len())
+        .collect();
+    assert_eq!(from_reset, followed.iter().collect::<Vec<_>>());
+    assert!(
+        all.iter().any(|v| v["kind"] == "session_suspended"
+            && v["seq"].as_u64().unwrap() > before_stop
+            && v["agent"] == "ann"
+            && v["why"] == "Shutdown"),
+        "the server suspended the sessions on SIGTERM: {:?}",
+        all.iter()
+            .filter(|v| v["seq"].as_u64().unwrap() > before_stop)
+            .collect::<Vec<_>>()
+    );
+}

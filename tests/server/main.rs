@@ -39,7 +39,7 @@ struct Harness {
     _dir: tempfile::TempDir,
 }
 
-fn write_config(dir: &Path, server: &str) -> RuntimeConfig {
+fn write_config(dir: &Path, server: &str, runtime: &str) -> RuntimeConfig {
     std::fs::write(dir.join("lead.md"), "You lead.").unwrap();
     std::fs::write(dir.join("spec.md"), "You help.").unwrap();
     let text = format!(
@@ -47,7 +47,7 @@ fn write_config(dir: &Path, server: &str) -> RuntimeConfig {
 [store]
 path = "db"
 [runtime]
-history_window = 4
+{runtime}
 [server]
 {server}
 [agents.lead]
@@ -91,8 +91,13 @@ impl Harness {
     }
 
     async fn start_with(server: &str, latency: Duration) -> Self {
+        Self::start_config(server, "history_window = 4", latency).await
+    }
+
+    /// A server whose `[server]` and `[runtime]` sections hold `server` and `runtime`.
+    async fn start_config(server: &str, runtime: &str, latency: Duration) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let config = write_config(dir.path(), server);
+        let config = write_config(dir.path(), server, runtime);
         let mut providers = HashMap::new();
         let mut overrides: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         for (name, history) in [
@@ -673,6 +678,232 @@ async fn compacted_history_is_what_the_provider_receives_next() {
     h.stop().await;
 }
 
+/// The summaries of a conversation's `SummaryRecorded` events for `agent`, in log order:
+/// (seq of the event, covers up to, text).
+fn summaries_of(log: &dyn EventLog, key: &ConversationKey, agent: &str) -> Vec<(u64, u64, String)> {
+    log.conversation_events(key, Seq::ZERO, 100_000)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match &r.event {
+            legio_core::Event::SummaryRecorded(s) if s.agent.as_str() == agent => {
+                Some((r.seq.get(), s.covers_up_to.get(), s.text.clone()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacted_history_leads_with_the_summary_the_provider_receives() {
+    let h = Harness::start_config(
+        &format!("token = \"{TOKEN}\"\noperator_token = \"{OPERATOR_TOKEN}\""),
+        "history_window = 50\ncompact_after_messages = 6\nkeep_recent = 2",
+        Duration::ZERO,
+    )
+    .await;
+    let conversation = "t:summary";
+    let key = ConversationKey::new(conversation).unwrap();
+    let log = Arc::clone(h.runtime.log());
+    let recorder = &h.providers["stateless"];
+    let (mut compared_with_summary, mut compactions) = (0, 0);
+    for i in 1..=8 {
+        let (status, view) = h
+            .call(
+                "get",
+                "/sessions/{id}/history",
+                h.get(&format!(
+                    "/sessions/{conversation}/history?view=compacted&agent=a"
+                )),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+        let view = view.as_array().unwrap().clone();
+        let summaries_before = summaries_of(log.as_ref(), &key, "a").len();
+        let before = recorder.requests().len();
+        let text = format!("@a turn {i}");
+        h.turn(conversation, &text).await;
+        let requests = recorder.requests()[before..].to_vec();
+        let (summarizer, turns): (Vec<_>, Vec<_>) = requests
+            .into_iter()
+            .partition(|r| r.system_prompt == legio_core::SUMMARIZER_PROMPT);
+        assert_eq!(turns.len(), 1, "turn {i}: one request for a's turn");
+        let request = &turns[0];
+        let summaries = summaries_of(log.as_ref(), &key, "a");
+        let what = format!("turn {i}");
+        if summaries.len() > summaries_before {
+            // This turn crossed the policy: it summarized first and ran on the view after the
+            // new summary (the view served before it was the uncompacted fallback).
+            compactions += 1;
+            assert!(
+                !summarizer.is_empty(),
+                "{what}: a summary without a summarizer call"
+            );
+            let (_, covers, text) = summaries.last().unwrap();
+            let summary = request
+                .plan
+                .summary
+                .as_ref()
+                .expect("the turn uses the summary");
+            assert_eq!(
+                (summary.covers_up_to.get(), &summary.text),
+                (*covers, text),
+                "{what}"
+            );
+            assert!(
+                view.len() > request.plan.history.len() + 1,
+                "{what}: the view before the compaction is the longer, uncompacted one"
+            );
+            continue;
+        }
+        assert!(
+            summarizer.is_empty(),
+            "{what}: a summarizer call that recorded nothing"
+        );
+        // Otherwise the view is exactly what the provider received, the new message aside:
+        // the summary first (as the provider reads it), then the messages after it.
+        let mut rest = &view[..];
+        match &request.plan.summary {
+            Some(summary) => {
+                let first = &view[0];
+                let content = format!(
+                    "<conversation_summary covers_up_to=\"{}\">\n{}\n</conversation_summary>",
+                    summary.covers_up_to, summary.text
+                );
+                assert_eq!(first["role"], "user", "{what}");
+                assert_eq!(first["summary"], true, "{what}");
+                assert_eq!(first["covers_up_to"], summary.covers_up_to.get(), "{what}");
+                assert_eq!(first["content"], content.as_str(), "{what}");
+                assert!(
+                    request.rendered.starts_with(&content),
+                    "{what}: the provider reads the summary first:\n{}",
+                    request.rendered
+                );
+                assert_eq!(
+                    summary.covers_up_to.get(),
+                    summaries.last().unwrap().1,
+                    "{what}: the latest summary"
+                );
+                compared_with_summary += 1;
+                rest = &view[1..];
+            }
+            None => assert!(view.iter().all(|m| m.get("summary").is_none()), "{what}"),
+        }
+        let got: Vec<(u64, String)> = rest
+            .iter()
+            .map(|m| {
+                (
+                    m["seq"].as_u64().unwrap(),
+                    m["content"].as_str().unwrap().to_owned(),
+                )
+            })
+            .chain(std::iter::once((
+                request.plan.new_message.seq.get(),
+                text.clone(),
+            )))
+            .collect();
+        let want: Vec<(u64, String)> = request
+            .plan
+            .messages()
+            .map(|i| (i.seq.get(), i.message.text_content()))
+            .collect();
+        assert_eq!(got, want, "{what}");
+        if let Some(summary) = &request.plan.summary {
+            assert!(
+                want.iter()
+                    .all(|(seq, _)| *seq > summary.covers_up_to.get()),
+                "{what}: only messages after the summary"
+            );
+        }
+    }
+    assert!(
+        compactions >= 2 && compared_with_summary >= 2,
+        "compactions {compactions}, views compared with a summary {compared_with_summary}"
+    );
+    // The full view still has every message, exactly the log's.
+    let (status, full) = h
+        .call(
+            "get",
+            "/sessions/{id}/history",
+            h.get(&format!("/sessions/{conversation}/history?view=full")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let got: Vec<u64> = full
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["seq"].as_u64().unwrap())
+        .collect();
+    let want: Vec<u64> = messages_of(log.as_ref(), &key)
+        .iter()
+        .map(|r| r.seq.get())
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!(got.len(), 16, "8 turns of a message and a reply");
+    assert!(full
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|m| m.get("summary").is_none()));
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_memory_is_the_shared_memory() {
+    let h = Harness::start().await;
+    let (status, empty) = h
+        .call("get", "/operator/memory", h.operator("/operator/memory"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(empty["directives"], json!([]));
+    let tools = h.runtime.memory_tools().clone();
+    let (lead, a) = (
+        legio_core::AgentName::new("lead").unwrap(),
+        legio_core::AgentName::new("a").unwrap(),
+    );
+    for (who, tool, args) in [
+        (&lead, "publish_directive", json!({"text": "ship at noon"})),
+        (&lead, "publish_directive", json!({"text": "old rule"})),
+        (
+            &lead,
+            "revoke_directive",
+            json!({"id": "d2", "reason": "stale"}),
+        ),
+        (
+            &a,
+            "write_note",
+            json!({"key": "api", "text": "v2 since Tuesday"}),
+        ),
+        (
+            &a,
+            "append_notebook",
+            json!({"text": "lead likes small PRs"}),
+        ),
+    ] {
+        tools.call(who, tool, args).await.unwrap();
+    }
+    let (status, memory) = h
+        .call("get", "/operator/memory", h.operator("/operator/memory"))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    // Exactly the projection folded from the log, and what the tools wrote.
+    let log = Arc::clone(h.runtime.log());
+    let folded = legio_runtime::read_memory(log.as_ref()).unwrap();
+    assert_eq!(memory, serde_json::to_value(&folded).unwrap());
+    assert_eq!(memory["last_seq"], log.last_seq().get());
+    assert_eq!(memory["directives"][0]["text"], "ship at noon");
+    assert!(memory["directives"][0]["revoked"].is_null());
+    assert_eq!(memory["directives"][1]["revoked"]["reason"], "stale");
+    assert_eq!(memory["notes"]["api"]["author"], "a");
+    assert_eq!(memory["notebooks"]["a"][0]["text"], "lead likes small PRs");
+    // The API token does not open it: it is an operator endpoint.
+    let (status, _) = h
+        .call("get", "/operator/memory", h.get("/operator/memory"))
+        .await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_endpoints_serve_the_live_log() {
     let h = Harness::start().await;
@@ -873,7 +1104,7 @@ async fn metrics_and_dashboard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_public_bind_needs_a_token() {
     let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), "");
+    let config = write_config(dir.path(), "", "history_window = 4");
     let settings = config.server.clone();
     assert!(
         settings.bind.ip().is_loopback(),

@@ -85,11 +85,13 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         What::Agents => InspectKind::Agents,
         What::Sessions => InspectKind::Sessions,
         What::Memory => {
-            if context.server.is_some() {
-                anyhow::bail!("`inspect memory` reads the log directly; the server does not serve it yet (stop `legio serve` or use `replay --server` for memory events)");
+            if args.conversation.is_some() {
+                anyhow::bail!("the shared memory belongs to no conversation; drop --conversation");
             }
-            let log = common::open_log(context)?;
-            let state = legio_runtime::read_memory(&log)?;
+            let state: legio_core::MemoryState = match context.remote()? {
+                Some(remote) => serde_json::from_value(remote.get_json("/operator/memory", &[])?)?,
+                None => legio_runtime::read_memory(&common::open_log(context)?)?,
+            };
             if args.format == TableFormat::Json {
                 println!("{}", serde_json::to_string_pretty(&state)?);
                 return Ok(ExitCode::SUCCESS);

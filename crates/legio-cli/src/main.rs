@@ -212,9 +212,29 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if live && is_locked(&e) => {
+            eprintln!("legio: {e:#}; if `legio serve` holds it, ask the server instead: legio --server http://ADDRESS (e.g. http://127.0.0.1:7878) replay|inspect|context|verify|reset");
+            ExitCode::from(1)
+        }
         Err(e) => {
             eprintln!("legio: {e:#}");
             ExitCode::from(1)
         }
     }
+}
+
+/// Whether `error` is the log being held by another process (directly or through the runtime).
+fn is_locked(error: &anyhow::Error) -> bool {
+    use legio_store::StoreError;
+    error.chain().any(|cause| {
+        matches!(
+            cause.downcast_ref::<StoreError>(),
+            Some(StoreError::Locked { .. })
+        ) || matches!(
+            cause.downcast_ref::<legio_runtime::RuntimeError>(),
+            Some(legio_runtime::RuntimeError::Store(
+                StoreError::Locked { .. }
+            ))
+        )
+    })
 }

@@ -2,7 +2,8 @@
 //! compatible array (seed 002). `full` is every message as stored, nothing omitted or altered
 //! (its `parts` carry the exact content); `compacted` is what the agent's context is built from:
 //! the planner's own plan for its next turn (the same function `legio context` uses), so it is
-//! exactly what the provider receives next. Without `agent`, `full` is the whole conversation and
+//! exactly what the provider receives next: the restored notice, the summary when the context is
+//! compacted, the messages after it. Without `agent`, `full` is the whole conversation and
 //! `compacted` is the orchestrator's.
 
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use legio_core::{can_see, ContextItem, Message, Part, Participant, Record, Seq};
+use legio_core::{can_see, ContextItem, ContextSummary, Message, Part, Participant, Record, Seq};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -100,6 +101,11 @@ pub(crate) async fn history(
             let plan = &preview.turn.plan;
             let me = Participant::Agent(agent.name.clone());
             let mut messages = Vec::new();
+            // The summary stands for the oldest messages, so it leads (as it leads the rendered
+            // context); the restored notice follows it, before the messages.
+            if let Some(summary) = &plan.summary {
+                messages.push(summary_json(summary));
+            }
             if let Some(notice) = &plan.notice {
                 messages.push(json!({"role": "system", "content": notice}));
             }
@@ -120,6 +126,24 @@ pub(crate) async fn history(
             format!("view={other:?} is not \"full\" or \"compacted\""),
         )),
     }
+}
+
+/// A compacted context's summary as a `Message[]` entry: a `user` turn whose content is the
+/// summary exactly as `legio_llm::render` puts it in front of a chat context
+/// (`<conversation_summary covers_up_to="N">…</conversation_summary>`), marked `summary` and
+/// with `covers_up_to` (the last seq it stands for; the messages that follow are all after it).
+/// It has no `id`, `seq` or `parts`: it is not a stored message (its record is the
+/// `SummaryRecorded` event).
+fn summary_json(summary: &ContextSummary) -> Value {
+    json!({
+        "role": "user",
+        "content": format!(
+            "<conversation_summary covers_up_to=\"{}\">\n{}\n</conversation_summary>",
+            summary.covers_up_to, summary.text
+        ),
+        "summary": true,
+        "covers_up_to": summary.covers_up_to.get(),
+    })
 }
 
 /// A stored message as a `Message[]` entry: `role`, `content`, `name`, `tool_calls` (with ids),

@@ -1,7 +1,7 @@
 //! Operator endpoints, for the CLI's live mode (`legio --server URL replay|inspect|context|verify|
 //! reset`) while this server holds the log: the event stream from a seq (JSON lines or SSE, with
-//! follow), the inspect tables, context plans, the integrity report and manual resets. Reads run
-//! on blocking threads; a reset goes through the runtime like any turn.
+//! follow), the inspect tables, the shared memory, context plans, the integrity report and manual
+//! resets. Reads run on blocking threads; a reset goes through the runtime like any turn.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -245,6 +245,17 @@ pub(crate) async fn inspect(
     let log = Arc::clone(state.runtime.log());
     let table = blocking(move || inspect_log(log.as_ref(), kind, only.as_ref())).await?;
     Ok(Json(serde_json::to_value(table).unwrap_or(Value::Null)))
+}
+
+/// `GET /operator/memory`: the shared memory as it stands (`legio inspect memory`'s JSON, the
+/// `MemoryState` projection: every directive, revoked ones marked, the notes by key and every
+/// notebook), unrestricted, as an operator sees it. The runtime's memory fold, brought up to date
+/// from the log, so it includes every write acknowledged before the request.
+pub(crate) async fn memory(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
+    let memory = state.runtime.memory().await?;
+    let value = serde_json::to_value(memory)
+        .map_err(|e| ApiError::new("internal", format!("encoding the memory failed: {e}")))?;
+    Ok(Json(value))
 }
 
 /// The query of `GET /operator/context`.

@@ -273,6 +273,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
     let operator = Router::new()
         .route("/operator/events", get(operator::events))
         .route("/operator/inspect/{what}", get(operator::inspect))
+        .route("/operator/memory", get(operator::memory))
         .route("/operator/context", get(operator::context))
         .route("/operator/verify", get(operator::verify))
         .route("/operator/reset", post(operator::reset))
