@@ -466,6 +466,7 @@ impl Inline {
                 plan: plan.clone(),
                 status,
                 deltas: None,
+                tools: Vec::new(),
             })
             .await
             .expect("a provider call");

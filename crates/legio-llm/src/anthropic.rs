@@ -18,8 +18,11 @@
 //!   `cache_read_input_tokens`, `cache_creation_input_tokens` map to
 //!   `TokenUsage { input, output, cache_read, cache_write }`; without usage, an estimate.
 //! - The reply is the concatenation of its text blocks (in a stream, of its `text_delta`s), so
-//!   streamed and non-streamed replies read the same; other blocks (tool use, thinking) are
-//!   ignored.
+//!   streamed and non-streamed replies read the same. Its `tool_use` blocks are the model's tool
+//!   calls (`id`, `name`, `input` as the arguments' JSON text); in a stream a `tool_use` block
+//!   opens with `content_block_start` and its input arrives as `input_json_delta` fragments of
+//!   that block's `index`. Other blocks (thinking) are ignored.
+//! - The request's tools go in `tools` as `{name, description, input_schema}`.
 
 use std::collections::HashSet;
 
@@ -67,7 +70,7 @@ impl AnthropicMessages {
             .post_json("messages", &body)
             .await
             .map_err(|f| self.http.error(f))?;
-        let (text, usage) = if self.http.settings.stream {
+        let (text, usage, tool_calls) = if self.http.settings.stream {
             read_stream(&self.http, response, &request).await?
         } else {
             let body = http::json_body(response)
@@ -81,6 +84,7 @@ impl AnthropicMessages {
             text,
             usage: Some(usage),
             provider_session: None,
+            tool_calls,
         })
     }
 }
@@ -90,6 +94,7 @@ impl Provider for AnthropicMessages {
         Capabilities {
             history: History::Stateless,
             context_window: self.http.settings.context_window,
+            tools: true,
         }
     }
 
@@ -353,6 +358,19 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
     if !request.system_prompt.trim().is_empty() {
         body["system"] = json!(request.system_prompt);
     }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "description": t.description,
+                    "input_schema": t.parameters,
+                })
+            })
+            .collect();
+    }
     body
 }
 
@@ -398,11 +416,33 @@ fn api_error(http: &HttpClient, value: &Value) -> Option<ProviderError> {
     })
 }
 
-/// The reply text and usage of a non-streamed response: its text blocks joined.
-fn read_body(
+/// What a reply carries: its text, usage, and the tool calls the model made.
+type Read = (String, Option<TokenUsage>, Vec<ToolCallPart>);
+
+/// A `tool_use` block (its `input` given as JSON text) as a call.
+fn tool_call(
     http: &HttpClient,
-    body: &Value,
-) -> Result<(String, Option<TokenUsage>), ProviderError> {
+    block: &Value,
+    input: String,
+) -> Result<ToolCallPart, ProviderError> {
+    let s = |key: &str| block.get(key).and_then(Value::as_str);
+    let (Some(id), Some(name)) = (s("id"), s("name")) else {
+        return Err(http.malformed(format!("a tool_use block without id or name: {block}")));
+    };
+    Ok(ToolCallPart {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        arguments: if input.trim().is_empty() {
+            "{}".to_owned()
+        } else {
+            input
+        },
+    })
+}
+
+/// The reply text, usage and tool calls of a non-streamed response: its text blocks joined, its
+/// `tool_use` blocks in order.
+fn read_body(http: &HttpClient, body: &Value) -> Result<Read, ProviderError> {
     if let Some(e) = api_error(http, body) {
         return Err(e);
     }
@@ -423,9 +463,17 @@ fn read_body(
             .ok_or_else(|| http.malformed(format!("a text block without text: {block}")))?;
         text.push_str(fragment);
     }
+    let calls = content
+        .iter()
+        .filter(|b| is_type(b, "tool_use"))
+        .map(|b| {
+            let input = b.get("input").map_or_else(String::new, Value::to_string);
+            tool_call(http, b, input)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let mut usage = None;
     merge_usage(&mut usage, body.get("usage"));
-    Ok((text, usage))
+    Ok((text, usage, calls))
 }
 
 /// Reads a stream to `message_stop`, forwarding text fragments to the request's delta sink. A
@@ -435,9 +483,11 @@ async fn read_stream(
     http: &HttpClient,
     response: reqwest::Response,
     request: &ProviderRequest,
-) -> Result<(String, Option<TokenUsage>), ProviderError> {
+) -> Result<Read, ProviderError> {
     let mut events = http::sse(response);
     let (mut text, mut usage) = (String::new(), None);
+    // Tool-use blocks by content index: the block (id, name) and its input's JSON fragments.
+    let mut calls: Vec<(u64, Value, String)> = Vec::new();
     let emit = |fragment: &str, text: &mut String| {
         if fragment.is_empty() {
             return;
@@ -468,6 +518,15 @@ async fn read_stream(
             "message_start" => merge_usage(&mut usage, value.pointer("/message/usage")),
             "content_block_start" => {
                 let block = value.get("content_block").unwrap_or(&Value::Null);
+                if is_type(block, "tool_use") {
+                    let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
+                    // A non-empty `input` here is the whole input (deltas would follow otherwise).
+                    let input = block
+                        .get("input")
+                        .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
+                        .map_or_else(String::new, Value::to_string);
+                    calls.push((index, block.clone(), input));
+                }
                 if is_type(block, "text") {
                     emit(
                         block
@@ -489,9 +548,29 @@ async fn read_stream(
                     })?;
                     emit(fragment, &mut text);
                 }
+                if is_type(delta, "input_json_delta") {
+                    let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
+                    let fragment = delta
+                        .get("partial_json")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    let call = calls.iter_mut().rev().find(|(i, _, _)| *i == index);
+                    let Some((_, _, input)) = call else {
+                        return Err(http.malformed(format!(
+                            "an input_json_delta for block {index}, which is no tool_use"
+                        )));
+                    };
+                    input.push_str(fragment);
+                }
             }
             "message_delta" => merge_usage(&mut usage, value.get("usage")),
-            "message_stop" => return Ok((text, usage)),
+            "message_stop" => {
+                let calls = calls
+                    .into_iter()
+                    .map(|(_, block, input)| tool_call(http, &block, input))
+                    .collect::<Result<Vec<_>, _>>()?;
+                return Ok((text, usage, calls));
+            }
             "error" => {
                 return Err(api_error(http, &value)
                     .unwrap_or_else(|| http.malformed(format!("an error event: {data}"))))

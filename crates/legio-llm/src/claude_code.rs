@@ -4,6 +4,10 @@
 //! bootstrap block) goes to the child's stdin; every stdout line is one JSON event; the reply and
 //! its usage come from the final `result` event. Same inner shape as the HTTP providers: client
 //! (the process), request mapping (arguments and prompt), response mapping (events), errors.
+//!
+//! Tools: the CLI runs its own tools (file edits, shell, search) inside its session and reports
+//! only the final text. It takes none of ours (`Capabilities::tools` is false; a request's
+//! `tools` are ignored) and never returns tool calls for the runtime to run.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -255,6 +259,7 @@ impl ClaudeCode {
             text,
             usage: Some(usage),
             provider_session: Some(session.to_owned()),
+            tool_calls: Vec::new(),
         })
     }
 
@@ -288,6 +293,7 @@ impl Provider for ClaudeCode {
         Capabilities {
             history: History::Session { resumable: true },
             context_window: self.settings.context_window,
+            tools: false,
         }
     }
 

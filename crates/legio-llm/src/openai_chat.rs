@@ -1,7 +1,9 @@
 //! `openai-chat`: the OpenAI-compatible Chat Completions API (OpenAI, Ollama, llama.cpp, vLLM,
 //! OpenRouter). Stateless: every turn sends the system prompt and the planned history. Messages
 //! carry names, `tool_calls` and `tool_call_id`; streaming is SSE with usage requested in the
-//! stream and `[DONE]` as the terminal event.
+//! stream and `[DONE]` as the terminal event. The request's tools go in `tools` (`type:
+//! function`); the model's calls come back in `message.tool_calls`, or streamed as
+//! `delta.tool_calls` fragments accumulated by `index`.
 
 use futures_util::StreamExt;
 use legio_core::{estimate_tokens_for_model, History, TokenUsage};
@@ -11,7 +13,7 @@ use crate::http::{self, Auth, BuildError, HttpClient};
 use crate::provider::{
     Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
 };
-use crate::render::{structured_turns, ChatRole};
+use crate::render::{structured_turns, ChatRole, ToolCallPart};
 use crate::settings::HttpSettings;
 
 /// The Chat Completions provider.
@@ -35,7 +37,7 @@ impl OpenAiChat {
             .post_json("chat/completions", &body)
             .await
             .map_err(|f| self.http.error(f))?;
-        let (text, usage) = if self.http.settings.stream {
+        let (text, usage, tool_calls) = if self.http.settings.stream {
             read_stream(&self.http, response, &request).await?
         } else {
             let body = http::json_body(response)
@@ -49,6 +51,7 @@ impl OpenAiChat {
             text,
             usage: Some(usage),
             provider_session: None,
+            tool_calls,
         })
     }
 }
@@ -58,6 +61,7 @@ impl Provider for OpenAiChat {
         Capabilities {
             history: History::Stateless,
             context_window: self.http.settings.context_window,
+            tools: true,
         }
     }
 
@@ -125,6 +129,22 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
     if settings.stream {
         body["stream_options"] = json!({"include_usage": true});
     }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                })
+            })
+            .collect();
+    }
     body
 }
 
@@ -151,11 +171,24 @@ fn api_error(http: &HttpClient, value: &Value) -> Option<ProviderError> {
     })
 }
 
-/// The reply text and usage of a non-streamed response.
-fn read_body(
-    http: &HttpClient,
-    body: &Value,
-) -> Result<(String, Option<TokenUsage>), ProviderError> {
+/// What a reply carries: its text, usage, and the tool calls the model made.
+type Read = (String, Option<TokenUsage>, Vec<ToolCallPart>);
+
+/// A `tool_calls` entry of a message as a call; one without an id or a name is malformed.
+fn tool_call(http: &HttpClient, value: &Value) -> Result<ToolCallPart, ProviderError> {
+    let s = |p: &str| value.pointer(p).and_then(Value::as_str);
+    let (Some(id), Some(name)) = (s("/id"), s("/function/name")) else {
+        return Err(http.malformed(format!("a tool call without id or name: {value}")));
+    };
+    Ok(ToolCallPart {
+        id: id.to_owned(),
+        name: name.to_owned(),
+        arguments: s("/function/arguments").unwrap_or("{}").to_owned(),
+    })
+}
+
+/// The reply text, usage and tool calls of a non-streamed response.
+fn read_body(http: &HttpClient, body: &Value) -> Result<Read, ProviderError> {
     if let Some(e) = api_error(http, body) {
         return Err(e);
     }
@@ -167,7 +200,70 @@ fn read_body(
         Some(Value::Null) | None => String::new(),
         Some(other) => return Err(http.malformed(format!("content is not text: {other}"))),
     };
-    Ok((text, usage_of(body)))
+    let calls = message
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|c| tool_call(http, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((text, usage_of(body), calls))
+}
+
+/// A tool call being streamed: `delta.tool_calls` fragments of one `index` (the id and name
+/// arrive first, the arguments in pieces).
+#[derive(Default)]
+struct StreamedCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+fn accumulate_calls(calls: &mut Vec<StreamedCall>, fragments: &[Value]) {
+    for (position, fragment) in fragments.iter().enumerate() {
+        let index = fragment
+            .get("index")
+            .and_then(Value::as_u64)
+            .map_or(position, |i| i as usize);
+        if calls.len() <= index {
+            calls.resize_with(index + 1, StreamedCall::default);
+        }
+        let call = &mut calls[index];
+        let s = |p: &str| fragment.pointer(p).and_then(Value::as_str);
+        if let Some(id) = s("/id") {
+            call.id.push_str(id);
+        }
+        if let Some(name) = s("/function/name") {
+            call.name.push_str(name);
+        }
+        if let Some(arguments) = s("/function/arguments") {
+            call.arguments.push_str(arguments);
+        }
+    }
+}
+
+fn finish_calls(
+    http: &HttpClient,
+    calls: Vec<StreamedCall>,
+) -> Result<Vec<ToolCallPart>, ProviderError> {
+    calls
+        .into_iter()
+        .filter(|c| !(c.id.is_empty() && c.name.is_empty() && c.arguments.is_empty()))
+        .map(|c| {
+            if c.id.is_empty() || c.name.is_empty() {
+                return Err(http.malformed("a streamed tool call without id or name"));
+            }
+            Ok(ToolCallPart {
+                id: c.id,
+                name: c.name,
+                arguments: if c.arguments.is_empty() {
+                    "{}".to_owned()
+                } else {
+                    c.arguments
+                },
+            })
+        })
+        .collect()
 }
 
 /// Reads a stream to `[DONE]`, forwarding text fragments to the request's delta sink. A stream
@@ -176,14 +272,15 @@ async fn read_stream(
     http: &HttpClient,
     response: reqwest::Response,
     request: &ProviderRequest,
-) -> Result<(String, Option<TokenUsage>), ProviderError> {
+) -> Result<Read, ProviderError> {
     let mut events = http::sse(response);
     let (mut text, mut usage) = (String::new(), None);
+    let mut calls: Vec<StreamedCall> = Vec::new();
     while let Some(event) = events.next().await {
         let event = event.map_err(|f| http.error(f))?;
         let data = event.data.trim();
         if data == "[DONE]" {
-            return Ok((text, usage));
+            return Ok((text, usage, finish_calls(http, calls)?));
         }
         if data.is_empty() {
             continue;
@@ -199,6 +296,12 @@ async fn read_stream(
         }
         if let Some(u) = usage_of(&chunk) {
             usage = Some(u);
+        }
+        if let Some(fragments) = chunk
+            .pointer("/choices/0/delta/tool_calls")
+            .and_then(Value::as_array)
+        {
+            accumulate_calls(&mut calls, fragments);
         }
         if let Some(fragment) = chunk
             .pointer("/choices/0/delta/content")

@@ -4,9 +4,16 @@
 //! holds. The new response id is the provider session the runtime stores in the log, so a process
 //! restart resumes it. When the provider no longer knows the id (404, `previous_response_not_found`)
 //! the call answers `SessionLost` and the runtime bootstraps a new session from the log.
+//!
+//! Tools: the request's tools go in `tools` (`type: function`, flat `name`, `description`,
+//! `parameters`); the model's calls are `function_call` output items whose `call_id` is the id
+//! the runtime records. When a session is continued, the agent's own tool results in the delta
+//! go back as `function_call_output` input items with that `call_id` (before the text of
+//! anything else); in a new session's bootstrap they are part of the text block, since the new
+//! response holds no call for them to answer.
 
 use futures_util::StreamExt;
-use legio_core::{estimate_tokens_for_model, History, TokenUsage};
+use legio_core::{estimate_tokens_for_model, ContextPlan, History, Part, Participant, TokenUsage};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -14,7 +21,7 @@ use crate::http::{self, Auth, BuildError, HttpClient, HttpFailure};
 use crate::provider::{
     Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
 };
-use crate::render::bootstrap_block;
+use crate::render::{bootstrap_block, ToolCallPart, ToolResultPart};
 use crate::settings::HttpSettings;
 
 /// The Responses provider.
@@ -53,7 +60,7 @@ impl OpenAiResponses {
                 .map_err(|e| self.http.malformed(e))?;
             read_response(&self.http, &body)
         };
-        let (id, text, usage) = match done {
+        let (id, text, usage, tool_calls) = match done {
             Err(Failed::Lost) if request.resume.is_some() => return Err(lost()),
             Err(Failed::Lost) => {
                 return Err(self.http.malformed(
@@ -73,6 +80,7 @@ impl OpenAiResponses {
             text,
             usage: Some(usage),
             provider_session: Some(id),
+            tool_calls,
         })
     }
 }
@@ -82,6 +90,7 @@ impl Provider for OpenAiResponses {
         Capabilities {
             history: History::Session { resumable: true },
             context_window: self.http.settings.context_window,
+            tools: true,
         }
     }
 
@@ -95,27 +104,96 @@ impl Provider for OpenAiResponses {
 /// session has not seen (a bootstrap of the history for a new session, only the delta when
 /// resuming), followed by the new message.
 pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value {
-    let text = bootstrap_block(&request.plan, request.status.as_deref());
-    let mut body = json!({
-        "model": settings.model,
-        "instructions": request.system_prompt,
-        "input": [{
+    let mut input = Vec::new();
+    let text = if request.resume.is_some() {
+        let (plan, results) = split_own_results(request);
+        input.extend(results.iter().map(|r| {
+            json!({
+                "type": "function_call_output",
+                "call_id": r.call_id,
+                "output": if r.is_error { format!("error: {}", r.content) } else { r.content.clone() },
+            })
+        }));
+        bootstrap_block(&plan, request.status.as_deref())
+    } else {
+        bootstrap_block(&request.plan, request.status.as_deref())
+    };
+    if input.is_empty() || !text.trim().is_empty() {
+        input.push(json!({
             "type": "message",
             "role": "user",
             "content": [{"type": "input_text", "text": text}],
-        }],
+        }));
+    }
+    let mut body = json!({
+        "model": settings.model,
+        "instructions": request.system_prompt,
+        "input": input,
         "store": true,
         "stream": settings.stream,
     });
     if let Some(previous) = &request.resume {
         body["previous_response_id"] = json!(previous);
     }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                })
+            })
+            .collect();
+    }
     body
+}
+
+/// The plan without the agent's own tool results (they go as `function_call_output` items), and
+/// those results in order. A message left with no part is left out; the new message is kept
+/// with empty text.
+fn split_own_results(request: &ProviderRequest) -> (ContextPlan, Vec<ToolResultPart>) {
+    let me = Participant::Agent(request.agent.clone());
+    let mut plan = request.plan.clone();
+    let mut results = Vec::new();
+    let mut take = |item: &mut legio_core::ContextItem| {
+        if item.message.sender != me {
+            return;
+        }
+        item.message.parts.retain(|p| match p {
+            Part::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => {
+                results.push(ToolResultPart {
+                    call_id: call_id.clone(),
+                    content: content.clone(),
+                    is_error: *is_error,
+                });
+                false
+            }
+            _ => true,
+        });
+    };
+    for item in &mut plan.history {
+        take(item);
+    }
+    take(&mut plan.new_message);
+    plan.history.retain(|i| !i.message.parts.is_empty());
+    (plan, results)
 }
 
 fn input_text(body: &Value) -> String {
     let mut text = body["instructions"].as_str().unwrap_or_default().to_owned();
     for item in body["input"].as_array().into_iter().flatten() {
+        if let Some(output) = item["output"].as_str() {
+            text.push('\n');
+            text.push_str(output);
+        }
         for part in item["content"].as_array().into_iter().flatten() {
             text.push('\n');
             text.push_str(part["text"].as_str().unwrap_or_default());
@@ -165,11 +243,11 @@ fn error_of(http: &HttpClient, error: &Value) -> Failed {
     })
 }
 
-/// The id, text and usage of a finished response object.
-fn read_response(
-    http: &HttpClient,
-    response: &Value,
-) -> Result<(String, String, Option<TokenUsage>), Failed> {
+/// What a finished response carries: its id, text, usage and the tool calls the model made.
+type Done = (String, String, Option<TokenUsage>, Vec<ToolCallPart>);
+
+/// The id, text, usage and tool calls (`function_call` items) of a finished response object.
+fn read_response(http: &HttpClient, response: &Value) -> Result<Done, Failed> {
     if let Some(error) = response.get("error").filter(|e| !e.is_null()) {
         return Err(error_of(http, error));
     }
@@ -201,7 +279,20 @@ fn read_response(
             }
         }
     }
-    Ok((id.to_owned(), text, usage_of(response)))
+    let mut calls = Vec::new();
+    for item in output.iter().filter(|i| i["type"] == "function_call") {
+        let (Some(call_id), Some(name)) = (item["call_id"].as_str(), item["name"].as_str()) else {
+            return Err(http
+                .malformed(format!("a function_call without call_id or name: {item}"))
+                .into());
+        };
+        calls.push(ToolCallPart {
+            id: call_id.to_owned(),
+            name: name.to_owned(),
+            arguments: item["arguments"].as_str().unwrap_or("{}").to_owned(),
+        });
+    }
+    Ok((id.to_owned(), text, usage_of(response), calls))
 }
 
 /// Reads a stream to `response.completed`, forwarding text deltas. A stream that ends before it,
@@ -210,7 +301,7 @@ async fn read_stream(
     http: &HttpClient,
     response: reqwest::Response,
     request: &ProviderRequest,
-) -> Result<(String, String, Option<TokenUsage>), Failed> {
+) -> Result<Done, Failed> {
     let mut events = http::sse(response);
     while let Some(event) = events.next().await {
         let event = event.map_err(|f| http.error(f))?;

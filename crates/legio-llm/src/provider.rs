@@ -7,6 +7,8 @@ use std::pin::Pin;
 use legio_core::{AgentName, ContextPlan, ConversationKey, History, TokenUsage};
 use thiserror::Error;
 
+use crate::render::ToolCallPart;
+
 /// What a provider can do.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct Capabilities {
@@ -14,6 +16,20 @@ pub struct Capabilities {
     pub history: History,
     /// Its context window in tokens.
     pub context_window: u64,
+    /// Whether it takes our tools ([`ProviderRequest::tools`]) and returns the calls the model
+    /// makes ([`ProviderReply::tool_calls`]). `claude-code` does not: the CLI runs its own tools.
+    pub tools: bool,
+}
+
+/// A tool offered to the model: its name, what it does, and the JSON schema of its arguments.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolDef {
+    /// Its name, unique among the tools of one request.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON schema of its arguments (an object schema).
+    pub parameters: serde_json::Value,
 }
 
 /// One turn's request.
@@ -36,6 +52,9 @@ pub struct ProviderRequest {
     /// order); `None` when nobody listens. The reply itself still arrives whole in
     /// [`ProviderReply`]: fragments are progress, never the record.
     pub deltas: Option<DeltaSink>,
+    /// The tools the model may call this step (empty: none). Described in the provider's own
+    /// tool format; a provider without tool support ([`Capabilities::tools`]) ignores them.
+    pub tools: Vec<ToolDef>,
 }
 
 /// The receiving end of a provider's text fragments lives with whoever shows progress.
@@ -50,6 +69,9 @@ pub struct ProviderReply {
     pub usage: Option<TokenUsage>,
     /// The provider session after this turn (stateful providers), to resume with next time.
     pub provider_session: Option<String>,
+    /// The tools the model asked to call, in order, each with the provider's call id (empty: the
+    /// reply is the answer). The runtime runs them and sends the results back.
+    pub tool_calls: Vec<ToolCallPart>,
 }
 
 /// Why a provider call failed.
@@ -77,7 +99,10 @@ pub type ProviderFuture<'a> =
 /// A model provider.
 ///
 /// Contract: `call` sends exactly what the request's plan holds (the runtime decided what the
-/// provider has not seen); it never records anything itself. It may be cancelled at any await
+/// provider has not seen) and offers exactly the request's tools; it never records anything
+/// itself and never runs a tool: the calls the model makes come back in
+/// [`ProviderReply::tool_calls`], their results in a later request's plan (messages with
+/// `ToolResult` parts, linked by the provider's call id). It may be cancelled at any await
 /// point (the runtime's per-turn timeout drops the future). A stateful provider returns the
 /// session id to resume with next time in `provider_session`.
 pub trait Provider: Send + Sync + fmt::Debug {

@@ -91,7 +91,8 @@ fn lead_in(plan: &ContextPlan, status: Option<&str>) -> String {
 }
 
 /// The plan as chat turns: history, then the new message. A delta or bootstrap notice and the
-/// status block go in front of the new message's text.
+/// status block go in front of the new message's text, or in a user turn after it when it is the
+/// agent's own (the results of its tool calls).
 pub fn chat_turns(agent: &AgentName, plan: &ContextPlan, status: Option<&str>) -> Vec<ChatTurn> {
     let mut turns: Vec<ChatTurn> = summary_text(plan)
         .map(|text| ChatTurn {
@@ -103,7 +104,19 @@ pub fn chat_turns(agent: &AgentName, plan: &ContextPlan, status: Option<&str>) -
         .chain(plan.history.iter().map(|i| turn(agent, i)))
         .collect();
     let mut last = turn(agent, &plan.new_message);
-    last.text = format!("{}{}", lead_in(plan, status), last.text);
+    let lead = lead_in(plan, status);
+    if last.role == ChatRole::Assistant && !lead.is_empty() {
+        // The agent's own message (a step's tool results) keeps its role; the notice and status
+        // go in a user turn after it.
+        turns.push(last);
+        turns.push(ChatTurn {
+            role: ChatRole::User,
+            name: None,
+            text: lead.trim_end().to_owned(),
+        });
+        return turns;
+    }
+    last.text = format!("{lead}{}", last.text);
     turns.push(last);
     turns
 }
@@ -240,7 +253,7 @@ fn structured(agent: &AgentName, item: &ContextItem) -> StructuredTurn {
 }
 
 /// The plan as structured turns: history, then the new message, whose text gets the notice and
-/// the status block in front (as in [`chat_turns`]).
+/// the status block in front (as in [`chat_turns`]; after it when it is the agent's own).
 pub fn structured_turns(
     agent: &AgentName,
     plan: &ContextPlan,
@@ -258,7 +271,20 @@ pub fn structured_turns(
         .chain(plan.history.iter().map(|i| structured(agent, i)))
         .collect();
     let mut last = structured(agent, &plan.new_message);
-    last.text = format!("{}{}", lead_in(plan, status), last.text);
+    let lead = lead_in(plan, status);
+    if last.role == ChatRole::Assistant && !lead.is_empty() {
+        // As in [`chat_turns`]: the agent's own message keeps its role, the lead-in follows it.
+        turns.push(last);
+        turns.push(StructuredTurn {
+            role: ChatRole::User,
+            name: None,
+            text: lead.trim_end().to_owned(),
+            tool_calls: Vec::new(),
+            tool_results: Vec::new(),
+        });
+        return turns;
+    }
+    last.text = format!("{lead}{}", last.text);
     turns.push(last);
     turns
 }

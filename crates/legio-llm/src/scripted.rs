@@ -1,7 +1,9 @@
 //! The scripted provider: deterministic, offline, configurable as stateless, session-stateful and
 //! resumable, or session-stateful and not resumable. It records every request it receives, keeps a
 //! per-session thread of what each provider session was sent, answers with text derived from its
-//! input, and can be told to fail (error, panic, hang, lose a session) on chosen turns.
+//! input, and can be told to fail (error, panic, hang, lose a session), to answer with a given
+//! text, or to call tools ([`Fault::ToolCalls`]) on chosen turns. It records the tools each
+//! request offered.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -10,9 +12,9 @@ use std::time::Duration;
 use legio_core::{estimate_tokens, AgentName, ContextPlan, History, Seq, TokenUsage};
 
 use crate::provider::{
-    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest, ToolDef,
 };
-use crate::render::{bootstrap_block, chat_turns};
+use crate::render::{bootstrap_block, chat_turns, ToolCallPart};
 
 /// How the scripted provider behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +38,8 @@ impl ScriptedConfig {
     }
 }
 
-/// A failure to inject into a future call.
+/// What to do instead of the derived reply on a future call: a failure, a given text, or tool
+/// calls.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
     /// Return an error.
@@ -49,6 +52,24 @@ pub enum Fault {
     LoseSession,
     /// Answer with exactly this text (an empty one included) instead of the derived reply.
     Reply(String),
+    /// Answer with these tool calls (and no text), as a model asking for tools would.
+    ToolCalls(Vec<ToolCallPart>),
+}
+
+impl Fault {
+    /// Tool calls of `(id, name, arguments)`.
+    pub fn tool_calls<'a>(calls: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>) -> Self {
+        Self::ToolCalls(
+            calls
+                .into_iter()
+                .map(|(id, name, arguments)| ToolCallPart {
+                    id: id.to_owned(),
+                    name: name.to_owned(),
+                    arguments: arguments.to_owned(),
+                })
+                .collect(),
+        )
+    }
 }
 
 /// One request as the provider received it.
@@ -73,6 +94,15 @@ pub struct RecordedRequest {
     pub rendered: String,
     /// Whether the call succeeded.
     pub succeeded: bool,
+    /// The tools the request offered.
+    pub tools: Vec<ToolDef>,
+}
+
+impl RecordedRequest {
+    /// The names of the tools the request offered.
+    pub fn tool_names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.name.as_str()).collect()
+    }
 }
 
 #[derive(Default)]
@@ -177,6 +207,7 @@ impl ScriptedProvider {
             system_prompt: request.system_prompt.clone(),
             rendered: rendered.clone(),
             succeeded: false,
+            tools: request.tools.clone(),
         };
         let session = match (&request.resume, stateful) {
             (Some(id), true) => {
@@ -207,28 +238,10 @@ impl ScriptedProvider {
         }
         record.succeeded = true;
         state.requests.push(record);
-        let plan = &request.plan;
-        let redelivered = plan.history.iter().filter(|i| i.redelivered).count();
-        let text = if let Some(Fault::Reply(text)) = fault {
-            text
-        } else {
-            format!(
-                "{} read {} message(s) ({}{}{}) and answers #{}.",
-                request.agent,
-                plan.history.len() + 1,
-                plan.mode.as_str(),
-                if plan.notice.is_some() {
-                    ", restored"
-                } else {
-                    ""
-                },
-                if redelivered > 0 {
-                    format!(", {redelivered} marked redelivered")
-                } else {
-                    String::new()
-                },
-                plan.new_message.seq
-            )
+        let (text, tool_calls) = match fault {
+            Some(Fault::Reply(text)) => (text, Vec::new()),
+            Some(Fault::ToolCalls(calls)) => (String::new(), calls),
+            _ => (derived_text(&request), Vec::new()),
         };
         let input = estimate_tokens(&request.system_prompt) + estimate_tokens(&rendered);
         Ok(ProviderReply {
@@ -239,8 +252,32 @@ impl ScriptedProvider {
             }),
             text,
             provider_session: session,
+            tool_calls,
         })
     }
+}
+
+/// The derived reply: who read how many messages in which mode, and which message it answers.
+fn derived_text(request: &ProviderRequest) -> String {
+    let plan = &request.plan;
+    let redelivered = plan.history.iter().filter(|i| i.redelivered).count();
+    format!(
+        "{} read {} message(s) ({}{}{}) and answers #{}.",
+        request.agent,
+        plan.history.len() + 1,
+        plan.mode.as_str(),
+        if plan.notice.is_some() {
+            ", restored"
+        } else {
+            ""
+        },
+        if redelivered > 0 {
+            format!(", {redelivered} marked redelivered")
+        } else {
+            String::new()
+        },
+        plan.new_message.seq
+    )
 }
 
 impl Provider for ScriptedProvider {
@@ -248,6 +285,7 @@ impl Provider for ScriptedProvider {
         Capabilities {
             history: self.config.history,
             context_window: self.config.context_window,
+            tools: true,
         }
     }
 

@@ -95,6 +95,7 @@ fn request_with(history: Vec<(&str, Vec<Part>)>, new_text: &str) -> ProviderRequ
         },
         status: None,
         deltas: None,
+        tools: Vec::new(),
     }
 }
 
@@ -733,4 +734,156 @@ async fn stream_cut_mid_way_is_an_error() {
     s.retry.max_retries = 0;
     let message = failed(provider(s).call(simple_request()).await.unwrap_err());
     assert!(message.contains("the stream broke"), "{message}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tools
+// ---------------------------------------------------------------------------------------------
+
+fn lookup_tool() -> legio_llm::ToolDef {
+    legio_llm::ToolDef {
+        name: "lookup".into(),
+        description: "Look a word up.".into(),
+        parameters: json!({"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}),
+    }
+}
+
+#[tokio::test]
+async fn tools_are_offered_with_input_schema_and_streamed_tool_use_is_returned() {
+    let server = MockServer::start().await;
+    let events = vec![
+        (
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_t", "type": "message",
+                "role": "assistant", "content": [], "model": "claude-test-1",
+                "usage": {"input_tokens": 50, "output_tokens": 1}}}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Checking."}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 1,
+                   "content_block": {"type": "tool_use", "id": "toolu_01", "name": "lookup", "input": {}}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"wo"}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "rd\": \"legio\"}"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 1}),
+        ),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 2,
+                   "content_block": {"type": "tool_use", "id": "toolu_02", "name": "lookup", "input": {}}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 2}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ];
+    mock(&server, sse_response(sse(&events))).await;
+    let p = provider(settings(&server.uri(), "LEGIO_TEST_ANTHROPIC_TOOLS", true));
+    assert!(p.capabilities().tools);
+    let mut req = simple_request();
+    req.tools = vec![lookup_tool()];
+    let reply = p.call(req).await.expect("a reply");
+    assert_eq!(reply.text, "Checking.");
+    let calls: Vec<(&str, &str, &str)> = reply
+        .tool_calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("toolu_01", "lookup", "{\"word\": \"legio\"}"),
+            ("toolu_02", "lookup", "{}")
+        ]
+    );
+
+    let body: Value = requests(&server).await[0].body_json().unwrap();
+    assert_eq!(
+        body["tools"],
+        json!([{"name": "lookup", "description": "Look a word up.",
+                "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}])
+    );
+}
+
+#[tokio::test]
+async fn whole_reply_tool_use_blocks_are_tool_calls_and_no_tools_means_no_tools_key() {
+    let server = MockServer::start().await;
+    mock(
+        &server,
+        ResponseTemplate::new(200).set_body_json(json!({
+            "id": "msg_w", "type": "message", "role": "assistant", "model": "claude-test-1",
+            "content": [{"type": "tool_use", "id": "toolu_9", "name": "lookup", "input": {"word": "x"}}],
+            "stop_reason": "tool_use", "usage": {"input_tokens": 9, "output_tokens": 3}
+        })),
+    )
+    .await;
+    let p = provider(settings(
+        &server.uri(),
+        "LEGIO_TEST_ANTHROPIC_TOOLS_W",
+        false,
+    ));
+    let reply = p.call(simple_request()).await.expect("a reply");
+    assert_eq!(reply.text, "");
+    assert_eq!(reply.tool_calls.len(), 1);
+    assert_eq!(reply.tool_calls[0].id, "toolu_9");
+    assert_eq!(
+        serde_json::from_str::<Value>(&reply.tool_calls[0].arguments).unwrap(),
+        json!({"word": "x"})
+    );
+    let body: Value = requests(&server).await[0].body_json().unwrap();
+    assert!(body.get("tools").is_none(), "no tools offered: {body}");
+}
+
+#[test]
+fn an_own_tool_result_message_after_its_call_becomes_a_user_tool_result_block() {
+    // The runtime records a step's results as the agent's own message right after its call.
+    let req = request_with(
+        vec![
+            ("user", vec![text("look it up")]),
+            ("lead", vec![call("toolu_1", "lookup", "{\"word\":\"a\"}")]),
+            ("lead", vec![result("toolu_1", "found", false)]),
+        ],
+        "and?",
+    );
+    let s = settings(
+        "http://127.0.0.1:1",
+        "LEGIO_TEST_ANTHROPIC_OWN_RESULT",
+        false,
+    );
+    let body = request_body(&s, &req);
+    let messages = body["messages"].as_array().unwrap();
+    let roles: Vec<&str> = messages
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+    assert_eq!(messages[1]["content"][0]["type"], "tool_use");
+    assert_eq!(messages[2]["content"][0]["type"], "tool_result");
+    assert_eq!(messages[2]["content"][0]["tool_use_id"], "toolu_1");
+    assert_eq!(messages[2]["content"][1]["text"], "and?");
 }

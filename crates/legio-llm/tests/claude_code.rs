@@ -101,6 +101,7 @@ fn request(plan: ContextPlan, resume: Option<&str>) -> ProviderRequest {
         plan,
         status: None,
         deltas: None,
+        tools: Vec::new(),
     }
 }
 

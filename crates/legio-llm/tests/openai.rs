@@ -55,6 +55,7 @@ fn request(mode: DeliveryMode, history: Vec<ContextItem>, new: ContextItem) -> P
         },
         status: None,
         deltas: None,
+        tools: Vec::new(),
     }
 }
 
@@ -549,4 +550,169 @@ async fn responses_whole_reply_and_stream_faults() {
             .to_string();
         assert!(e.contains(needle), "{needle}: {e}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tools
+// ---------------------------------------------------------------------------------------------
+
+fn lookup_tool() -> legio_llm::ToolDef {
+    legio_llm::ToolDef {
+        name: "lookup".into(),
+        description: "Look a word up.".into(),
+        parameters: json!({"type": "object", "properties": {"word": {"type": "string"}}}),
+    }
+}
+
+fn calls_of(reply: &legio_llm::ProviderReply) -> Vec<(String, String, String)> {
+    reply
+        .tool_calls
+        .iter()
+        .map(|c| (c.id.clone(), c.name.clone(), c.arguments.clone()))
+        .collect()
+}
+
+#[tokio::test]
+async fn chat_offers_function_tools_and_accumulates_streamed_tool_call_fragments_by_index() {
+    let server = MockServer::start().await;
+    let events = vec![
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": null, "tool_calls": [
+            {"index": 0, "id": "call_a", "type": "function", "function": {"name": "lookup", "arguments": ""}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 1, "id": "call_b", "type": "function", "function": {"name": "lookup", "arguments": "{\"wo"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": "{\"word\":"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": "\"x\"}"}}, {"index": 1, "function": {"arguments": "rd\":\"y\"}"}}]}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 60, "completion_tokens": 20}}),
+    ];
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(sse_template(format!("{}data: [DONE]\n\n", sse(&events))))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("openai", settings(&server, true)).unwrap();
+    assert!(provider.capabilities().tools);
+    let mut req = request(
+        DeliveryMode::Full,
+        vec![],
+        item(1, "user", "look up x and y"),
+    );
+    req.tools = vec![lookup_tool()];
+    let reply = provider.call(req).await.unwrap();
+    assert_eq!(reply.text, "");
+    assert_eq!(
+        calls_of(&reply),
+        [
+            ("call_a".into(), "lookup".into(), "{\"word\":\"x\"}".into()),
+            ("call_b".into(), "lookup".into(), "{\"word\":\"y\"}".into()),
+        ]
+    );
+    let body = &bodies(&server).await[0];
+    assert_eq!(
+        body["tools"],
+        json!([{"type": "function", "function": {"name": "lookup", "description": "Look a word up.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}}])
+    );
+}
+
+#[tokio::test]
+async fn chat_whole_reply_tool_calls_are_returned_and_no_tools_sends_no_tools_key() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "id": "x", "object": "chat.completion",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "call_z", "type": "function", "function": {"name": "lookup", "arguments": "{\"word\":\"z\"}"}}]}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 5}
+        })))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("local", settings(&server, false)).unwrap();
+    let reply = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "z?")))
+        .await
+        .unwrap();
+    assert_eq!(
+        calls_of(&reply),
+        [("call_z".into(), "lookup".into(), "{\"word\":\"z\"}".into())]
+    );
+    assert!(bodies(&server).await[0].get("tools").is_none());
+}
+
+#[tokio::test]
+async fn responses_offers_tools_returns_function_calls_and_sends_results_as_function_call_output() {
+    let server = MockServer::start().await;
+    let with_call = json!({
+        "id": "resp_t1", "object": "response", "status": "completed",
+        "output": [{"type": "function_call", "id": "fc_1", "call_id": "call_r1", "name": "lookup", "arguments": "{\"word\":\"q\"}"}],
+        "usage": {"input_tokens": 10, "output_tokens": 4}
+    });
+    let mut body = String::new();
+    for e in [
+        json!({"type": "response.created", "response": {"id": "resp_t1", "status": "in_progress"}}),
+        json!({"type": "response.function_call_arguments.delta", "delta": "{\"word\""}),
+        json!({"type": "response.completed", "response": with_call}),
+    ] {
+        body.push_str(&format!(
+            "event: {}\ndata: {e}\n\n",
+            e["type"].as_str().unwrap()
+        ));
+    }
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(sse_template(body))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(sse_template(responses_stream(
+            "resp_t2",
+            &["q means quiet"],
+        )))
+        .mount(&server)
+        .await;
+    let provider = OpenAiResponses::new("openai", settings(&server, true)).unwrap();
+    let mut first = request(
+        DeliveryMode::Bootstrap,
+        vec![],
+        item(1, "user", "@ann what is q?"),
+    );
+    first.tools = vec![lookup_tool()];
+    let reply = provider.call(first).await.unwrap();
+    assert_eq!(
+        calls_of(&reply),
+        [("call_r1".into(), "lookup".into(), "{\"word\":\"q\"}".into())]
+    );
+    assert_eq!(reply.provider_session.as_deref(), Some("resp_t1"));
+
+    // The next step continues the session with only the result: the agent's own message.
+    let mut result = item(3, "ann", "");
+    result.message.parts = vec![legio_core::Part::ToolResult {
+        call_id: "call_r1".into(),
+        content: "quiet".into(),
+        is_error: false,
+    }];
+    let mut second = request(DeliveryMode::Delta, vec![], result);
+    second.resume = reply.provider_session.clone();
+    second.tools = vec![lookup_tool()];
+    let reply = provider.call(second).await.unwrap();
+    assert_eq!(reply.text, "q means quiet");
+    assert!(reply.tool_calls.is_empty());
+
+    let bodies = bodies(&server).await;
+    assert_eq!(
+        bodies[0]["tools"],
+        json!([{"type": "function", "name": "lookup", "description": "Look a word up.",
+            "parameters": {"type": "object", "properties": {"word": {"type": "string"}}}}])
+    );
+    assert_eq!(bodies[1]["previous_response_id"], "resp_t1");
+    assert_eq!(
+        bodies[1]["input"],
+        json!([{"type": "function_call_output", "call_id": "call_r1", "output": "quiet"}]),
+        "only the result, as a function_call_output, and no empty message"
+    );
 }

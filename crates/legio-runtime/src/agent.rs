@@ -461,6 +461,7 @@ impl AgentActor {
             plan: plan.clone(),
             status,
             deltas,
+            tools: Vec::new(),
         };
         let result =
             tokio::time::timeout(settings.turn_timeout, provider.call(provider_request)).await;
