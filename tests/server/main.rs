@@ -849,6 +849,115 @@ async fn compacted_history_leads_with_the_summary_the_provider_receives() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_session_gets_the_summary_then_the_notice() {
+    let h = Harness::start_config(
+        &format!("token = \"{TOKEN}\"\noperator_token = \"{OPERATOR_TOKEN}\""),
+        "history_window = 50\ncompact_after_messages = 6\nkeep_recent = 2",
+        Duration::ZERO,
+    )
+    .await;
+    let conversation = "t:restored";
+    let key = ConversationKey::new(conversation).unwrap();
+    let log = Arc::clone(h.runtime.log());
+    let recorder = &h.providers["fragile"];
+    let reset = || async {
+        let (status, _) = h
+            .call(
+                "post",
+                "/operator/reset",
+                h.client
+                    .post(h.url("/operator/reset"))
+                    .bearer_auth(OPERATOR_TOKEN)
+                    .json(&json!({"conversation": conversation, "agent": "b"})),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK);
+    };
+    // A session of b's that holds 8 messages; restored, it compacts them on its bootstrap.
+    for i in 1..=4 {
+        h.turn(conversation, &format!("@b turn {i}")).await;
+    }
+    assert!(
+        summaries_of(log.as_ref(), &key, "b").is_empty(),
+        "deltas never compact"
+    );
+    reset().await;
+    h.turn(conversation, "@b turn 5").await;
+    let summaries = summaries_of(log.as_ref(), &key, "b");
+    assert_eq!(summaries.len(), 1, "the bootstrap compacted");
+    let (_, covers, text) = summaries[0].clone();
+    // Restored again: the bootstrap holds the summary, the notice, then what came after it.
+    reset().await;
+    let (status, view) = h
+        .call(
+            "get",
+            "/sessions/{id}/history",
+            h.get(&format!(
+                "/sessions/{conversation}/history?view=compacted&agent=b"
+            )),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let view = view.as_array().unwrap().clone();
+    let before = recorder.requests().len();
+    h.turn(conversation, "@b turn 6").await;
+    assert_eq!(
+        summaries_of(log.as_ref(), &key, "b").len(),
+        1,
+        "no new summary"
+    );
+    let requests = recorder.requests()[before..].to_vec();
+    assert_eq!(requests.len(), 1);
+    let request = &requests[0];
+    assert_eq!(request.plan.mode.as_str(), "bootstrap");
+    let summary = request
+        .plan
+        .summary
+        .as_ref()
+        .expect("bootstrapped with the summary");
+    assert_eq!((summary.covers_up_to.get(), &summary.text), (covers, &text));
+    let content = format!(
+        "<conversation_summary covers_up_to=\"{covers}\">\n{text}\n</conversation_summary>"
+    );
+    assert!(
+        request.rendered.starts_with(&content),
+        "{}",
+        request.rendered
+    );
+    assert_eq!(
+        (&view[0]["role"], &view[0]["summary"], &view[0]["content"]),
+        (&json!("user"), &json!(true), &json!(content))
+    );
+    assert_eq!(view[0]["covers_up_to"], covers);
+    assert_eq!(
+        (view[1]["role"].as_str(), view[1]["content"].as_str()),
+        (Some("system"), request.plan.notice.as_deref())
+    );
+    assert!(request.plan.notice.is_some());
+    let got: Vec<(u64, String)> = view[2..]
+        .iter()
+        .map(|m| {
+            (
+                m["seq"].as_u64().unwrap(),
+                m["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .chain(std::iter::once((
+            request.plan.new_message.seq.get(),
+            "@b turn 6".to_owned(),
+        )))
+        .collect();
+    let want: Vec<(u64, String)> = request
+        .plan
+        .messages()
+        .map(|i| (i.seq.get(), i.message.text_content()))
+        .collect();
+    assert_eq!(got, want);
+    assert!(got.iter().all(|(seq, _)| *seq > covers) && got.len() >= 3);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn operator_memory_is_the_shared_memory() {
     let h = Harness::start().await;
     let (status, empty) = h
