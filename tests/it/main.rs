@@ -8,3 +8,4 @@ mod model;
 mod runtime;
 mod sled_log;
 mod tidy;
+mod tool_links;
