@@ -8,6 +8,10 @@
 //!   the session has not seen in its own thread (its own replies it wrote itself), then the new
 //!   message.
 //!
+//! Every plan then follows the tool-call rules ([`settle_tool_calls`]): another agent's tool
+//! traffic is left out, an orphaned result is dropped, an interrupted call is completed with an
+//! error result, and a call's results follow it.
+//!
 //! No message is ever in a plan twice. The one at-least-once case: a turn that failed or died
 //! after its request reached the provider but before its checkpoint was recorded leaves messages
 //! after the checkpoint that the provider may already hold. They are detected from the log (a
@@ -23,6 +27,7 @@ use crate::message::{Audience, Message};
 use crate::name::{AgentName, Participant};
 use crate::seq::Seq;
 use crate::tokens::estimate_message_tokens;
+use crate::tool_calls::{has_tool_result, settle_tool_calls};
 
 /// One message in a context.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
@@ -44,9 +49,12 @@ pub struct ContextPlan {
     pub notice: Option<String>,
     /// Messages before the new one, in log order.
     pub history: Vec<ContextItem>,
-    /// The message the turn answers.
+    /// The message the turn answers: the last of the context. (In a tool loop's later steps, the
+    /// step's results, or the latest message that arrived while the calls ran: see
+    /// [`settle_tool_calls`].)
     pub new_message: ContextItem,
-    /// The checkpoint to record once the provider call succeeded: the new message's seq.
+    /// The checkpoint to record once the provider call succeeded: the seq of the message the
+    /// turn (or the tool loop's step) answers.
     pub up_to: Seq,
     /// Estimated tokens of the messages in the plan (history and new message) and its summary.
     pub estimated_tokens: u64,
@@ -113,6 +121,9 @@ pub fn plan_context_with_summary(
             .unwrap_or_else(|| unreachable!("filtered to messages")),
         redelivered,
     };
+    // A delta's own messages the session already holds (it wrote them): never resent, but their
+    // tool calls count for the tool-call rules.
+    let mut held: Vec<ContextItem> = Vec::new();
     let (mode, notice, history) = match delivery {
         Delivery::Full | Delivery::Bootstrap { .. } => {
             let window: Vec<&Record> = before.collect();
@@ -127,10 +138,15 @@ pub fn plan_context_with_summary(
         }
         Delivery::Delta { checkpoint } => {
             let me = Participant::Agent(agent.clone());
-            let unseen: Vec<&Record> = before
-                .filter(|r| r.seq > *checkpoint)
-                .filter(|r| r.event.as_message().is_some_and(|m| m.sender != me))
-                .collect();
+            let mut unseen: Vec<&Record> = Vec::new();
+            for r in before.filter(|r| r.seq > *checkpoint) {
+                match r.event.as_message() {
+                    // The results of its tool calls were written by the runtime, not the session.
+                    Some(m) if m.sender == me && !has_tool_result(m) => held.push(item(r, false)),
+                    Some(_) => unseen.push(r),
+                    None => {}
+                }
+            }
             // Everything up to the last message that would have triggered an earlier turn of
             // this agent may have reached the provider in that turn's request.
             let last_trigger = unseen.iter().rposition(|r| {
@@ -146,7 +162,12 @@ pub fn plan_context_with_summary(
             (DeliveryMode::Delta, None, history)
         }
     };
-    let new_item = item(new_message, false);
+    let mut items = history;
+    items.push(item(new_message, false));
+    let mut history = settle_tool_calls(agent, items, held);
+    let new_item = history
+        .pop()
+        .unwrap_or_else(|| unreachable!("the new message is never left out"));
     let estimated_tokens = history
         .iter()
         .chain(std::iter::once(&new_item))

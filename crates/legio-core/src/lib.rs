@@ -17,6 +17,7 @@ mod seq;
 mod session;
 mod timestamp;
 mod tokens;
+mod tool_calls;
 mod visibility;
 
 #[cfg(test)]
@@ -57,4 +58,7 @@ pub use seq::{Seq, SeqRange};
 pub use session::{AgentSessionState, FailedInfo, SessionInfo, SessionStatus, SummaryRef};
 pub use timestamp::Timestamp;
 pub use tokens::{estimate_message_tokens, estimate_tokens, estimate_tokens_for_model};
+pub use tool_calls::{
+    has_tool_result, settle_tool_calls, tool_call_ids, INTERRUPTED, RESULTS_LEFT_OUT,
+};
 pub use visibility::{can_see, visibility_keys, Viewer, VisibilityKey};
