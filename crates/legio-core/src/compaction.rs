@@ -173,29 +173,8 @@ fn render(items: &[ContextItem]) -> String {
             "<message seq=\"{}\" sender=\"{}\">\n",
             item.seq, item.message.sender
         ));
-        for part in &item.message.parts {
-            match part {
-                Part::Text { text } => out.push_str(text),
-                Part::ToolCall {
-                    id,
-                    name,
-                    arguments,
-                } => out.push_str(&format!("[tool call {name} id={id}] {arguments}")),
-                Part::ToolResult {
-                    call_id,
-                    content,
-                    is_error,
-                } => out.push_str(&format!(
-                    "[{} id={call_id}] {content}",
-                    if *is_error {
-                        "tool error"
-                    } else {
-                        "tool result"
-                    }
-                )),
-            }
-            out.push('\n');
-        }
+        out.push_str(&item.message.plain_text());
+        out.push('\n');
         out.push_str("</message>\n");
     }
     out

@@ -336,6 +336,37 @@ impl Message {
         texts.join("\n\n")
     }
 
+    /// Every part as plain text, one per line: text as is, tool calls as
+    /// `[tool call NAME id=ID] ARGUMENTS`, results as `[tool result id=ID] CONTENT` (or
+    /// `tool error`). How a model that reads text sees a message's tool traffic.
+    pub fn plain_text(&self) -> String {
+        let lines: Vec<String> = self
+            .parts
+            .iter()
+            .map(|part| match part {
+                Part::Text { text } => text.clone(),
+                Part::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => format!("[tool call {name} id={id}] {arguments}"),
+                Part::ToolResult {
+                    call_id,
+                    content,
+                    is_error,
+                } => format!(
+                    "[{} id={call_id}] {content}",
+                    if *is_error {
+                        "tool error"
+                    } else {
+                        "tool result"
+                    }
+                ),
+            })
+            .collect();
+        lines.join("\n")
+    }
+
     /// The number of content bytes across all parts (what `max_message_bytes` limits).
     pub fn content_bytes(&self) -> usize {
         self.parts.iter().map(Part::content_bytes).sum()

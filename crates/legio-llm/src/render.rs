@@ -25,33 +25,7 @@ pub struct ChatTurn {
 }
 
 fn item_text(item: &ContextItem) -> String {
-    let mut out = String::new();
-    for part in &item.message.parts {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        match part {
-            Part::Text { text } => out.push_str(text),
-            Part::ToolCall {
-                id,
-                name,
-                arguments,
-            } => out.push_str(&format!("[tool call {name} id={id}] {arguments}")),
-            Part::ToolResult {
-                call_id,
-                content,
-                is_error,
-            } => {
-                let label = if *is_error {
-                    "tool error"
-                } else {
-                    "tool result"
-                };
-                out.push_str(&format!("[{label} id={call_id}] {content}"));
-            }
-        }
-    }
-    out
+    item.message.plain_text()
 }
 
 fn turn(agent: &AgentName, item: &ContextItem) -> ChatTurn {
