@@ -7,7 +7,8 @@
 //!    outcome reaches others as that agent's reply. The parts are removed; a message left with no
 //!    part is left out.
 //! 2. **An orphaned result is dropped**: a result of the agent whose call is not in the context
-//!    (cut by the window or a summary), or that answers a call already answered.
+//!    (cut by the window or a summary), or that answers a call already answered. A result answers
+//!    the latest unanswered call with its id.
 //! 3. **An interrupted call is completed**: a call of the agent with no result in the context (the
 //!    process died while it ran) gets an error result saying so ([`INTERRUPTED`]), right after it,
 //!    so the provider accepts the history and the model knows the call did not finish.
@@ -19,7 +20,7 @@
 //! they still count: they are passed as `held`, so their results are kept and a call without one
 //! is completed.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use crate::context::ContextItem;
 use crate::message::{Audience, Message, Part};
@@ -122,10 +123,11 @@ pub fn settle_tool_calls(
     // A stable sort: held calls take their place among the sent messages by seq.
     entries.sort_by_key(|e| e.item.seq);
 
-    // Rules 1 and 2, in one pass in log order.
-    let mut made: HashSet<String> = HashSet::new();
-    let mut answered: HashSet<String> = HashSet::new();
-    for entry in &mut entries {
+    // Rules 1 and 2, in one pass in log order. A result answers the latest open call with its
+    // id (a provider may reuse an id in a later step); `anchor` is the call message it answers.
+    let mut open: HashMap<String, usize> = HashMap::new();
+    let mut anchor: Vec<Option<usize>> = vec![None; entries.len()];
+    for (i, entry) in entries.iter_mut().enumerate() {
         let message = &mut entry.item.message;
         let before = message.parts.len();
         if message.sender != me {
@@ -133,12 +135,16 @@ pub fn settle_tool_calls(
         } else {
             message.parts.retain(|p| match p {
                 Part::ToolCall { id, .. } => {
-                    made.insert(id.clone());
+                    open.insert(id.clone(), i);
                     true
                 }
-                Part::ToolResult { call_id, .. } => {
-                    made.contains(call_id) && answered.insert(call_id.clone())
-                }
+                Part::ToolResult { call_id, .. } => match open.remove(call_id) {
+                    Some(call) => {
+                        anchor[i] = anchor[i].max(Some(call));
+                        true
+                    }
+                    None => false,
+                },
                 Part::Text { .. } => true,
             });
         }
@@ -146,66 +152,38 @@ pub fn settle_tool_calls(
             message.parts.push(Part::text(RESULTS_LEFT_OUT));
         }
     }
-    entries.retain(|e| !e.item.message.parts.is_empty() || e.last);
 
-    // Rules 3 and 4: each call message is followed by its interrupted results, then by the
-    // messages holding its results (anchored to the latest call message they answer).
-    let call_entry: HashMap<String, usize> = entries
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.item.message.sender == me)
-        .flat_map(|(i, e)| {
-            tool_call_ids(&e.item.message)
-                .into_iter()
-                .map(move |id| (id.to_owned(), i))
-        })
-        .collect();
-    let anchor: Vec<Option<usize>> = entries
-        .iter()
-        .map(|e| {
-            if e.item.message.sender != me {
-                return None;
-            }
-            e.item
-                .message
-                .parts
-                .iter()
-                .filter_map(|p| match p {
-                    Part::ToolResult { call_id, .. } => call_entry.get(call_id).copied(),
-                    _ => None,
-                })
-                .max()
-        })
-        .collect();
+    // Rules 3 and 4: each call message is followed by the interrupted results of its open calls,
+    // then by the messages holding its results.
+    let mut unanswered: Vec<Vec<String>> = vec![Vec::new(); entries.len()];
+    for (id, call) in open {
+        unanswered[call].push(id);
+    }
     let mut followers: Vec<Vec<usize>> = vec![Vec::new(); entries.len()];
     for (i, a) in anchor.iter().enumerate() {
         if let Some(a) = a {
             followers[*a].push(i);
         }
     }
+    let kept = |entry: &Entry| entry.send && !entry.item.message.parts.is_empty();
     let mut out = Vec::with_capacity(entries.len());
-    let emit = |entry: &Entry, out: &mut Vec<ContextItem>| {
-        if entry.send {
-            out.push(entry.item.clone());
-        }
-    };
     for (i, entry) in entries.iter().enumerate() {
         if anchor[i].is_some() {
             continue;
         }
-        emit(entry, &mut out);
-        if entry.item.message.sender == me {
-            let open: Vec<String> = tool_call_ids(&entry.item.message)
-                .into_iter()
-                .filter(|id| !answered.contains(*id))
-                .map(str::to_owned)
-                .collect();
-            if !open.is_empty() {
-                out.push(interrupted(agent, &entry.item, &open));
-            }
+        if kept(entry) || entry.last {
+            out.push(entry.item.clone());
+        }
+        if !unanswered[i].is_empty() {
+            // In the order the calls were made.
+            let ids = tool_call_ids(&entry.item.message);
+            unanswered[i].sort_by_key(|id| ids.iter().position(|c| c == id));
+            out.push(interrupted(agent, &entry.item, &unanswered[i]));
         }
         for &f in &followers[i] {
-            emit(&entries[f], &mut out);
+            if kept(&entries[f]) || entries[f].last {
+                out.push(entries[f].item.clone());
+            }
         }
     }
     out
@@ -401,6 +379,20 @@ mod tests {
                 item(6, "ann", "ann", vec![call("b")]),
             ],
             "3:R(a) 4:T 6:I(b) 7:T",
+        );
+    }
+
+    #[test]
+    fn a_reused_call_id_pairs_with_the_latest_open_call() {
+        check(
+            vec![
+                item(1, "ann", "ann", vec![call("x")]),
+                item(2, "ann", "ann", vec![result("x")]),
+                item(3, "ann", "ann", vec![call("x")]),
+                item(4, "user", "ann", vec![text("?")]),
+            ],
+            vec![],
+            "1:C(x) 2:R(x) 3:C(x) 3:I(x) 4:T",
         );
     }
 }

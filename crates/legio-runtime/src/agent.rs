@@ -10,22 +10,25 @@ use std::time::{Duration, Instant};
 
 use legio_core::{
     crash_cleanup, estimate_tokens, stop_session, AgentName, Audience, BoundaryReason,
-    ContextDelivered, ConversationKey, EndSession, Event, Message, MessageId, Participant, Seq,
-    SessionEnded, SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted,
+    ContextDelivered, ConversationKey, EndSession, Event, Message, MessageId, Part, Participant,
+    Seq, SessionEnded, SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted,
     TurnFailed,
 };
-use legio_llm::{ProviderError, ProviderRequest};
+use legio_llm::{ProviderError, ProviderRequest, ToolCallPart};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::compact::compact;
 use crate::config::Role;
 use crate::error::RuntimeError;
+use crate::memory::ToolSpec;
 use crate::metrics as m;
 use crate::prepare::{compaction_job, prepare_turn, window_tokens, PreparedTurn, TurnInputs};
 use crate::progress::{Progress, ProgressSink};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::Activity;
+use crate::supervisor::ConversationMsg;
+use crate::tools::{prepare_call, tools_for, CallContext};
 
 /// One agent's answer to a message: a reply, or an error for this agent only.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -90,6 +93,8 @@ pub(crate) struct AgentActor {
     pub(crate) shared: Arc<Shared>,
     pub(crate) conversation: ConversationKey,
     pub(crate) agent: AgentName,
+    /// Its conversation's supervisor, through which `dispatch` sends turns to specialists.
+    pub(crate) supervisor: ActorRef<ConversationMsg>,
 }
 
 pub(crate) struct AgentState {
@@ -176,7 +181,7 @@ impl Actor for AgentActor {
                         agent: self.agent.clone(),
                     });
                 }
-                let outcome = match self.turn(state, request, true).await {
+                let outcome = match self.turn(state, request).await {
                     Ok(outcome) => outcome,
                     Err(e) => {
                         // A store or prompt failure: record it if the log still takes writes.
@@ -298,14 +303,22 @@ impl AgentActor {
             .await
     }
 
-    /// One turn. `retry_lost` allows one retry with a new session when the provider lost the one
-    /// to resume.
-    async fn turn(
+    /// One provider call of a turn's tool loop: plan the context for the message at `answering`
+    /// (the turn's message, then each step's results), record the boundaries, call the provider
+    /// and record what it answered: the reply, or the calls it asked for. `first`: the turn's
+    /// first step (the only one that carries the status block). `retry_lost` allows one retry
+    /// with a new session when the provider lost the one to resume.
+    #[allow(clippy::too_many_arguments)]
+    async fn step(
         &self,
         state: &mut AgentState,
-        request: TurnRequest,
+        request: &TurnRequest,
+        answering: Seq,
+        first: bool,
+        tools: &[ToolSpec],
+        deadline: Instant,
         retry_lost: bool,
-    ) -> Result<AgentReply, RuntimeError> {
+    ) -> Result<Step, RuntimeError> {
         let shared = &self.shared;
         let spec = shared
             .spec(&self.agent)
@@ -313,7 +326,6 @@ impl AgentActor {
             .clone();
         let provider = shared.provider(&spec)?;
         let capabilities = provider.capabilities();
-        let settings = &shared.config.runtime;
         let (system_prompt, prompt_hash) = shared.system_prompt(&spec)?;
 
         // One hop to the blocking pool: the plan, the window it saves (for the metric), and
@@ -338,7 +350,7 @@ impl AgentActor {
                     settings: &shared_.config.runtime,
                     prompt_hash: &prompt_hash,
                     live_session,
-                    new_message: request.seq,
+                    new_message: answering,
                 };
                 let log = shared_.log.as_ref();
                 let prepared = prepare_turn(log, inputs)?;
@@ -432,8 +444,8 @@ impl AgentActor {
         }
         state.live_session = Some(session);
 
-        let status =
-            (spec.role == Role::Orchestrator).then(|| shared.status_block(&self.conversation));
+        let status = (first && spec.role == Role::Orchestrator)
+            .then(|| shared.status_block(&self.conversation));
         // Streamed fragments go to the listener as `Delta`s; the forwarder ends when the provider
         // drops its sender (the call finished or was cancelled) and is awaited before the reply
         // is returned, so every fragment precedes the agent's `AgentDone`.
@@ -461,24 +473,48 @@ impl AgentActor {
             plan: plan.clone(),
             status,
             deltas,
-            tools: Vec::new(),
+            tools: tools.to_vec(),
         };
-        let result =
-            tokio::time::timeout(settings.turn_timeout, provider.call(provider_request)).await;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let result = tokio::time::timeout(remaining, provider.call(provider_request)).await;
         if let Some(forwarder) = forwarder {
             let _ = forwarder.await;
         }
         match result {
             Ok(Ok(reply)) => {
                 let reply_id = MessageId(fresh_uuid());
-                let message = Message::text(
-                    reply_id,
-                    self.conversation.clone(),
-                    Participant::Agent(self.agent.clone()),
-                    Audience::user(),
-                    reply.text.clone(),
-                    now(),
-                )
+                let calls = reply.tool_calls.clone();
+                let message = if calls.is_empty() {
+                    Message::text(
+                        reply_id,
+                        self.conversation.clone(),
+                        Participant::Agent(self.agent.clone()),
+                        Audience::user(),
+                        reply.text.clone(),
+                        now(),
+                    )
+                } else {
+                    // The calls, with any text the model wrote along, addressed to the agent
+                    // itself: its tool traffic is its own (the orchestrator and the user see it).
+                    let mut parts = Vec::new();
+                    if !reply.text.trim().is_empty() {
+                        parts.push(Part::text(reply.text.clone()));
+                    }
+                    parts.extend(calls.iter().map(|c| Part::ToolCall {
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    }));
+                    Message {
+                        id: reply_id,
+                        conversation: self.conversation.clone(),
+                        sender: Participant::Agent(self.agent.clone()),
+                        audience: Audience::agent(self.agent.clone()),
+                        parts,
+                        reply_to: None,
+                        at: now(),
+                    }
+                }
                 .replying_to(request.id);
                 let usage = reply.usage.unwrap_or_else(|| TokenUsage {
                     input: estimate_tokens(&provider_request_text(&plan)),
@@ -513,13 +549,20 @@ impl AgentActor {
                     .increment(plan.estimated_tokens);
                 metrics::counter!(m::TOKENS_AVOIDED)
                     .increment(window_tokens.saturating_sub(plan.estimated_tokens));
-                Ok(AgentReply {
+                if !calls.is_empty() {
+                    return Ok(Step::Calls {
+                        calls,
+                        message: reply_id,
+                        session,
+                    });
+                }
+                Ok(Step::Answered(AgentReply {
                     agent: self.agent.clone(),
                     text: Some(reply.text),
                     message_id: Some(reply_id),
                     seq: Some(Seq(range.first.0 + 1)),
                     error: None,
-                })
+                }))
             }
             Ok(Err(ProviderError::SessionLost { session: lost })) if retry_lost => {
                 tracing::warn!(agent = %self.agent, session = %lost, "the provider lost the session; opening a new one from the log");
@@ -530,27 +573,176 @@ impl AgentActor {
                 shared.append(vec![self.end_event(session, end)]).await?;
                 record_end(end);
                 state.live_session = None;
-                Box::pin(self.turn(state, request, false)).await
+                Box::pin(self.step(state, request, answering, first, tools, deadline, false)).await
             }
             Ok(Err(e)) => {
                 let error = format!("{} failed: {e}", self.agent);
                 shared
                     .append(vec![self.turn_failed(Some(session), error.clone())])
                     .await?;
-                Ok(AgentReply::failed(&self.agent, error))
+                Ok(Step::Answered(AgentReply::failed(&self.agent, error)))
             }
-            Err(_elapsed) => {
+            Err(_elapsed) => Ok(Step::Answered(self.timed_out(session).await?)),
+        }
+    }
+
+    /// The turn ran out of time: recorded as failed, answered with an error.
+    async fn timed_out(&self, session: SessionId) -> Result<AgentReply, RuntimeError> {
+        let error = format!(
+            "{} did not answer within {} s (runtime.turn_timeout_seconds)",
+            self.agent,
+            self.shared.config.runtime.turn_timeout.as_secs_f64()
+        );
+        self.shared
+            .append(vec![self.turn_failed(Some(session), error.clone())])
+            .await?;
+        metrics::counter!(m::TURNS, "agent" => self.agent.to_string(), "outcome" => "timeout")
+            .increment(1);
+        Ok(AgentReply::failed(&self.agent, error))
+    }
+
+    /// One turn: provider calls until the model answers with text, running the tools it calls
+    /// in between (each step's calls and results are in the log before the next step), within
+    /// `runtime.max_tool_steps` calls and the turn timeout.
+    async fn turn(
+        &self,
+        state: &mut AgentState,
+        request: TurnRequest,
+    ) -> Result<AgentReply, RuntimeError> {
+        let shared = &self.shared;
+        let spec = shared
+            .spec(&self.agent)
+            .ok_or_else(|| RuntimeError::Actor("agent left the roster".into()))?
+            .clone();
+        let settings = &shared.config.runtime;
+        let deadline = Instant::now() + settings.turn_timeout;
+        let tools = if shared.provider(&spec)?.capabilities().tools {
+            tools_for(shared, &spec)
+        } else {
+            Vec::new()
+        };
+        let mut answering = request.seq;
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            let first = steps == 1;
+            let step = self
+                .step(state, &request, answering, first, &tools, deadline, true)
+                .await?;
+            let (calls, message, session) = match step {
+                Step::Answered(reply) => return Ok(reply),
+                Step::Calls {
+                    calls,
+                    message,
+                    session,
+                } => (calls, message, session),
+            };
+            let last = steps >= settings.max_tool_steps;
+            let outcomes: Vec<(String, bool)> = if last {
+                let why = format!(
+                    "not run: the turn reached its limit of {} steps (runtime.max_tool_steps)",
+                    settings.max_tool_steps
+                );
+                calls.iter().map(|_| (why.clone(), true)).collect()
+            } else {
+                let ctx = CallContext {
+                    shared: Arc::clone(shared),
+                    conversation: self.conversation.clone(),
+                    spec: spec.clone(),
+                    supervisor: self.supervisor.clone(),
+                    call_message: message,
+                    deadline,
+                };
+                run_calls(&ctx, &calls).await
+            };
+            let results = Message {
+                id: MessageId(fresh_uuid()),
+                conversation: self.conversation.clone(),
+                sender: Participant::Agent(self.agent.clone()),
+                audience: Audience::agent(self.agent.clone()),
+                parts: calls
+                    .iter()
+                    .zip(outcomes)
+                    .map(|(call, (content, is_error))| Part::ToolResult {
+                        call_id: call.id.clone(),
+                        content,
+                        is_error,
+                    })
+                    .collect(),
+                reply_to: Some(message),
+                at: now(),
+            };
+            let range = shared.append(vec![Event::MessagePosted(results)]).await?;
+            if last {
                 let error = format!(
-                    "{} did not answer within {} s (runtime.turn_timeout_seconds)",
-                    self.agent,
-                    settings.turn_timeout.as_secs_f64()
+                    "{} was still calling tools after {} steps (runtime.max_tool_steps) and gave no answer",
+                    self.agent, settings.max_tool_steps
                 );
                 shared
                     .append(vec![self.turn_failed(Some(session), error.clone())])
                     .await?;
-                metrics::counter!(m::TURNS, "agent" => self.agent.to_string(), "outcome" => "timeout").increment(1);
-                Ok(AgentReply::failed(&self.agent, error))
+                return Ok(AgentReply::failed(&self.agent, error));
             }
+            if Instant::now() >= deadline {
+                return self.timed_out(session).await;
+            }
+            answering = range.first;
+        }
+    }
+}
+
+/// What one step of a turn ended with.
+enum Step {
+    /// The turn is over: the model's text reply, or an error reply (already recorded).
+    Answered(AgentReply),
+    /// The model asked for tools; the calls are recorded in the message `message`.
+    Calls {
+        calls: Vec<ToolCallPart>,
+        message: MessageId,
+        session: SessionId,
+    },
+}
+
+/// Runs a step's calls in parallel, each on its own task, until the turn's deadline: the
+/// outcomes in the calls' order. A panicking tool and one cut by the deadline are error results.
+async fn run_calls(ctx: &CallContext, calls: &[ToolCallPart]) -> Vec<(String, bool)> {
+    // Aborted when dropped: a turn cancelled (the actor killed, the runtime aborted) takes its
+    // calls with it.
+    let mut tasks = Tasks(
+        calls
+            .iter()
+            .map(|call| tokio::spawn(prepare_call(ctx, &call.name, &call.arguments)))
+            .collect(),
+    );
+    let deadline = tokio::time::Instant::from_std(ctx.deadline);
+    let mut outcomes = Vec::with_capacity(calls.len());
+    for (call, handle) in calls.iter().zip(tasks.0.iter_mut()) {
+        let outcome = match tokio::time::timeout_at(deadline, &mut *handle).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => (format!("the tool {} failed: {e}", call.name), true),
+            Err(_) => {
+                handle.abort();
+                (
+                    "interrupted: the turn ran out of time (runtime.turn_timeout_seconds) while this tool ran".to_owned(),
+                    true,
+                )
+            }
+        };
+        let label = if outcome.1 { "error" } else { "ok" };
+        metrics::counter!(m::TOOL_CALLS, "tool" => call.name.clone(), "outcome" => label)
+            .increment(1);
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+/// Spawned tool calls, aborted when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<crate::tools::Outcome>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
         }
     }
 }

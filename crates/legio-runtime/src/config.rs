@@ -48,6 +48,7 @@ struct RuntimeSection {
     session_idle_timeout_minutes: Option<f64>,
     max_input_tokens: Option<u64>,
     turn_timeout_seconds: Option<f64>,
+    max_tool_steps: Option<usize>,
     reap_interval_seconds: Option<f64>,
     restart_max: Option<u32>,
     restart_window_seconds: Option<f64>,
@@ -110,8 +111,12 @@ pub struct RuntimeSettings {
     pub idle_timeout: Duration,
     /// A stateful session whose cumulative input tokens exceed this is rotated.
     pub max_input_tokens: u64,
-    /// A turn that takes longer than this is cancelled and answered with an error.
+    /// A turn that takes longer than this is cancelled and answered with an error (the whole
+    /// turn: every provider call and tool call of its tool loop).
     pub turn_timeout: Duration,
+    /// The most provider calls one turn makes in its tool loop; a model still calling tools at
+    /// the last one gets an error reply instead of more steps.
+    pub max_tool_steps: usize,
     /// How often the reaper looks for idle actors.
     pub reap_interval: Duration,
     /// Restart policy.
@@ -130,6 +135,7 @@ impl Default for RuntimeSettings {
             idle_timeout: Duration::from_secs(30 * 60),
             max_input_tokens: 150_000,
             turn_timeout: Duration::from_secs(300),
+            max_tool_steps: 16,
             reap_interval: Duration::from_secs(60),
             restart: RestartSettings {
                 max_restarts: 5,
@@ -331,6 +337,12 @@ impl RuntimeConfig {
         }
         if let Some(v) = r.turn_timeout_seconds {
             runtime.turn_timeout = secs("turn_timeout_seconds", v)?;
+        }
+        if let Some(v) = r.max_tool_steps {
+            if v == 0 {
+                return Err(invalid("runtime.max_tool_steps must be above 0".into()));
+            }
+            runtime.max_tool_steps = v;
         }
         if let Some(v) = r.reap_interval_seconds {
             runtime.reap_interval = secs("reap_interval_seconds", v)?;

@@ -18,6 +18,7 @@ mod server_settings;
 mod shared;
 mod status;
 mod supervisor;
+mod tools;
 
 pub use agent::AgentReply;
 pub use config::{
@@ -37,3 +38,4 @@ pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime};
 pub use server_settings::{ServerSettings, DEFAULT_BIND};
 pub use status::Activity;
+pub use tools::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};

@@ -34,16 +34,9 @@ const CHUNK: usize = 10_000;
 /// How many characters of a text a listing shows.
 const LIST_CUT: usize = 100;
 
-/// A tool as it is described to a model.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ToolSpec {
-    /// Its name, unique among an agent's tools.
-    pub name: String,
-    /// What it does, for the model.
-    pub description: String,
-    /// The JSON schema of its arguments (an object).
-    pub parameters: Value,
-}
+/// A tool as it is described to a model: the provider API's own description (name, description,
+/// JSON schema of the arguments), so specs go into a provider request as they are.
+pub use legio_llm::ToolDef as ToolSpec;
 
 /// Why a tool call failed: returned to the model as the tool's error result.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

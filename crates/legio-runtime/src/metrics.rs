@@ -27,6 +27,9 @@ pub const REAPED: &str = "legio_reaped_actors_total";
 /// keeps the uncompacted context.
 pub const COMPACTIONS: &str = "legio_compactions_total";
 
+/// Tool calls run in agent loops, labelled by `tool` and `outcome` (ok, error).
+pub const TOOL_CALLS: &str = "legio_tool_calls_total";
+
 /// Explicit buckets for [`TURN_LATENCY`], in seconds.
 pub const TURN_LATENCY_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -58,4 +61,5 @@ pub fn describe() {
         COMPACTIONS,
         "Context compactions by agent and outcome (a failed one keeps the full context)"
     );
+    metrics::describe_counter!(TOOL_CALLS, "Tool calls run in agent loops, by tool and outcome");
 }

@@ -27,6 +27,7 @@ use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::{Progress, ProgressSink};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::{Activity, StatusBoard};
+use crate::tools::ToolRegistry;
 use crate::supervisor::{ConversationMsg, RootMsg, RootSupervisor};
 
 /// One agent's status in a conversation.
@@ -91,11 +92,21 @@ impl Runtime {
         config: RuntimeConfig,
         overrides: HashMap<String, Arc<dyn Provider>>,
     ) -> Result<Self, RuntimeError> {
+        Self::open_with_tools(config, overrides, ToolRegistry::new()).await
+    }
+
+    /// Like [`Runtime::open_with`], with the host's own tools: every agent whose provider takes
+    /// tools is offered them next to the built-in ones, and the agent loop runs the calls.
+    pub async fn open_with_tools(
+        config: RuntimeConfig,
+        overrides: HashMap<String, Arc<dyn Provider>>,
+        tools: ToolRegistry,
+    ) -> Result<Self, RuntimeError> {
         let store = config.store.clone();
         let log = tokio::task::spawn_blocking(move || SledLog::open(&store.path, &store.options))
             .await
             .map_err(|e| RuntimeError::Actor(format!("opening the log was cancelled: {e}")))??;
-        Self::start(config, Arc::new(log), overrides).await
+        Self::start_with_tools(config, Arc::new(log), overrides, tools).await
     }
 
     /// Starts a runtime on an already open log (an in-memory log for tests, for example).
@@ -103,6 +114,16 @@ impl Runtime {
         config: RuntimeConfig,
         log: Arc<dyn EventLog>,
         overrides: HashMap<String, Arc<dyn Provider>>,
+    ) -> Result<Self, RuntimeError> {
+        Self::start_with_tools(config, log, overrides, ToolRegistry::new()).await
+    }
+
+    /// [`Runtime::start`] with the host's tools (see [`Runtime::open_with_tools`]).
+    pub async fn start_with_tools(
+        config: RuntimeConfig,
+        log: Arc<dyn EventLog>,
+        overrides: HashMap<String, Arc<dyn Provider>>,
+        tools: ToolRegistry,
     ) -> Result<Self, RuntimeError> {
         crate::metrics::describe();
         legio_store::metrics::describe();
@@ -115,6 +136,7 @@ impl Runtime {
             providers,
             board: StatusBoard::default(),
             memory,
+            tools,
             prompts: Default::default(),
         });
         let (root, _handle) = Actor::spawn(

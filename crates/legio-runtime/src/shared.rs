@@ -13,6 +13,7 @@ use crate::config::{AgentSpec, Role, RuntimeConfig};
 use crate::error::RuntimeError;
 use crate::memory::MemoryTools;
 use crate::status::StatusBoard;
+use crate::tools::ToolRegistry;
 
 pub(crate) struct Shared {
     pub(crate) log: Arc<dyn EventLog>,
@@ -21,6 +22,8 @@ pub(crate) struct Shared {
     pub(crate) board: StatusBoard,
     /// The memory tools' executor (its cached projection of `legio:memory`).
     pub(crate) memory: Arc<MemoryTools>,
+    /// The host's tools, offered to every agent whose provider takes tools.
+    pub(crate) tools: ToolRegistry,
     /// Composed prompts by file, valid while the file's modification time and length are the
     /// same (a stat per turn instead of a read and a hash).
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,

@@ -406,6 +406,7 @@ impl ConversationSupervisor {
             shared: Arc::clone(&self.shared),
             conversation: self.conversation.clone(),
             agent: agent.clone(),
+            supervisor: myself.clone(),
         };
         match Actor::spawn_linked(None, actor, (), myself.get_cell()).await {
             Ok((actor_ref, _handle)) => {

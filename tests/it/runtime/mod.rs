@@ -6,13 +6,14 @@ mod exactly_once;
 mod heartbeat;
 mod providers;
 mod scenarios;
+mod tools;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use legio_core::{AgentName, Event, History, Record, Seq};
 use legio_llm::{Provider, RecordedRequest, ScriptedProvider};
-use legio_runtime::{Runtime, RuntimeConfig};
+use legio_runtime::{Runtime, RuntimeConfig, ToolRegistry};
 
 /// A legion in a temp dir: three agents (lead orchestrator, ann and bob specialists) on one
 /// scripted provider that survives runtime restarts, as a provider's server would.
@@ -20,6 +21,8 @@ pub struct Legion {
     pub dir: tempfile::TempDir,
     pub config: RuntimeConfig,
     pub provider: ScriptedProvider,
+    /// The host tools the runtime opens with (none unless a test sets them and reopens).
+    pub tools: ToolRegistry,
     rt: Option<Runtime>,
 }
 
@@ -93,6 +96,7 @@ history = "{history_word}"
             dir,
             config,
             provider,
+            tools: ToolRegistry::new(),
             rt: None,
         };
         legion.open().await;
@@ -103,7 +107,7 @@ history = "{history_word}"
         let provider: Arc<dyn Provider> = Arc::new(self.provider.clone());
         let overrides = HashMap::from([("local".to_owned(), provider)]);
         self.rt = Some(
-            Runtime::open_with(self.config.clone(), overrides)
+            Runtime::open_with_tools(self.config.clone(), overrides, self.tools.clone())
                 .await
                 .unwrap(),
         );
@@ -118,6 +122,12 @@ history = "{history_word}"
     pub async fn crash_and_restart(&mut self) {
         self.rt.take().unwrap().abort().await;
         self.open().await;
+    }
+
+    /// Reopens the runtime with `tools` as the host's tools (a graceful restart).
+    pub async fn with_tools(&mut self, tools: ToolRegistry) {
+        self.tools = tools;
+        self.shutdown_and_restart().await;
     }
 
     /// A graceful restart.

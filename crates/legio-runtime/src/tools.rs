@@ -1,0 +1,468 @@
+//! Tools in the agent loop: what an agent is offered and how its calls run.
+//!
+//! Every agent whose provider takes tools is offered, in this order: the built-in `get_history`
+//! (the conversation as the agent may see it), the orchestrator's `dispatch` (a message to named
+//! specialists, their replies as the result), its memory tools ([`MemoryTools::tools_for`], scoped
+//! by who calls), and the host's tools ([`ToolRegistry`], registered through the embedding API).
+//!
+//! A call never fails the turn: unknown tools, arguments that are not JSON, a tool's error, a
+//! panicking host tool and a tool cut by the turn's deadline all become error results for the
+//! model. Calls of one step run in parallel, each on its own task.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use legio_core::{
+    AgentName, Audience, ConversationKey, Event, Message, MessageId, Part, Participant, Seq,
+};
+use ractor::ActorRef;
+use serde_json::{json, Value};
+use thiserror::Error;
+use tokio::sync::oneshot;
+
+use crate::agent::{AgentReply, TurnRequest};
+use crate::config::{AgentSpec, Role};
+use crate::memory::{MemoryTools, ToolSpec};
+use crate::shared::{fresh_uuid, now, Shared};
+use crate::supervisor::ConversationMsg;
+
+/// The built-in tool that reads the conversation as the calling agent may see it.
+pub const GET_HISTORY: &str = "get_history";
+/// The orchestrator's built-in tool that sends a message to specialists and returns their replies.
+pub const DISPATCH: &str = "dispatch";
+/// How many messages `get_history` returns unless asked otherwise, and at most.
+const HISTORY_DEFAULT: u64 = 20;
+const HISTORY_MAX: u64 = 200;
+/// How many characters of one tool part `get_history` shows.
+const HISTORY_PART_CUT: usize = 500;
+
+/// What a host tool returns: its result text, or an error text for the model.
+pub type ToolFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
+
+type ToolFn = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
+
+#[derive(Clone)]
+struct HostTool {
+    spec: ToolSpec,
+    run: ToolFn,
+}
+
+/// The host's own tools, offered to every agent whose provider takes tools: each a name, a
+/// description, the JSON schema of its arguments and an async function from the arguments (a
+/// JSON value) to a result or an error text. Pass it to [`crate::Runtime::open_with_tools`].
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: Vec<HostTool>,
+}
+
+impl fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.names())
+            .finish()
+    }
+}
+
+/// Why a host tool cannot be registered.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ToolRegistryError {
+    /// The name is not 1 to 64 characters of `A-Z a-z 0-9 _ -` (what every provider accepts).
+    #[error("tool name {name:?} is invalid: use 1 to 64 characters of A-Z, a-z, 0-9, '_' or '-'")]
+    InvalidName {
+        /// The name.
+        name: String,
+    },
+    /// A built-in or memory tool already has the name.
+    #[error("tool name {name:?} is taken by a built-in tool; choose another name")]
+    Reserved {
+        /// The name.
+        name: String,
+    },
+    /// The name is registered already.
+    #[error("tool {name:?} is registered twice")]
+    Duplicate {
+        /// The name.
+        name: String,
+    },
+    /// The parameters are not an object schema.
+    #[error("the parameters of tool {name:?} must be a JSON schema with \"type\": \"object\"")]
+    InvalidSchema {
+        /// The name.
+        name: String,
+    },
+}
+
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a tool. `run` gets the model's arguments (parsed JSON; `null` when it gave
+    /// none) and answers the result text, or an error text that the model gets as an error
+    /// result. The schema is described to the model, not enforced: check the arguments in `run`.
+    pub fn register<F, Fut>(
+        &mut self,
+        name: &str,
+        description: &str,
+        parameters: Value,
+        run: F,
+    ) -> Result<&mut Self, ToolRegistryError>
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, String>> + Send + 'static,
+    {
+        let owned = || name.to_owned();
+        if !valid_name(name) {
+            return Err(ToolRegistryError::InvalidName { name: owned() });
+        }
+        if name == GET_HISTORY || name == DISPATCH || MemoryTools::is_memory_tool(name) {
+            return Err(ToolRegistryError::Reserved { name: owned() });
+        }
+        if self.tools.iter().any(|t| t.spec.name == name) {
+            return Err(ToolRegistryError::Duplicate { name: owned() });
+        }
+        if parameters.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(ToolRegistryError::InvalidSchema { name: owned() });
+        }
+        self.tools.push(HostTool {
+            spec: ToolSpec {
+                name: owned(),
+                description: description.to_owned(),
+                parameters,
+            },
+            run: Arc::new(move |args| Box::pin(run(args))),
+        });
+        Ok(self)
+    }
+
+    /// The registered tools' names, in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.iter().map(|t| t.spec.name.as_str()).collect()
+    }
+
+    fn get(&self, name: &str) -> Option<&HostTool> {
+        self.tools.iter().find(|t| t.spec.name == name)
+    }
+}
+
+fn get_history_spec() -> ToolSpec {
+    ToolSpec {
+        name: GET_HISTORY.to_owned(),
+        description: "Read the latest messages of this conversation that you may see, oldest \
+first, each with its seq, sender and audience."
+            .to_owned(),
+        parameters: json!({
+            "type": "object",
+            "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": HISTORY_MAX,
+                "description": format!("how many messages (default {HISTORY_DEFAULT})")}},
+            "additionalProperties": false,
+        }),
+    }
+}
+
+fn dispatch_spec(specialists: &[String]) -> ToolSpec {
+    ToolSpec {
+        name: DISPATCH.to_owned(),
+        description: format!(
+            "Send a message to one or more specialists ({}); they work on it in parallel and \
+their replies are this tool's result. Everyone in the conversation sees the message and the replies.",
+            specialists.join(", ")
+        ),
+        parameters: json!({
+            "type": "object",
+            "properties": {
+                "agents": {"type": "array", "items": {"type": "string", "enum": specialists},
+                    "minItems": 1, "description": "the specialists to ask"},
+                "message": {"type": "string", "description": "what to ask them"},
+            },
+            "required": ["agents", "message"],
+            "additionalProperties": false,
+        }),
+    }
+}
+
+/// The tools `spec`'s agent is offered, in order (see the module docs).
+pub(crate) fn tools_for(shared: &Shared, spec: &AgentSpec) -> Vec<ToolSpec> {
+    let mut tools = vec![get_history_spec()];
+    if spec.role == Role::Orchestrator {
+        let specialists: Vec<String> = shared
+            .config
+            .agents
+            .iter()
+            .filter(|a| a.role == Role::Specialist)
+            .map(|a| a.name.to_string())
+            .collect();
+        if !specialists.is_empty() {
+            tools.push(dispatch_spec(&specialists));
+        }
+    }
+    tools.extend(MemoryTools::tools_for(spec));
+    tools.extend(shared.tools.tools.iter().map(|t| t.spec.clone()));
+    tools
+}
+
+/// What a call runs in: the calling agent, its conversation, the message that called, the
+/// conversation's supervisor (for `dispatch`) and the turn's deadline.
+#[derive(Clone)]
+pub(crate) struct CallContext {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) conversation: ConversationKey,
+    pub(crate) spec: AgentSpec,
+    pub(crate) supervisor: ActorRef<ConversationMsg>,
+    /// The message holding the calls (a dispatched message replies to it).
+    pub(crate) call_message: MessageId,
+    pub(crate) deadline: Instant,
+}
+
+/// One call's outcome: the result text and whether it is an error.
+pub(crate) type Outcome = (String, bool);
+
+/// A call ready to run on its own task.
+pub(crate) type CallFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
+
+fn outcome(result: Result<String, String>) -> Outcome {
+    match result {
+        Ok(text) => (text, false),
+        Err(text) => (text, true),
+    }
+}
+
+/// Prepares one call; every failure is an error outcome. A host tool's future holds only the
+/// tool (never the runtime's log), so a call that never returns cannot keep the log open after
+/// the runtime stops.
+pub(crate) fn prepare_call(ctx: &CallContext, name: &str, arguments: &str) -> CallFuture {
+    let args: Value = if arguments.trim().is_empty() {
+        Value::Null
+    } else {
+        match serde_json::from_str(arguments) {
+            Ok(v) => v,
+            Err(e) => {
+                let error = format!("the arguments are not valid JSON ({e}): {arguments}");
+                return Box::pin(std::future::ready((error, true)));
+            }
+        }
+    };
+    let builtin = name == GET_HISTORY
+        || (name == DISPATCH && ctx.spec.role == Role::Orchestrator)
+        || MemoryTools::is_memory_tool(name);
+    if !builtin {
+        if let Some(tool) = ctx.shared.tools.get(name) {
+            let run = Arc::clone(&tool.run);
+            return Box::pin(async move { outcome(run(args).await) });
+        }
+    }
+    let (ctx, name) = (ctx.clone(), name.to_owned());
+    Box::pin(async move { outcome(run_builtin(&ctx, &name, args).await) })
+}
+
+async fn run_builtin(ctx: &CallContext, name: &str, args: Value) -> Result<String, String> {
+    match name {
+        GET_HISTORY => get_history(ctx, &args).await,
+        DISPATCH if ctx.spec.role == Role::Orchestrator => dispatch(ctx, &args).await,
+        _ if MemoryTools::is_memory_tool(name) => ctx
+            .shared
+            .memory
+            .call(&ctx.spec.name, name, args)
+            .await
+            .map_err(|e| e.to_string()),
+        _ => Err(format!(
+            "no tool {name:?}; your tools: {}",
+            tools_for(&ctx.shared, &ctx.spec)
+                .iter()
+                .map(|t| t.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        let head: String = text.chars().take(max).collect();
+        format!("{head}…")
+    }
+}
+
+/// A message as one block of `get_history`'s result.
+fn history_line(seq: Seq, message: &Message) -> String {
+    let mut out = format!(
+        "#{seq} {} {} -> {}:",
+        message.at, message.sender, message.audience
+    );
+    for part in &message.parts {
+        out.push('\n');
+        match part {
+            Part::Text { text } => out.push_str(text),
+            Part::ToolCall {
+                id,
+                name,
+                arguments,
+            } => out.push_str(&format!(
+                "[tool call {name} id={id}] {}",
+                cut(arguments, HISTORY_PART_CUT)
+            )),
+            Part::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } => out.push_str(&format!(
+                "[{} id={call_id}] {}",
+                if *is_error {
+                    "tool error"
+                } else {
+                    "tool result"
+                },
+                cut(content, HISTORY_PART_CUT)
+            )),
+        }
+    }
+    out
+}
+
+async fn get_history(ctx: &CallContext, args: &Value) -> Result<String, String> {
+    let limit = match args.get("limit") {
+        None | Some(Value::Null) => HISTORY_DEFAULT,
+        Some(v) => match v.as_u64() {
+            Some(n) if (1..=HISTORY_MAX).contains(&n) => n,
+            _ => return Err(format!("limit must be an integer from 1 to {HISTORY_MAX}")),
+        },
+    };
+    if let Some(unknown) = args
+        .as_object()
+        .and_then(|o| o.keys().find(|k| *k != "limit"))
+    {
+        return Err(format!("unexpected argument {unknown:?}; arguments: limit"));
+    }
+    let (conversation, spec) = (ctx.conversation.clone(), ctx.spec.clone());
+    let records = ctx
+        .shared
+        .read(move |log| log.visible_window(&conversation, spec.viewer(), limit as usize))
+        .await
+        .map_err(|e| format!("cannot read the history: {e}"))?;
+    let lines: Vec<String> = records
+        .iter()
+        .filter_map(|r| r.event.as_message().map(|m| history_line(r.seq, m)))
+        .collect();
+    if lines.is_empty() {
+        return Ok("(no messages)".to_owned());
+    }
+    Ok(lines.join("\n\n"))
+}
+
+async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
+    let specialists: BTreeSet<String> = ctx
+        .shared
+        .config
+        .agents
+        .iter()
+        .filter(|a| a.role == Role::Specialist)
+        .map(|a| a.name.to_string())
+        .collect();
+    let known = || specialists.iter().cloned().collect::<Vec<_>>().join(", ");
+    let text = args
+        .get("message")
+        .and_then(Value::as_str)
+        .filter(|t| !t.trim().is_empty())
+        .ok_or("missing argument \"message\": the text to send")?;
+    let names = args
+        .get("agents")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| {
+            format!(
+                "missing argument \"agents\": a list of specialists ({})",
+                known()
+            )
+        })?;
+    let mut targets: Vec<AgentName> = Vec::new();
+    for name in names {
+        let name = name.as_str().unwrap_or_default();
+        if !specialists.contains(name) {
+            return Err(format!(
+                "{name:?} is not a specialist; specialists: {}",
+                known()
+            ));
+        }
+        let agent = AgentName::new(name).map_err(|e| e.to_string())?;
+        if !targets.contains(&agent) {
+            targets.push(agent);
+        }
+    }
+    // The message is durable before any specialist acts on it, as a post is.
+    let id = MessageId(fresh_uuid());
+    let message = Message::text(
+        id,
+        ctx.conversation.clone(),
+        Participant::Agent(ctx.spec.name.clone()),
+        Audience::only(targets.iter().cloned().map(Participant::Agent)),
+        text,
+        now(),
+    )
+    .replying_to(ctx.call_message);
+    let range = ctx
+        .shared
+        .append(vec![Event::MessagePosted(message)])
+        .await
+        .map_err(|e| format!("cannot record the message: {e}"))?;
+    let mut pending = Vec::new();
+    for agent in &targets {
+        let (tx, rx) = oneshot::channel();
+        let sent = ctx.supervisor.send_message(ConversationMsg::Turn {
+            agent: agent.clone(),
+            request: TurnRequest {
+                seq: range.first,
+                id,
+                progress: None,
+                heartbeat: None,
+            },
+            reply: tx,
+        });
+        pending.push((agent.clone(), sent.is_ok(), rx));
+    }
+    let remaining = ctx.deadline.saturating_duration_since(Instant::now());
+    let mut lines = Vec::new();
+    let mut answered = 0;
+    for (agent, sent, rx) in pending {
+        let reply = if sent {
+            match tokio::time::timeout(remaining, rx).await {
+                Ok(Ok(reply)) => reply,
+                Ok(Err(_)) => {
+                    AgentReply::failed(&agent, format!("{agent} crashed during the turn"))
+                }
+                Err(_) => AgentReply::failed(&agent, format!("{agent} did not answer in time")),
+            }
+        } else {
+            AgentReply::failed(&agent, "the conversation is shutting down")
+        };
+        match (&reply.text, &reply.seq, &reply.error) {
+            (Some(text), Some(seq), _) => {
+                answered += 1;
+                lines.push(format!("{agent} (message #{seq}):\n{text}"));
+            }
+            (_, _, error) => lines.push(format!(
+                "{agent} failed: {}",
+                error.as_deref().unwrap_or("no reply")
+            )),
+        }
+    }
+    let result = lines.join("\n\n");
+    if answered == 0 {
+        Err(result)
+    } else {
+        Ok(result)
+    }
+}
