@@ -61,5 +61,8 @@ pub fn describe() {
         COMPACTIONS,
         "Context compactions by agent and outcome (a failed one keeps the full context)"
     );
-    metrics::describe_counter!(TOOL_CALLS, "Tool calls run in agent loops, by tool and outcome");
+    metrics::describe_counter!(
+        TOOL_CALLS,
+        "Tool calls run in agent loops, by tool and outcome"
+    );
 }

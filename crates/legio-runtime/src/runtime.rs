@@ -27,8 +27,8 @@ use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::{Progress, ProgressSink};
 use crate::shared::{fresh_uuid, now, Shared};
 use crate::status::{Activity, StatusBoard};
-use crate::tools::ToolRegistry;
 use crate::supervisor::{ConversationMsg, RootMsg, RootSupervisor};
+use crate::tools::ToolRegistry;
 
 /// One agent's status in a conversation.
 #[derive(Clone, Debug)]
