@@ -25,12 +25,21 @@ impl std::fmt::Display for ServerError {
 impl std::error::Error for ServerError {}
 
 /// A running server's operator endpoints.
-#[derive(Debug)]
 pub struct Remote {
     base: String,
     token: Option<String>,
     client: reqwest::Client,
     runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for Remote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("Remote")
+            .field("base", &self.base)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Remote {

@@ -77,29 +77,46 @@ pub fn needs_compaction(
 }
 
 /// How many of `history`'s oldest items to summarize: all but the last `keep_recent`, moved
-/// earlier while a kept message holds the result of a call made in the summarized part (a call
-/// and its result always stay on the same side). May return 0: nothing can be summarized.
+/// earlier until the cut is clean. May return 0: nothing can be summarized. A cut is clean when
+/// - no kept message holds the result of a call made in the summarized part (a call and its
+///   result always stay on the same side), and
+/// - every kept message comes after every summarized one in the log (a context may hold a call's
+///   results right after it, ahead of messages logged in between; the summary covers a seq
+///   range, so the cut must not fall inside such a reordering).
 pub fn summary_boundary(history: &[ContextItem], keep_recent: usize) -> usize {
     let mut boundary = history.len().saturating_sub(keep_recent);
-    loop {
-        let kept_results: Vec<&str> = history[boundary..]
-            .iter()
-            .flat_map(|i| &i.message.parts)
-            .filter_map(|p| match p {
-                Part::ToolResult { call_id, .. } => Some(call_id.as_str()),
-                _ => None,
-            })
-            .collect();
-        let earliest_call = history[..boundary].iter().position(|i| {
-            i.message.parts.iter().any(
-                |p| matches!(p, Part::ToolCall { id, .. } if kept_results.contains(&id.as_str())),
-            )
-        });
-        match earliest_call {
-            Some(index) => boundary = index,
-            None => return boundary,
-        }
+    while boundary > 0 && !clean_cut(history, boundary) {
+        boundary -= 1;
     }
+    boundary
+}
+
+/// The last seq a summary of `history[..boundary]` covers: the largest seq summarized.
+pub fn covered_seq(history: &[ContextItem], boundary: usize) -> Option<Seq> {
+    history[..boundary].iter().map(|i| i.seq).max()
+}
+
+fn clean_cut(history: &[ContextItem], boundary: usize) -> bool {
+    let Some(covers) = covered_seq(history, boundary) else {
+        return true;
+    };
+    if history[boundary..].iter().any(|i| i.seq <= covers) {
+        return false;
+    }
+    let kept_results: Vec<&str> = history[boundary..]
+        .iter()
+        .flat_map(|i| &i.message.parts)
+        .filter_map(|p| match p {
+            Part::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    !history[..boundary].iter().any(|i| {
+        i.message
+            .parts
+            .iter()
+            .any(|p| matches!(p, Part::ToolCall { id, .. } if kept_results.contains(&id.as_str())))
+    })
 }
 
 /// A message left out of the summarizer's input because it alone is larger than half the
@@ -363,6 +380,27 @@ mod tests {
             let boundary = summary_boundary(&history, keep);
             assert_eq!(boundary, want, "{shape} keep {keep}");
         }
+        // A context that holds a call's result right after it, ahead of two messages logged
+        // in between (seqs 10, 13, 11, 12): no cut may fall inside the reordering.
+        let history = vec![
+            text(8, 1),
+            text(9, 1),
+            call(10, "d"),
+            result(13, "d"),
+            text(11, 1),
+            text(12, 1),
+            text(14, 1),
+        ];
+        for keep in 1..=6 {
+            let boundary = summary_boundary(&history, keep);
+            let covers = covered_seq(&history, boundary).unwrap_or(Seq::ZERO);
+            assert!(
+                history[boundary..].iter().all(|i| i.seq > covers),
+                "keep {keep}: boundary {boundary} covers {covers}"
+            );
+        }
+        assert_eq!(summary_boundary(&history, 2), 2, "before the call");
+        assert_eq!(summary_boundary(&history, 1), 6);
     }
 
     #[test]

@@ -24,7 +24,7 @@ mod visibility;
 mod test_support;
 
 pub use compaction::{
-    finish_summary, merge_prompt, needs_compaction, part_prompt, split_for_summarizer,
+    covered_seq, finish_summary, merge_prompt, needs_compaction, part_prompt, split_for_summarizer,
     summary_boundary, summary_tokens, CompactionPolicy, ContextSummary, LeftOut, SummaryJob,
     SUMMARIZER_PROMPT,
 };

@@ -455,6 +455,7 @@ fn read_body(http: &HttpClient, body: &Value) -> Result<Read, ProviderError> {
                 http::cut(&body.to_string(), 300)
             ))
         })?;
+    check_stop(http, body.get("stop_reason").and_then(Value::as_str))?;
     let mut text = String::new();
     for block in content.iter().filter(|b| is_type(b, "text")) {
         let fragment = block
@@ -474,6 +475,20 @@ fn read_body(http: &HttpClient, body: &Value) -> Result<Read, ProviderError> {
     let mut usage = None;
     merge_usage(&mut usage, body.get("usage"));
     Ok((text, usage, calls))
+}
+
+/// A reply cut at `max_tokens` is an error, never a complete reply (a cut `tool_use` would carry
+/// arguments that are not JSON).
+fn check_stop(http: &HttpClient, reason: Option<&str>) -> Result<(), ProviderError> {
+    if reason == Some("max_tokens") {
+        return Err(ProviderError::Failed {
+            message: format!(
+                "{}: the reply was cut at max_tokens ({}; raise max_output_tokens); nothing was recorded",
+                http.name, http.settings.max_output_tokens
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Reads a stream to `message_stop`, forwarding text fragments to the request's delta sink. A
@@ -563,7 +578,13 @@ async fn read_stream(
                     input.push_str(fragment);
                 }
             }
-            "message_delta" => merge_usage(&mut usage, value.get("usage")),
+            "message_delta" => {
+                merge_usage(&mut usage, value.get("usage"));
+                check_stop(
+                    http,
+                    value.pointer("/delta/stop_reason").and_then(Value::as_str),
+                )?;
+            }
             "message_stop" => {
                 let calls = calls
                     .into_iter()

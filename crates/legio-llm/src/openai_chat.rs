@@ -192,6 +192,11 @@ fn read_body(http: &HttpClient, body: &Value) -> Result<Read, ProviderError> {
     if let Some(e) = api_error(http, body) {
         return Err(e);
     }
+    check_finish(
+        http,
+        body.pointer("/choices/0/finish_reason")
+            .and_then(Value::as_str),
+    )?;
     let message = body
         .pointer("/choices/0/message")
         .ok_or_else(|| http.malformed("no choices[0].message"))?;
@@ -210,6 +215,29 @@ fn read_body(http: &HttpClient, body: &Value) -> Result<Read, ProviderError> {
     Ok((text, usage_of(body), calls))
 }
 
+/// A reply the provider cut (`length`: the output limit; `content_filter`) is an error, never a
+/// complete reply.
+fn check_finish(http: &HttpClient, reason: Option<&str>) -> Result<(), ProviderError> {
+    match reason {
+        Some("length") => Err(ProviderError::Failed {
+            message: format!(
+                "{}: the reply was cut at the model's output limit (finish_reason \"length\"); nothing was recorded",
+                http.name
+            ),
+        }),
+        Some("content_filter") => Err(ProviderError::Failed {
+            message: format!(
+                "{}: the provider's content filter cut the reply (finish_reason \"content_filter\")",
+                http.name
+            ),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// The most tool calls one streamed reply may carry (a bound on the provider's `index`).
+const MAX_STREAMED_CALLS: usize = 128;
+
 /// A tool call being streamed: `delta.tool_calls` fragments of one `index` (the id and name
 /// arrive first, the arguments in pieces).
 #[derive(Default)]
@@ -219,27 +247,40 @@ struct StreamedCall {
     arguments: String,
 }
 
-fn accumulate_calls(calls: &mut Vec<StreamedCall>, fragments: &[Value]) {
+fn accumulate_calls(
+    http: &HttpClient,
+    calls: &mut Vec<StreamedCall>,
+    fragments: &[Value],
+) -> Result<(), ProviderError> {
     for (position, fragment) in fragments.iter().enumerate() {
         let index = fragment
             .get("index")
             .and_then(Value::as_u64)
-            .map_or(position, |i| i as usize);
+            .map_or(Some(position), |i| usize::try_from(i).ok())
+            .filter(|i| *i < MAX_STREAMED_CALLS)
+            .ok_or_else(|| http.malformed("a streamed tool call with an out-of-range index"))?;
         if calls.len() <= index {
             calls.resize_with(index + 1, StreamedCall::default);
         }
         let call = &mut calls[index];
         let s = |p: &str| fragment.pointer(p).and_then(Value::as_str);
-        if let Some(id) = s("/id") {
-            call.id.push_str(id);
+        // The id and name arrive whole (some servers repeat them in every fragment); the
+        // arguments arrive in pieces.
+        if let Some(id) = s("/id").filter(|id| !id.is_empty()) {
+            if call.id.is_empty() {
+                call.id = id.to_owned();
+            }
         }
-        if let Some(name) = s("/function/name") {
-            call.name.push_str(name);
+        if let Some(name) = s("/function/name").filter(|n| !n.is_empty()) {
+            if call.name.is_empty() {
+                call.name = name.to_owned();
+            }
         }
         if let Some(arguments) = s("/function/arguments") {
             call.arguments.push_str(arguments);
         }
     }
+    Ok(())
 }
 
 fn finish_calls(
@@ -301,8 +342,14 @@ async fn read_stream(
             .pointer("/choices/0/delta/tool_calls")
             .and_then(Value::as_array)
         {
-            accumulate_calls(&mut calls, fragments);
+            accumulate_calls(http, &mut calls, fragments)?;
         }
+        check_finish(
+            http,
+            chunk
+                .pointer("/choices/0/finish_reason")
+                .and_then(Value::as_str),
+        )?;
         if let Some(fragment) = chunk
             .pointer("/choices/0/delta/content")
             .and_then(Value::as_str)

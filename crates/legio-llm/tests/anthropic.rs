@@ -887,3 +887,29 @@ fn an_own_tool_result_message_after_its_call_becomes_a_user_tool_result_block() 
     assert_eq!(messages[2]["content"][0]["tool_use_id"], "toolu_1");
     assert_eq!(messages[2]["content"][1]["text"], "and?");
 }
+
+#[tokio::test]
+async fn a_reply_cut_at_max_tokens_is_an_error_whole_or_streamed() {
+    let server = MockServer::start().await;
+    let mut body = whole_body();
+    body["stop_reason"] = json!("max_tokens");
+    mock(&server, ResponseTemplate::new(200).set_body_json(body)).await;
+    let p = provider(settings(&server.uri(), "LEGIO_TEST_ANTHROPIC_CUT", false));
+    let e = failed(p.call(simple_request()).await.unwrap_err());
+    assert!(
+        e.contains("max_tokens") && e.contains("max_output_tokens"),
+        "{e}"
+    );
+
+    let server = MockServer::start().await;
+    let mut events = stream_events(&["half a repl"]);
+    for (kind, value) in events.iter_mut() {
+        if *kind == "message_delta" {
+            value["delta"]["stop_reason"] = json!("max_tokens");
+        }
+    }
+    mock(&server, sse_response(sse(&events))).await;
+    let p = provider(settings(&server.uri(), "LEGIO_TEST_ANTHROPIC_CUT2", true));
+    let e = failed(p.call(simple_request()).await.unwrap_err());
+    assert!(e.contains("max_tokens"), "{e}");
+}

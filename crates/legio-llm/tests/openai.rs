@@ -716,3 +716,53 @@ async fn responses_offers_tools_returns_function_calls_and_sends_results_as_func
         "only the result, as a function_call_output, and no empty message"
     );
 }
+
+#[tokio::test]
+async fn a_cut_reply_or_an_out_of_range_tool_index_is_an_error() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "half a rep"}, "finish_reason": "length"}]
+        })))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("local", settings(&server, false)).unwrap();
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("output limit"), "{e}");
+
+    for body in [
+        format!(
+            "{}data: [DONE]\n\n",
+            sse(&[
+                json!({"choices": [{"delta": {"content": "half"}}]}),
+                json!({"choices": [{"delta": {}, "finish_reason": "length"}]}),
+            ])
+        ),
+        format!(
+            "{}data: [DONE]\n\n",
+            sse(&[json!({"choices": [{"delta": {"tool_calls": [
+                {"index": u64::MAX, "id": "c", "function": {"name": "f", "arguments": "{}"}}
+            ]}}]})])
+        ),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(sse_template(body))
+            .mount(&server)
+            .await;
+        let provider = OpenAiChat::new("local", settings(&server, true)).unwrap();
+        let e = provider
+            .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("output limit") || e.contains("out-of-range"),
+            "{e}"
+        );
+    }
+}

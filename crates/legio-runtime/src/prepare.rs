@@ -2,11 +2,11 @@
 //! blocking thread before each turn; `legio context` and the restore benchmark call it directly.
 
 use legio_core::{
-    decide_session, estimate_message_tokens, needs_compaction, plan_context_with_summary,
-    summary_boundary, summary_tokens, triggers_turn, AgentSessionState, Audience, ContextItem,
-    ContextPlan, ContextSummary, ConversationKey, Delivery, Event, History, Message, MessageId,
-    Participant, Record, Seq, SessionDecision, SessionFacts, SessionId, SessionInfo, SessionStatus,
-    Timestamp,
+    covered_seq, decide_session, estimate_message_tokens, needs_compaction,
+    plan_context_with_summary, summary_boundary, summary_tokens, triggers_turn, AgentSessionState,
+    Audience, ContextItem, ContextPlan, ContextSummary, ConversationKey, Delivery, Event, History,
+    Message, MessageId, Participant, Record, Seq, SessionDecision, SessionFacts, SessionId,
+    SessionInfo, SessionStatus, Timestamp,
 };
 use legio_store::EventLog;
 
@@ -207,20 +207,32 @@ pub fn compaction_job(
     if boundary == 0 {
         return Ok(None);
     }
-    let covers_up_to = plan.history[boundary - 1].seq;
-    let after = plan.summary.as_ref().map_or(Seq::ZERO, |s| s.covers_up_to);
-    let items: Vec<ContextItem> = log
-        .visible_after(inputs.conversation, inputs.spec.viewer(), after, MAX_DELTA)?
-        .into_iter()
-        .filter(|r| r.seq <= covers_up_to)
-        .filter_map(|r| {
-            r.event.as_message().cloned().map(|message| ContextItem {
-                seq: r.seq,
-                message,
-                redelivered: false,
-            })
-        })
-        .collect();
+    let Some(covers_up_to) = covered_seq(&plan.history, boundary) else {
+        return Ok(None);
+    };
+    // Every visible message after the previous summary up to the cut, read in pages: a summary
+    // never claims a seq range it did not read.
+    let mut after = plan.summary.as_ref().map_or(Seq::ZERO, |s| s.covers_up_to);
+    let mut items: Vec<ContextItem> = Vec::new();
+    while after < covers_up_to {
+        let page =
+            log.visible_after(inputs.conversation, inputs.spec.viewer(), after, MAX_DELTA)?;
+        let Some(last) = page.last().map(|r| r.seq) else {
+            break;
+        };
+        items.extend(
+            page.into_iter()
+                .filter(|r| r.seq <= covers_up_to)
+                .filter_map(|r| {
+                    r.event.as_message().cloned().map(|message| ContextItem {
+                        seq: r.seq,
+                        message,
+                        redelivered: false,
+                    })
+                }),
+        );
+        after = last;
+    }
     let kept_tokens = plan.history[boundary..]
         .iter()
         .chain(std::iter::once(&plan.new_message))

@@ -65,6 +65,7 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Mention(_) => "unknown_mention",
             RuntimeError::UnknownAgent { .. } => "unknown_agent",
             RuntimeError::UnknownConversation { .. } => "unknown_conversation",
+            RuntimeError::ReservedConversation { .. } => "bad_conversation_key",
             RuntimeError::EmptyMessage => "empty_message",
             RuntimeError::ShutDown => "shutting_down",
             RuntimeError::Store(StoreError::MessageTooLarge { .. })
@@ -189,5 +190,14 @@ mod tests {
         .into();
         assert_eq!(e.status(), StatusCode::NOT_FOUND);
         assert!(e.message.contains("zed"));
+        let e: ApiError = RuntimeError::ReservedConversation {
+            key: "legio:memory".into(),
+        }
+        .into();
+        assert_eq!(
+            e.status(),
+            StatusCode::BAD_REQUEST,
+            "a reserved key is the client's error"
+        );
     }
 }

@@ -84,6 +84,7 @@ pub(crate) async fn history(
                         .as_message()
                         .map(|m| message_json(m, r.seq, me.as_ref(), None))
                 })
+                .flatten()
                 .collect();
             Ok(Json(messages).into_response())
         }
@@ -110,9 +111,9 @@ pub(crate) async fn history(
                 messages.push(json!({"role": "system", "content": notice}));
             }
             let item = |i: &ContextItem| message_json(&i.message, i.seq, Some(&me), Some(i));
-            messages.extend(plan.history.iter().map(item));
+            messages.extend(plan.history.iter().flat_map(item));
             if preview.answers_message {
-                messages.push(item(&plan.new_message));
+                messages.extend(item(&plan.new_message));
             }
             let mut response = Json(messages).into_response();
             response.headers_mut().insert(
@@ -150,8 +151,41 @@ fn summary_json(summary: &ContextSummary) -> Value {
 /// `tool_call_id`, plus legio's exact record (`id`, `seq`, `sender`, `audience`, `reply_to`,
 /// `at`, `parts`). The role is relative to `me` (an agent's own messages are `assistant`, others'
 /// `user` with their `name`); without `me`, every agent's message is `assistant`. A message
-/// carrying a tool result is `tool`.
+/// carrying a tool result is `tool`; one carrying several results (parallel calls) becomes one
+/// `tool` entry per result, each with its `tool_call_id` and the same record fields, as the
+/// Chat Completions format wants one tool message per call.
 pub(crate) fn message_json(
+    message: &Message,
+    seq: Seq,
+    me: Option<&Participant>,
+    item: Option<&ContextItem>,
+) -> Vec<Value> {
+    let one = single_message_json(message, seq, me, item);
+    let results: Vec<(&String, &String)> = message
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolResult {
+                call_id, content, ..
+            } => Some((call_id, content)),
+            _ => None,
+        })
+        .collect();
+    if results.len() < 2 {
+        return vec![one];
+    }
+    results
+        .into_iter()
+        .map(|(call_id, content)| {
+            let mut entry = one.clone();
+            entry["content"] = json!(content);
+            entry["tool_call_id"] = json!(call_id);
+            entry
+        })
+        .collect()
+}
+
+fn single_message_json(
     message: &Message,
     seq: Seq,
     me: Option<&Participant>,
@@ -221,4 +255,53 @@ pub(crate) fn message_json(
         out.insert("redelivered".into(), json!(item.redelivered));
     }
     Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use legio_core::{AgentName, Audience, ConversationKey, MessageId, Timestamp};
+
+    #[test]
+    fn a_message_with_parallel_results_is_one_tool_entry_per_result() {
+        let at = Timestamp::from_unix_micros(1);
+        let ann = Participant::Agent(AgentName::new("ann").unwrap());
+        let mut message = Message::text(
+            MessageId::from_parts(at, [1; 10]),
+            ConversationKey::new("t:1").unwrap(),
+            ann.clone(),
+            Audience::agent(AgentName::new("ann").unwrap()),
+            "",
+            at,
+        );
+        message.parts = vec![
+            Part::ToolResult {
+                call_id: "a".into(),
+                content: "first".into(),
+                is_error: false,
+            },
+            Part::ToolResult {
+                call_id: "b".into(),
+                content: "second".into(),
+                is_error: true,
+            },
+        ];
+        let entries = message_json(&message, Seq(7), Some(&ann), None);
+        let pairs: Vec<(&str, &str, &str)> = entries
+            .iter()
+            .map(|e| {
+                (
+                    e["role"].as_str().unwrap(),
+                    e["tool_call_id"].as_str().unwrap(),
+                    e["content"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(pairs, [("tool", "a", "first"), ("tool", "b", "second")]);
+        assert!(entries
+            .iter()
+            .all(|e| e["seq"] == 7 && e["parts"].as_array().unwrap().len() == 2));
+        message.parts.truncate(1);
+        assert_eq!(message_json(&message, Seq(7), Some(&ann), None).len(), 1);
+    }
 }

@@ -73,10 +73,15 @@ pub(crate) async fn post_turn(
     let Json(body) = body?;
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
     if !wants_stream(&headers) {
-        let replies = state
-            .runtime
-            .post_as(key.as_str(), &sender, &body.content)
-            .await?;
+        // On its own task too: a client that goes away mid-turn must not leave a stored message
+        // that some addressed agents never answer.
+        let (done_tx, done) = oneshot::channel::<Result<Vec<AgentReply>, RuntimeError>>();
+        let runtime = Arc::clone(&state.runtime);
+        state.spawn_turn(async move {
+            let result = runtime.post_as(key.as_str(), &sender, &body.content).await;
+            let _ = done_tx.send(result);
+        });
+        let replies = done.await.map_err(|_| cancelled())??;
         return Ok(Json(replies_json(&replies)).into_response());
     }
     let (progress, mut updates) = mpsc::unbounded_channel::<Progress>();
