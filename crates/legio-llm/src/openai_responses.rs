@@ -46,7 +46,10 @@ impl OpenAiResponses {
         let response = match self.http.post_json("responses", &body).await {
             Ok(response) => response,
             Err(HttpFailure::Status { status, body })
-                if request.resume.is_some() && is_lost(status, &body) =>
+                if request
+                    .resume
+                    .as_deref()
+                    .is_some_and(|previous| is_lost(status, &body, previous)) =>
             {
                 return Err(lost());
             }
@@ -202,9 +205,12 @@ fn input_text(body: &Value) -> String {
     text
 }
 
-/// Whether an error answer says the previous response is gone.
-fn is_lost(status: StatusCode, body: &str) -> bool {
-    status == StatusCode::NOT_FOUND || body.contains("previous_response_not_found")
+/// Whether an error answer says the previous response (`previous`) is gone: its error code, or a
+/// 404 that names the id. A 404 that does not (a wrong base_url or model) is a plain error, so a
+/// misconfiguration never closes a session.
+fn is_lost(status: StatusCode, body: &str, previous: &str) -> bool {
+    body.contains("previous_response_not_found")
+        || (status == StatusCode::NOT_FOUND && body.contains(previous))
 }
 
 enum Failed {

@@ -504,6 +504,20 @@ async fn responses_unknown_previous_id_is_a_lost_session() {
         );
         assert_eq!(server.received_requests().await.unwrap().len(), 1, "not retried");
     }
+    // A 404 that does not name the id is a misconfiguration, not a lost session.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(404).set_body_string("no such route"))
+        .mount(&server)
+        .await;
+    let provider = OpenAiResponses::new("openai", settings(&server, true)).unwrap();
+    let mut req = request(DeliveryMode::Delta, vec![], item(9, "user", "@ann again"));
+    req.resume = Some("resp_kept".into());
+    let e = provider.call(req).await.unwrap_err();
+    assert!(
+        matches!(&e, ProviderError::Failed { message } if message.contains("check base_url")),
+        "{e:?}"
+    );
 }
 
 #[tokio::test]
