@@ -1069,3 +1069,87 @@ fn live_mode_agrees_with_offline_while_the_server_holds_the_log() {
             .collect::<Vec<_>>()
     );
 }
+
+/// `legio context` shows the compacted view a turn used: the summary, then the messages after it.
+#[test]
+fn context_shows_the_summary_of_a_compacted_context() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(
+        dir.path(),
+        "",
+        "compact_after_messages = 6\nkeep_recent = 2",
+    );
+    let file = dir.path().join("legio.toml");
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("history = \"session\"", "history = \"stateless\"");
+    std::fs::write(&file, text).unwrap();
+    let config = RuntimeConfig::load(&file).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Stateless));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let overrides = HashMap::from([(
+            "local".to_owned(),
+            Arc::new(provider.clone()) as Arc<dyn Provider>,
+        )]);
+        let runtime = Runtime::open_with(config, overrides).await.unwrap();
+        for i in 0..5 {
+            runtime
+                .post(CONV, &format!("@ann question {i}"))
+                .await
+                .unwrap();
+        }
+        runtime.shutdown().await.unwrap();
+    });
+    let last = provider
+        .requests()
+        .into_iter()
+        .rfind(|r| r.agent.as_str() == "ann" && r.system_prompt != legio_core::SUMMARIZER_PROMPT)
+        .unwrap();
+    let summary = last
+        .plan
+        .summary
+        .clone()
+        .expect("the last turn was compacted");
+    let at = last.plan.new_message.seq.get().to_string();
+    let args = [
+        "context",
+        "--conversation",
+        CONV,
+        "--agent",
+        "ann",
+        "--at",
+        &at,
+    ];
+    let out = legio_in(dir.path(), &file, &args, None);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains(&format!(
+            "summary (stands for the messages up to #{})",
+            summary.covers_up_to
+        )),
+        "{}",
+        stdout(&out)
+    );
+    let mut json_args = args.to_vec();
+    json_args.extend(["--format", "json"]);
+    let out = legio_in(dir.path(), &file, &json_args, None);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(
+        report["summary"]["covers_up_to"],
+        summary.covers_up_to.get()
+    );
+    assert_eq!(report["summary"]["text"], summary.text.as_str());
+    let seqs: Vec<u64> = report["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["seq"].as_u64().unwrap())
+        .collect();
+    let want: Vec<u64> = last.plan.history.iter().map(|i| i.seq.get()).collect();
+    assert_eq!(seqs, want);
+}

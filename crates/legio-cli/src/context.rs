@@ -130,6 +130,15 @@ fn print_text(report: &ContextReport) {
         report.history.len() + usize::from(report.new_message.is_some()),
         report.estimated_tokens
     );
+    if let Some(summary) = &report.summary {
+        println!(
+            "summary (stands for the messages up to #{}):",
+            summary.covers_up_to
+        );
+        for line in summary.text.lines() {
+            println!("  | {line}");
+        }
+    }
     if let Some(notice) = &report.notice {
         println!("notice: {notice}");
     }

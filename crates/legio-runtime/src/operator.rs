@@ -273,6 +273,9 @@ pub struct ContextReport {
     pub mode: String,
     /// The restored-from-the-log notice, if any.
     pub notice: Option<String>,
+    /// The summary that stands for the messages before `history` (a compacted context).
+    #[serde(default)]
+    pub summary: Option<legio_core::ContextSummary>,
     /// The messages before the new one.
     pub history: Vec<ReportItem>,
     /// The message the turn answers, when the event at `at` is one.
@@ -304,6 +307,7 @@ pub fn context_report(
         at: at.get(),
         mode: plan.mode.as_str().to_owned(),
         notice: plan.notice.clone(),
+        summary: plan.summary.clone(),
         history: plan
             .history
             .iter()
