@@ -466,7 +466,7 @@ impl Inline {
                 plan: plan.clone(),
                 status,
                 deltas: None,
-                tools: Vec::new(),
+                tools: Default::default(),
             })
             .await
             .expect("a provider call");

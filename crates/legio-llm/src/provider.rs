@@ -54,7 +54,7 @@ pub struct ProviderRequest {
     pub deltas: Option<DeltaSink>,
     /// The tools the model may call this step (empty: none). Described in the provider's own
     /// tool format; a provider without tool support ([`Capabilities::tools`]) ignores them.
-    pub tools: Vec<ToolDef>,
+    pub tools: std::sync::Arc<[ToolDef]>,
 }
 
 /// The receiving end of a provider's text fragments lives with whoever shows progress.

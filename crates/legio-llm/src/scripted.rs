@@ -95,7 +95,7 @@ pub struct RecordedRequest {
     /// Whether the call succeeded.
     pub succeeded: bool,
     /// The tools the request offered.
-    pub tools: Vec<ToolDef>,
+    pub tools: Arc<[ToolDef]>,
 }
 
 impl RecordedRequest {

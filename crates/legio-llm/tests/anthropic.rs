@@ -95,7 +95,7 @@ fn request_with(history: Vec<(&str, Vec<Part>)>, new_text: &str) -> ProviderRequ
         },
         status: None,
         deltas: None,
-        tools: Vec::new(),
+        tools: Default::default(),
     }
 }
 
@@ -806,7 +806,7 @@ async fn tools_are_offered_with_input_schema_and_streamed_tool_use_is_returned()
     let p = provider(settings(&server.uri(), "LEGIO_TEST_ANTHROPIC_TOOLS", true));
     assert!(p.capabilities().tools);
     let mut req = simple_request();
-    req.tools = vec![lookup_tool()];
+    req.tools = vec![lookup_tool()].into();
     let reply = p.call(req).await.expect("a reply");
     assert_eq!(reply.text, "Checking.");
     let calls: Vec<(&str, &str, &str)> = reply

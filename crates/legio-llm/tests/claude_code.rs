@@ -101,7 +101,7 @@ fn request(plan: ContextPlan, resume: Option<&str>) -> ProviderRequest {
         plan,
         status: None,
         deltas: None,
-        tools: Vec::new(),
+        tools: Default::default(),
     }
 }
 

@@ -53,7 +53,7 @@ fn request(mode: DeliveryMode, new: ContextItem, resume: Option<String>) -> Prov
         },
         status: None,
         deltas: None,
-        tools: Vec::new(),
+        tools: Default::default(),
     }
 }
 

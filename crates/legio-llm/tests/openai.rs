@@ -55,7 +55,7 @@ fn request(mode: DeliveryMode, history: Vec<ContextItem>, new: ContextItem) -> P
         },
         status: None,
         deltas: None,
-        tools: Vec::new(),
+        tools: Default::default(),
     }
 }
 
@@ -613,7 +613,7 @@ async fn chat_offers_function_tools_and_accumulates_streamed_tool_call_fragments
         vec![],
         item(1, "user", "look up x and y"),
     );
-    req.tools = vec![lookup_tool()];
+    req.tools = vec![lookup_tool()].into();
     let reply = provider.call(req).await.unwrap();
     assert_eq!(reply.text, "");
     assert_eq!(
@@ -695,7 +695,7 @@ async fn responses_offers_tools_returns_function_calls_and_sends_results_as_func
         vec![],
         item(1, "user", "@ann what is q?"),
     );
-    first.tools = vec![lookup_tool()];
+    first.tools = vec![lookup_tool()].into();
     let reply = provider.call(first).await.unwrap();
     assert_eq!(
         calls_of(&reply),
@@ -712,7 +712,7 @@ async fn responses_offers_tools_returns_function_calls_and_sends_results_as_func
     }];
     let mut second = request(DeliveryMode::Delta, vec![], result);
     second.resume = reply.provider_session.clone();
-    second.tools = vec![lookup_tool()];
+    second.tools = vec![lookup_tool()].into();
     let reply = provider.call(second).await.unwrap();
     assert_eq!(reply.text, "q means quiet");
     assert!(reply.tool_calls.is_empty());

@@ -102,6 +102,10 @@ pub(crate) struct AgentState {
     /// this one was left by a crash.
     live_session: Option<SessionId>,
     last_active: Instant,
+    /// The tools offered to the model, built on the first turn (they depend only on the agent's
+    /// role, the memory tools and the host's registry, all fixed for the actor's life) and shared
+    /// by every request without copying their schemas.
+    tools: Option<Arc<[ToolSpec]>>,
 }
 
 impl Actor for AgentActor {
@@ -138,6 +142,7 @@ impl Actor for AgentActor {
         Ok(AgentState {
             live_session: None,
             last_active: Instant::now(),
+            tools: None,
         })
     }
 
@@ -315,7 +320,7 @@ impl AgentActor {
         request: &TurnRequest,
         answering: Seq,
         first: bool,
-        tools: &[ToolSpec],
+        tools: &Arc<[ToolSpec]>,
         deadline: Instant,
         retry_lost: bool,
     ) -> Result<Step, RuntimeError> {
@@ -473,7 +478,7 @@ impl AgentActor {
             plan: plan.clone(),
             status,
             deltas,
-            tools: tools.to_vec(),
+            tools: Arc::clone(tools),
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         let result = tokio::time::timeout(remaining, provider.call(provider_request)).await;
@@ -616,10 +621,17 @@ impl AgentActor {
             .clone();
         let settings = &shared.config.runtime;
         let deadline = Instant::now() + settings.turn_timeout;
-        let tools = if shared.provider(&spec)?.capabilities().tools {
-            tools_for(shared, &spec)
-        } else {
-            Vec::new()
+        let tools = match &state.tools {
+            Some(tools) => Arc::clone(tools),
+            None => {
+                let tools: Arc<[ToolSpec]> = if shared.provider(&spec)?.capabilities().tools {
+                    tools_for(shared, &spec).into()
+                } else {
+                    Arc::from(Vec::new())
+                };
+                state.tools = Some(Arc::clone(&tools));
+                tools
+            }
         };
         let mut answering = request.seq;
         let mut steps = 0;

@@ -162,7 +162,7 @@ async fn call(
         },
         status: None,
         deltas: None,
-        tools: Vec::new(),
+        tools: Default::default(),
     };
     let timeout = shared.config.runtime.turn_timeout;
     match tokio::time::timeout(timeout, summarizer.call(request)).await {

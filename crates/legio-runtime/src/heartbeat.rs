@@ -88,7 +88,7 @@ async fn run_inner(
         status: None,
         deltas: None,
         // A heartbeat offers no tools: the request is the prompt and the text, nothing else.
-        tools: Vec::new(),
+        tools: Default::default(),
     };
     let timeout = shared.config.runtime.turn_timeout;
     let (reply, error, usage) = match tokio::time::timeout(timeout, provider.call(request)).await {
