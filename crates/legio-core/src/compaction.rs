@@ -61,17 +61,27 @@ pub fn needs_compaction(
     fixed_tokens: u64,
     context_window: u64,
 ) -> bool {
-    if !policy.enabled || history.len() <= policy.keep_recent {
-        return false;
-    }
-    let messages = history.len() + 1;
     let tokens: u64 = fixed_tokens
         + history
             .iter()
             .chain(std::iter::once(new_message))
             .map(|i| estimate_message_tokens(&i.message))
             .sum::<u64>();
-    messages > policy.compact_after_messages
+    crosses_policy(policy, history.len(), tokens, context_window)
+}
+
+/// [`needs_compaction`] from counts a caller already has: `history` messages before the new
+/// one, and the context's estimated `tokens` in all (system prompt, summary, messages).
+pub fn crosses_policy(
+    policy: &CompactionPolicy,
+    history: usize,
+    tokens: u64,
+    context_window: u64,
+) -> bool {
+    if !policy.enabled || history <= policy.keep_recent {
+        return false;
+    }
+    history + 1 > policy.compact_after_messages
         || tokens.saturating_mul(100)
             > context_window.saturating_mul(u64::from(policy.window_percent))
 }

@@ -24,9 +24,9 @@ mod visibility;
 mod test_support;
 
 pub use compaction::{
-    covered_seq, finish_summary, merge_prompt, needs_compaction, part_prompt, split_for_summarizer,
-    summary_boundary, summary_tokens, CompactionPolicy, ContextSummary, LeftOut, SummaryJob,
-    SUMMARIZER_PROMPT,
+    covered_seq, crosses_policy, finish_summary, merge_prompt, needs_compaction, part_prompt,
+    split_for_summarizer, summary_boundary, summary_tokens, CompactionPolicy, ContextSummary,
+    LeftOut, SummaryJob, SUMMARIZER_PROMPT,
 };
 pub use context::{
     plan_context, plan_context_with_summary, triggers_turn, ContextItem, ContextPlan,

@@ -26,7 +26,6 @@
 
 use std::collections::HashSet;
 
-use futures_util::StreamExt;
 use legio_core::{estimate_tokens, History, TokenUsage};
 use serde_json::{json, Map, Value};
 
@@ -499,7 +498,7 @@ async fn read_stream(
     response: reqwest::Response,
     request: &ProviderRequest,
 ) -> Result<Read, ProviderError> {
-    let mut events = http::sse(response);
+    let mut events = http::JsonEvents::new(http, response);
     let (mut text, mut usage) = (String::new(), None);
     // Tool-use blocks by content index: the block (id, name) and its input's JSON fragments.
     let mut calls: Vec<(u64, Value, String)> = Vec::new();
@@ -512,24 +511,11 @@ async fn read_stream(
             let _ = sink.send(fragment.to_owned());
         }
     };
-    while let Some(event) = events.next().await {
-        let event = event.map_err(|f| http.error(f))?;
-        let data = event.data.trim();
-        if data.is_empty() {
-            continue;
-        }
-        let value: Value = serde_json::from_str(data).map_err(|e| {
-            http.malformed(format!(
-                "invalid JSON in the stream ({e}): {}",
-                http::cut(data, 200)
-            ))
-        })?;
-        // The payload's own `type` names the event; the `event:` line is the fallback.
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(event.event.as_str());
-        match kind {
+    while let Some(event) = events.next().await? {
+        let http::JsonEvent::Json { kind, value } = event else {
+            return Err(http.malformed("an unexpected [DONE] in the stream"));
+        };
+        match kind.as_str() {
             "message_start" => merge_usage(&mut usage, value.pointer("/message/usage")),
             "content_block_start" => {
                 let block = value.get("content_block").unwrap_or(&Value::Null);
@@ -558,7 +544,7 @@ async fn read_stream(
                     let fragment = delta.get("text").and_then(Value::as_str).ok_or_else(|| {
                         http.malformed(format!(
                             "a text_delta without text: {}",
-                            http::cut(data, 200)
+                            http::cut(&value.to_string(), 200)
                         ))
                     })?;
                     emit(fragment, &mut text);
@@ -594,7 +580,7 @@ async fn read_stream(
             }
             "error" => {
                 return Err(api_error(http, &value)
-                    .unwrap_or_else(|| http.malformed(format!("an error event: {data}"))))
+                    .unwrap_or_else(|| http.malformed(format!("an error event: {value}"))))
             }
             // `ping`, `content_block_stop` and event types added later carry nothing we read.
             _ => {}

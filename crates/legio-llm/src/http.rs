@@ -321,7 +321,7 @@ pub fn cut(text: &str, max: usize) -> String {
 
 /// One server-sent event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseEvent {
+struct SseEvent {
     /// The `event:` name (empty when absent).
     pub event: String,
     /// The `data:` payload.
@@ -331,7 +331,7 @@ pub struct SseEvent {
 /// The events of a streamed response, in order. A read that fails (a cut connection, a read
 /// timeout) ends the stream with an error; the caller decides which event is terminal and
 /// treats a stream that ends before it as an error.
-pub fn sse(
+fn sse(
     response: reqwest::Response,
 ) -> impl Stream<Item = Result<SseEvent, HttpFailure>> + Send + Unpin {
     Box::pin(response.bytes_stream().eventsource().map(|item| {
@@ -341,6 +341,73 @@ pub fn sse(
         })
         .map_err(|e| HttpFailure::Transport(format!("the stream broke: {e}")))
     }))
+}
+
+/// One event of a JSON stream.
+#[derive(Debug)]
+pub enum JsonEvent {
+    /// `data: [DONE]`, OpenAI Chat Completions' terminal event.
+    Done,
+    /// A JSON payload, with its kind: the payload's own `type`, else the `event:` line.
+    Json {
+        /// The event's kind (empty when neither names one).
+        kind: String,
+        /// The payload.
+        value: serde_json::Value,
+    },
+}
+
+/// A streamed response read as JSON events: empty events skipped, a break or invalid JSON an
+/// error naming the provider.
+pub struct JsonEvents<'a> {
+    http: &'a HttpClient,
+    events: std::pin::Pin<Box<dyn Stream<Item = Result<SseEvent, HttpFailure>> + Send + 'a>>,
+}
+
+impl std::fmt::Debug for JsonEvents<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonEvents")
+            .field("provider", &self.http.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> JsonEvents<'a> {
+    /// The events of `response`, a stream from `http`'s provider.
+    pub fn new(http: &'a HttpClient, response: reqwest::Response) -> Self {
+        Self {
+            http,
+            events: Box::pin(sse(response)),
+        }
+    }
+
+    /// The next event; `None` when the stream ended (the caller decides whether it ended
+    /// before its terminal event).
+    pub async fn next(&mut self) -> Result<Option<JsonEvent>, ProviderError> {
+        while let Some(event) = self.events.next().await {
+            let event = event.map_err(|f| self.http.error(f))?;
+            let data = event.data.trim();
+            if data == "[DONE]" {
+                return Ok(Some(JsonEvent::Done));
+            }
+            if data.is_empty() {
+                continue;
+            }
+            let value: serde_json::Value = serde_json::from_str(data).map_err(|e| {
+                self.http.malformed(format!(
+                    "invalid JSON in the stream ({e}): {}",
+                    cut(data, 200)
+                ))
+            })?;
+            let kind = value
+                .get("type")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or(event.event.as_str())
+                .to_owned();
+            return Ok(Some(JsonEvent::Json { kind, value }));
+        }
+        Ok(None)
+    }
 }
 
 /// Reads a whole (non-streamed) body as JSON.

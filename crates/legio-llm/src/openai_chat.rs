@@ -5,7 +5,6 @@
 //! function`); the model's calls come back in `message.tool_calls`, or streamed as
 //! `delta.tool_calls` fragments accumulated by `index`.
 
-use futures_util::StreamExt;
 use legio_core::{estimate_tokens_for_model, History, TokenUsage};
 use serde_json::{json, Value};
 
@@ -314,24 +313,14 @@ async fn read_stream(
     response: reqwest::Response,
     request: &ProviderRequest,
 ) -> Result<Read, ProviderError> {
-    let mut events = http::sse(response);
+    let mut events = http::JsonEvents::new(http, response);
     let (mut text, mut usage) = (String::new(), None);
     let mut calls: Vec<StreamedCall> = Vec::new();
-    while let Some(event) = events.next().await {
-        let event = event.map_err(|f| http.error(f))?;
-        let data = event.data.trim();
-        if data == "[DONE]" {
-            return Ok((text, usage, finish_calls(http, calls)?));
-        }
-        if data.is_empty() {
-            continue;
-        }
-        let chunk: Value = serde_json::from_str(data).map_err(|e| {
-            http.malformed(format!(
-                "invalid JSON in the stream ({e}): {}",
-                http::cut(data, 200)
-            ))
-        })?;
+    while let Some(event) = events.next().await? {
+        let chunk = match event {
+            http::JsonEvent::Done => return Ok((text, usage, finish_calls(http, calls)?)),
+            http::JsonEvent::Json { value, .. } => value,
+        };
         if let Some(e) = api_error(http, &chunk) {
             return Err(e);
         }

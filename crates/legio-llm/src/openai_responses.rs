@@ -12,7 +12,6 @@
 //! anything else); in a new session's bootstrap they are part of the text block, since the new
 //! response holds no call for them to answer.
 
-use futures_util::StreamExt;
 use legio_core::{estimate_tokens_for_model, ContextPlan, History, Part, Participant, TokenUsage};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -308,24 +307,12 @@ async fn read_stream(
     response: reqwest::Response,
     request: &ProviderRequest,
 ) -> Result<Done, Failed> {
-    let mut events = http::sse(response);
-    while let Some(event) = events.next().await {
-        let event = event.map_err(|f| http.error(f))?;
-        let data = event.data.trim();
-        if data.is_empty() {
-            continue;
-        }
-        let value: Value = serde_json::from_str(data).map_err(|e| {
-            http.malformed(format!(
-                "invalid JSON in the stream ({e}): {}",
-                http::cut(data, 200)
-            ))
-        })?;
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or(event.event.as_str());
-        match kind {
+    let mut events = http::JsonEvents::new(http, response);
+    while let Some(event) = events.next().await? {
+        let http::JsonEvent::Json { kind, value } = event else {
+            return Err(http.malformed("an unexpected [DONE] in the stream").into());
+        };
+        match kind.as_str() {
             "response.output_text.delta" => {
                 if let (Some(sink), Some(delta)) = (&request.deltas, value["delta"].as_str()) {
                     let _ = sink.send(delta.to_owned());

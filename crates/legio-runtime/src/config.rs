@@ -450,6 +450,11 @@ impl RuntimeConfig {
         &self.agents[0]
     }
 
+    /// The specialists, by name.
+    pub fn specialists(&self) -> impl Iterator<Item = &AgentSpec> {
+        self.agents.iter().filter(|a| a.role == Role::Specialist)
+    }
+
     /// The history capability of the provider `spec` uses.
     pub fn history_of(&self, spec: &AgentSpec) -> Option<History> {
         self.providers
@@ -465,7 +470,7 @@ impl RuntimeConfig {
             Role::Specialist => base,
             Role::Orchestrator => {
                 let mut roster = String::from("\n\n<roster>\n");
-                for a in self.agents.iter().filter(|a| a.role == Role::Specialist) {
+                for a in self.specialists() {
                     roster.push_str(&format!(
                         "<agent name=\"{}\">{}</agent>\n",
                         a.name, a.description

@@ -2,11 +2,11 @@
 //! blocking thread before each turn; `legio context` and the restore benchmark call it directly.
 
 use legio_core::{
-    covered_seq, decide_session, estimate_message_tokens, needs_compaction,
-    plan_context_with_summary, summary_boundary, summary_tokens, triggers_turn, AgentSessionState,
-    Audience, ContextItem, ContextPlan, ContextSummary, ConversationKey, Delivery, Event, History,
-    Message, MessageId, Participant, Record, Seq, SessionDecision, SessionFacts, SessionId,
-    SessionInfo, SessionStatus, Timestamp,
+    covered_seq, crosses_policy, decide_session, estimate_message_tokens,
+    plan_context_with_summary, summary_boundary, triggers_turn, AgentSessionState, Audience,
+    ContextItem, ContextPlan, ContextSummary, ConversationKey, Delivery, Event, History, Message,
+    MessageId, Participant, Record, Seq, SessionDecision, SessionFacts, SessionId, SessionInfo,
+    SessionStatus, Timestamp,
 };
 use legio_store::EventLog;
 
@@ -193,14 +193,9 @@ pub fn compaction_job(
         return Ok(None);
     }
     let policy = &inputs.spec.compaction;
-    let fixed = fixed_tokens + plan.summary.as_ref().map_or(0, summary_tokens);
-    if !needs_compaction(
-        policy,
-        &plan.history,
-        &plan.new_message,
-        fixed,
-        context_window,
-    ) {
+    // The plan's estimate already counts its messages and summary.
+    let tokens = fixed_tokens + plan.estimated_tokens;
+    if !crosses_policy(policy, plan.history.len(), tokens, context_window) {
         return Ok(None);
     }
     let boundary = summary_boundary(&plan.history, policy.keep_recent);
@@ -242,7 +237,7 @@ pub fn compaction_job(
         items,
         previous: plan.summary.clone(),
         covers_up_to,
-        tokens_before: plan.estimated_tokens + fixed_tokens,
+        tokens_before: tokens,
         kept_tokens,
     }))
 }

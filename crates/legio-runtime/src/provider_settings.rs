@@ -43,6 +43,8 @@ impl ProviderSection {
                 keys.push(key);
             }
         };
+        check(self.model.is_some(), "model");
+        check(self.read_timeout_seconds.is_some(), "read_timeout_seconds");
         check(self.history.is_some(), "history");
         check(self.latency_ms.is_some(), "latency_ms");
         check(self.base_url.is_some(), "base_url");
@@ -64,6 +66,8 @@ impl ProviderSection {
 
 const SCRIPTED_KEYS: &[&str] = &["history", "latency_ms"];
 const HTTP_KEYS: &[&str] = &[
+    "model",
+    "read_timeout_seconds",
     "base_url",
     "api_key_env",
     "stream",
@@ -73,7 +77,7 @@ const HTTP_KEYS: &[&str] = &[
     "retry_max_ms",
     "max_output_tokens",
 ];
-const CLAUDE_CODE_KEYS: &[&str] = &["executable", "extra_args"];
+const CLAUDE_CODE_KEYS: &[&str] = &["model", "read_timeout_seconds", "executable", "extra_args"];
 
 fn seconds(
     name: &str,
@@ -111,14 +115,8 @@ pub(crate) fn validate(
     };
     if let Some(key) = p.set_keys().into_iter().find(|k| !allowed.contains(k)) {
         return Err(format!(
-            "providers.{name}.{key} does not apply to kind {kind:?} (its keys: context_window, {}{})",
-            if kind == "scripted" { "" } else { "model, read_timeout_seconds, " },
+            "providers.{name}.{key} does not apply to kind {kind:?} (its keys: context_window, {})",
             allowed.join(", ")
-        ));
-    }
-    if kind == "scripted" && (p.model.is_some() || p.read_timeout_seconds.is_some()) {
-        return Err(format!(
-            "providers.{name}: model and read_timeout_seconds do not apply to kind \"scripted\""
         ));
     }
     let read_timeout = |default| {

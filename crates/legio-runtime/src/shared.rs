@@ -9,7 +9,7 @@ use legio_core::{AgentName, ConversationKey, Event, SeqRange, Timestamp};
 use legio_llm::Provider;
 use legio_store::EventLog;
 
-use crate::config::{AgentSpec, Role, RuntimeConfig};
+use crate::config::{AgentSpec, RuntimeConfig};
 use crate::error::RuntimeError;
 use crate::memory::MemoryTools;
 use crate::status::StatusBoard;
@@ -153,12 +153,7 @@ impl Shared {
     /// The specialists' current status, for the orchestrator's message.
     pub(crate) fn status_block(&self, conversation: &ConversationKey) -> String {
         let mut out = String::from("<agent_status>\n");
-        for a in self
-            .config
-            .agents
-            .iter()
-            .filter(|a| a.role == Role::Specialist)
-        {
+        for a in self.config.specialists() {
             let activity = self.board.get(conversation, &a.name);
             out.push_str(&format!(
                 "<agent name=\"{}\" status=\"{}\"/>\n",

@@ -199,9 +199,7 @@ pub(crate) fn tools_for(shared: &Shared, spec: &AgentSpec) -> Vec<ToolSpec> {
     if spec.role == Role::Orchestrator {
         let specialists: Vec<String> = shared
             .config
-            .agents
-            .iter()
-            .filter(|a| a.role == Role::Specialist)
+            .specialists()
             .map(|a| a.name.to_string())
             .collect();
         if !specialists.is_empty() {
@@ -367,9 +365,7 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
     let specialists: BTreeSet<String> = ctx
         .shared
         .config
-        .agents
-        .iter()
-        .filter(|a| a.role == Role::Specialist)
+        .specialists()
         .map(|a| a.name.to_string())
         .collect();
     let known = || specialists.iter().cloned().collect::<Vec<_>>().join(", ");
