@@ -483,9 +483,14 @@ fn inspect_stats_and_verify() {
     let out = f.legio(&["verify"]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     // A deliberately corrupted record: exit 3, and the report names it.
-    f.log()
-        .overwrite_raw_record_for_tests(Seq(2), &[1, 0xde, 0xad])
-        .unwrap();
+    legio_store::testing::damage(
+        &f.log(),
+        legio_store::testing::Damage::OverwriteRecord {
+            seq: Seq(2),
+            bytes: vec![1, 0xde, 0xad],
+        },
+    )
+    .unwrap();
     let out = f.legio(&["verify"]);
     assert_eq!(code(&out), 3, "{}", stdout(&out));
     assert!(stdout(&out).contains("seq 2"), "{}", stdout(&out));
