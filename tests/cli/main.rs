@@ -562,6 +562,27 @@ fn export_import_export_is_identical_and_bad_input_keeps_nothing() {
     assert!(stdout(&out).lines().all(|l| l.contains("\"cli:other\"")));
 }
 
+/// `-o -` is standard output, as in every Unix tool: the same bytes as a file, and no file `-`.
+#[test]
+fn export_to_dash_writes_standard_output() {
+    let f = fixture();
+    let file = f.dir.path().join("all.jsonl");
+    assert_eq!(
+        code(&f.legio(&["export", "--output", file.to_str().unwrap()])),
+        0
+    );
+    for flag in ["-o", "--output"] {
+        let out = f.legio(&["export", flag, "-"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(!out.stdout.is_empty());
+        assert_eq!(out.stdout, std::fs::read(&file).unwrap(), "{flag} -");
+        assert!(
+            !f.dir.path().join("-").exists(),
+            "{flag} - created a file named -"
+        );
+    }
+}
+
 #[test]
 fn missing_and_locked_databases_are_clear_errors() {
     let f = fixture();
