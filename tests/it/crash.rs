@@ -45,7 +45,7 @@ struct Slot {
 impl Slot {
     /// Every seventh batch of a writer holds three events, the rest one.
     fn batch_size(i: u64) -> u64 {
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             3
         } else {
             1

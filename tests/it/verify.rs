@@ -176,7 +176,7 @@ fn a_session_state_that_differs_from_the_events_is_reported_and_nothing_else() {
         Damage::ReplaceSessionState {
             conversation: conv("t:1"),
             agent: agent("ann"),
-            state,
+            state: Box::new(state),
         },
     )
     .unwrap();
@@ -200,7 +200,7 @@ fn a_session_state_no_event_calls_for_is_reported_and_nothing_else() {
     let report = verify_after(Damage::ReplaceSessionState {
         conversation: conv("t:2"),
         agent: agent("bob"),
-        state: AgentSessionState::new(conv("t:2"), agent("bob")),
+        state: Box::new(AgentSessionState::new(conv("t:2"), agent("bob"))),
     });
     assert_eq!(
         counts(&report),

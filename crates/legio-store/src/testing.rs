@@ -44,7 +44,7 @@ pub enum Damage {
         /// Its agent.
         agent: AgentName,
         /// What to store instead.
-        state: AgentSessionState,
+        state: Box<AgentSessionState>,
     },
     /// Sets the index watermark to `seq`, as if the indexes past it were never written.
     RewindWatermark(Seq),
