@@ -483,9 +483,14 @@ fn inspect_stats_and_verify() {
     let out = f.legio(&["verify"]);
     assert_eq!(code(&out), 0, "{}", stdout(&out));
     // A deliberately corrupted record: exit 3, and the report names it.
-    f.log()
-        .overwrite_raw_record_for_tests(Seq(2), &[1, 0xde, 0xad])
-        .unwrap();
+    legio_store::testing::damage(
+        &f.log(),
+        legio_store::testing::Damage::OverwriteRecord {
+            seq: Seq(2),
+            bytes: vec![1, 0xde, 0xad],
+        },
+    )
+    .unwrap();
     let out = f.legio(&["verify"]);
     assert_eq!(code(&out), 3, "{}", stdout(&out));
     assert!(stdout(&out).contains("seq 2"), "{}", stdout(&out));
@@ -555,6 +560,27 @@ fn export_import_export_is_identical_and_bad_input_keeps_nothing() {
     // Export of one conversation only.
     let out = f.legio(&["export", "--conversation", "cli:other"]);
     assert!(stdout(&out).lines().all(|l| l.contains("\"cli:other\"")));
+}
+
+/// `-o -` is standard output, as in every Unix tool: the same bytes as a file, and no file `-`.
+#[test]
+fn export_to_dash_writes_standard_output() {
+    let f = fixture();
+    let file = f.dir.path().join("all.jsonl");
+    assert_eq!(
+        code(&f.legio(&["export", "--output", file.to_str().unwrap()])),
+        0
+    );
+    for flag in ["-o", "--output"] {
+        let out = f.legio(&["export", flag, "-"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        assert!(!out.stdout.is_empty());
+        assert_eq!(out.stdout, std::fs::read(&file).unwrap(), "{flag} -");
+        assert!(
+            !f.dir.path().join("-").exists(),
+            "{flag} - created a file named -"
+        );
+    }
 }
 
 #[test]

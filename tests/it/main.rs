@@ -9,3 +9,4 @@ mod runtime;
 mod sled_log;
 mod tidy;
 mod tool_links;
+mod verify;

@@ -1,6 +1,7 @@
 //! What only the durable log has: reopening, the process lock, corruption on disk, blobs.
 
 use legio_core::{Event, Seq, Viewer};
+use legio_store::testing::{damage, Damage};
 use legio_store::{EventLog, SledLog, StoreError, StoreOptions};
 use legio_tests::*;
 
@@ -81,10 +82,16 @@ fn corrupt_records_are_reported_not_panicked_on() {
             .collect(),
     )
     .unwrap();
-    log.overwrite_raw_record_for_tests(Seq(3), &[1, 0xde, 0xad])
+    for (seq, bytes) in [(3, vec![1, 0xde, 0xad]), (4, vec![9, 0, 0])] {
+        damage(
+            &log,
+            Damage::OverwriteRecord {
+                seq: Seq(seq),
+                bytes,
+            },
+        )
         .unwrap();
-    log.overwrite_raw_record_for_tests(Seq(4), &[9, 0, 0])
-        .unwrap();
+    }
     let err = log.read_range(Seq(1), Seq(5), 10).unwrap_err();
     assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
     let err = log.read_range(Seq(4), Seq(4), 10).unwrap_err();
@@ -118,8 +125,7 @@ fn index_disagreement_is_reported() {
             .collect(),
     )
     .unwrap();
-    log.remove_conversation_index_entry_for_tests(&conv("t:1"), Seq(2))
-        .unwrap();
+    damage(&log, Damage::RemoveConversationIndexEntry(Seq(2))).unwrap();
     let report = log.verify(&mut |_| {}).unwrap();
     assert_eq!(
         report.counts.get("missing_index_entry"),

@@ -1340,7 +1340,10 @@ async fn the_dashboard_draws_live_charts_in_headless_chromium() {
                 .is_ok_and(|o| o.status.success())
         })
     else {
-        println!("skipped: no chromium on PATH (`.ci/run` installs Debian's chromium package; apt-get install chromium to run this here)");
+        legio_tests::component_missing(
+            "chromium (or chromium-browser, google-chrome) on PATH",
+            "apt-get install chromium (`.ci/run` installs it)",
+        );
         return;
     };
     let h = Harness::start_with(&format!("token = \"{TOKEN}\""), Duration::from_millis(2)).await;

@@ -14,7 +14,7 @@ use crate::Context;
 /// Arguments of `legio export`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Write to this file instead of standard output.
+    /// Write to this file instead of standard output (`-` is standard output).
     #[arg(long, short)]
     output: Option<std::path::PathBuf>,
     /// Only this conversation (its seqs are kept; an import renumbers them).
@@ -26,7 +26,9 @@ pub struct Args {
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let conversation = args.conversation.map(ConversationKey::new).transpose()?;
     let log = common::open_log(context)?;
-    let sink: Box<dyn Write> = match &args.output {
+    // `-o -` means standard output, as in every Unix tool.
+    let output = args.output.filter(|path| path.as_os_str() != "-");
+    let sink: Box<dyn Write> = match &output {
         Some(path) => Box::new(
             std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?,
@@ -45,7 +47,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     })?;
     out.flush()?;
     bar.finish_and_clear();
-    if let Some(path) = &args.output {
+    if let Some(path) = &output {
         eprintln!("exported {written} events to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)

@@ -25,7 +25,7 @@ use crate::memory::MemoryTools;
 use crate::operator::ContextReport;
 use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::{Progress, ProgressSink};
-use crate::shared::{fresh_uuid, now, Shared};
+use crate::shared::{fresh_uuid, now, DispatchTicket, Shared};
 use crate::status::{Activity, StatusBoard};
 use crate::supervisor::{ConversationMsg, RootMsg, RootSupervisor};
 use crate::tools::ToolRegistry;
@@ -138,6 +138,7 @@ impl Runtime {
             memory,
             tools,
             prompts: Default::default(),
+            dispatch_tails: Default::default(),
         });
         let (root, _handle) = Actor::spawn(
             None,
@@ -349,13 +350,16 @@ impl Runtime {
             .collect();
         let id = MessageId(fresh_uuid());
         let message = Message::text(id, key.clone(), sender, audience, text, now());
-        let range = self
-            .shared
-            .append(vec![Event::MessagePosted(message)])
-            .await?;
         if targets.is_empty() {
+            self.shared
+                .append(vec![Event::MessagePosted(message)])
+                .await?;
             return Ok(Vec::new());
         }
+        let (range, ticket) = self
+            .shared
+            .append_for_dispatch(&key, vec![Event::MessagePosted(message)])
+            .await?;
         self.dispatch(
             &key,
             TurnRequest {
@@ -365,16 +369,19 @@ impl Runtime {
                 heartbeat: None,
             },
             &targets,
+            Some(ticket),
         )
         .await
     }
 
-    /// Sends a turn to each target in parallel and collects the replies in order.
+    /// Sends a turn to each target in parallel and collects the replies in order. The ticket (of
+    /// the message the turns answer) is dropped once every turn is sent.
     async fn dispatch(
         &self,
         key: &ConversationKey,
         request: TurnRequest,
         targets: &[AgentName],
+        ticket: Option<DispatchTicket>,
     ) -> Result<Vec<AgentReply>, RuntimeError> {
         // The actor enforces the turn timeout; this margin covers a restart backoff on top.
         let wait = self.shared.config.runtime.turn_timeout
@@ -406,6 +413,7 @@ impl Runtime {
                 None => Pending::Inline(Box::pin(wait_for)),
             });
         }
+        drop(ticket);
         let mut replies = Vec::with_capacity(pending.len());
         for (pending, agent) in pending.into_iter().zip(targets) {
             replies.push(match pending {
@@ -442,7 +450,7 @@ impl Runtime {
             heartbeat: Some(text.to_owned()),
         };
         let mut replies = self
-            .dispatch(&key, request, std::slice::from_ref(&agent))
+            .dispatch(&key, request, std::slice::from_ref(&agent), None)
             .await?;
         Ok(replies
             .pop()

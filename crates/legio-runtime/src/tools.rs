@@ -409,9 +409,9 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
         now(),
     )
     .replying_to(ctx.call_message);
-    let range = ctx
+    let (range, ticket) = ctx
         .shared
-        .append(vec![Event::MessagePosted(message)])
+        .append_for_dispatch(&ctx.conversation, vec![Event::MessagePosted(message)])
         .await
         .map_err(|e| format!("cannot record the message: {e}"))?;
     let mut pending = Vec::new();
@@ -429,6 +429,7 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
         });
         pending.push((agent.clone(), sent.is_ok(), rx));
     }
+    drop(ticket);
     let remaining = ctx.deadline.saturating_duration_since(Instant::now());
     let mut lines = Vec::new();
     let mut answered = 0;

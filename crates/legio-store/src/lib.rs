@@ -15,6 +15,8 @@ mod memory;
 pub mod metrics;
 mod options;
 mod sled_log;
+#[doc(hidden)]
+pub mod testing;
 mod verify;
 
 pub use codec::{decode_event, encode_event, FORMAT_VERSION};

@@ -340,33 +340,9 @@ impl SledLog {
         self.engine.backend.sync()
     }
 
-    #[doc(hidden)]
-    /// Test support: overwrites the stored bytes of one event, bypassing every check, to simulate
-    /// corruption on disk. Never use this outside tests.
-    pub fn overwrite_raw_record_for_tests(&self, seq: Seq, bytes: &[u8]) -> Result<()> {
-        let mut ws = WriteSet::default();
-        ws.put(
-            TreeId::Events,
-            crate::keys::seq_key(seq).to_vec(),
-            bytes.to_vec(),
-        );
-        self.engine.backend.apply(ws)?;
-        self.engine.backend.sync()
-    }
-
-    #[doc(hidden)]
-    /// Test support: removes every index entry of one conversation's event at `seq` from the
-    /// `by_conv` index, to simulate an index that disagrees with the log.
-    pub fn remove_conversation_index_entry_for_tests(
-        &self,
-        conversation: &ConversationKey,
-        seq: Seq,
-    ) -> Result<()> {
-        let mut ws = WriteSet::default();
-        ws.removes
-            .push((TreeId::ByConv, crate::keys::conv_key(conversation, seq)));
-        self.engine.backend.apply(ws)?;
-        self.engine.backend.sync()
+    /// The backend, for the test-support damage helpers (`crate::testing`).
+    pub(crate) fn backend(&self) -> &SledBackend {
+        &self.engine.backend
     }
 }
 

@@ -174,7 +174,7 @@ impl VerifyReport {
 }
 
 /// Expected index keys of one event.
-fn expected_keys(seq: Seq, event: &Event) -> (Vec<u8>, Vec<Vec<u8>>) {
+pub(crate) fn expected_keys(seq: Seq, event: &Event) -> (Vec<u8>, Vec<Vec<u8>>) {
     let conv = event.conversation();
     let visible = match event {
         Event::MessagePosted(message) => visibility_keys(message)
