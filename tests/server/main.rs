@@ -1307,16 +1307,14 @@ async fn shutdown_cancels_what_outlives_the_grace_period() {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let started = Instant::now();
-    let report = h.stop().await;
+    // The hanging turn is cancelled once the grace period is over (a generous deadline: without
+    // the cancel, stop would wait for the provider's 30 s).
+    let report = tokio::time::timeout(Duration::from_secs(25), h.stop())
+        .await
+        .expect("shutdown waited for the hanging turn");
     assert!(
         !report.drained && report.cancelled_turns == 1 && !report.suspended,
         "{report:?}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        started.elapsed()
     );
     let body = tokio::time::timeout(Duration::from_secs(10), request)
         .await
