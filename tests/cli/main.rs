@@ -196,16 +196,12 @@ fn help_teaches_and_usage_errors_exit_2() {
 }
 
 #[test]
-fn the_demo_tours_offline_and_quickly() {
+/// The demo runs offline and shows what it promises. (How fast it runs is measured by the bench
+/// `crates/legio-cli/benches/demo.rs`, not asserted here.)
+fn the_demo_tours_offline() {
     let dir = tempfile::tempdir().unwrap();
-    let started = std::time::Instant::now();
     let out = legio_in(dir.path(), &dir.path().join("none.toml"), &["demo"], None);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "took {:?}",
-        started.elapsed()
-    );
     let text = stdout(&out);
     assert!(
         text.contains("with the notice"),
