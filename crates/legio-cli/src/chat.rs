@@ -75,7 +75,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                                     &c.session.to_string()[24..],
                                     c.status.as_str(),
                                     c.turns,
-                                    c.usage.input
+                                    c.usage.context_tokens()
                                 )
                             });
                         println!(

@@ -550,6 +550,8 @@ impl AgentActor {
                         }),
                     ])
                     .await?;
+                metrics::counter!(m::INPUT_TOKENS, "agent" => self.agent.to_string())
+                    .increment(usage.context_tokens());
                 metrics::counter!(m::TOKENS_SENT, "mode" => plan.mode.as_str())
                     .increment(plan.estimated_tokens);
                 metrics::counter!(m::TOKENS_AVOIDED)

@@ -279,6 +279,38 @@ async fn an_actor_panic_is_an_error_reply_then_the_session_resumes_with_a_marked
     assert_eq!(crashes, 1, "the crash is in the audit trail");
 }
 
+/// Regression (issue 11, defect 2): a crash during the first turn of a resumed session suspends
+/// it; the next turn resumes the same provider session with the delta, the message whose turn
+/// crashed marked as possibly seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_in_the_first_turn_of_a_resumed_session_suspends_it() {
+    let mut legion = Legion::new(RESUMABLE, FAST).await;
+    legion.post("hello").await;
+    legion.shutdown_and_restart().await;
+    legion
+        .provider
+        .inject(Some(&Legion::agent("lead")), Fault::Panic);
+    let replies = legion.post("this one crashes").await;
+    assert!(replies[0].error.is_some());
+    assert_eq!(settle(&legion, "lead").await, Activity::Idle);
+    legion.post("after the crash").await;
+    assert_eq!(
+        legion.boundaries("lead"),
+        vec![
+            "opened:first_use",
+            "suspended:shutdown",
+            "opened:shutdown",
+            "suspended:crashed",
+            "opened:crashed"
+        ]
+    );
+    let requests = legion.requests("lead");
+    let last = requests.last().unwrap();
+    assert_eq!(last.resumed, requests[0].provider_session, "the same provider session");
+    // 1-5 the first turn, 6 suspended; 7 the message whose turn crashed: marked.
+    assert!(shape(last).starts_with("delta 7* |"), "{}", shape(last));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_process_restart_resumes_a_resumable_session_with_only_the_delta() {
     let mut legion = Legion::new(RESUMABLE, "").await;

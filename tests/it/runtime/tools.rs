@@ -695,3 +695,43 @@ async fn every_call_and_result_is_linked_by_the_providers_id_in_the_log() {
         assert!(by_id.contains_key(&reply.unwrap()));
     }
 }
+
+/// Regression (issue 11, defect 1): the replies a `dispatch` call returned as its result count as
+/// delivered to the orchestrator: its next delta carries the result, never the replies again,
+/// and the operator's preview of that step (`legio context`) shows the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_returned_by_dispatch_is_not_in_the_orchestrators_next_delta() {
+    let legion = Legion::new(RESUMABLE, "").await;
+    let lead = Legion::agent("lead");
+    legion.post("hello").await;
+    legion.provider.inject(
+        Some(&lead),
+        calls(&[(
+            "d1",
+            "dispatch",
+            "{\"agents\":[\"ann\",\"bob\"],\"message\":\"status of the release?\"}",
+        )]),
+    );
+    legion.post("ask the team how the release is going").await;
+    let (content, _) = result(&legion, "d1");
+    assert!(content.contains("ann read") && content.contains("bob read"));
+    let requests = legion.requests("lead");
+    let step = &requests[2];
+    assert_eq!(step.plan.mode.as_str(), "delta");
+    assert_eq!(
+        shape(step),
+        ["lead:R(d1)"],
+        "the result carries the replies; they are not sent again"
+    );
+    let at = step.plan.up_to;
+    let report = legion
+        .rt()
+        .context_report(CONV, "lead", Some(at))
+        .await
+        .unwrap();
+    let senders: Vec<&str> = report.history.iter().map(|i| i.sender.as_str()).collect();
+    assert!(
+        !senders.contains(&"ann") && !senders.contains(&"bob"),
+        "legio context shows the replies as delivered: {senders:?}"
+    );
+}
