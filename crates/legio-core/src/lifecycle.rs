@@ -180,7 +180,8 @@ pub fn decide_session(facts: SessionFacts<'_>) -> SessionDecision {
         return open_new(facts.history, OpenReason::FirstUse, None);
     };
     let prompt_changed = current.prompt_hash != facts.prompt_hash;
-    let over_ceiling = facts.history.is_stateful() && current.usage.context_tokens() > facts.max_input_tokens;
+    let over_ceiling =
+        facts.history.is_stateful() && current.usage.context_tokens() > facts.max_input_tokens;
     match current.status {
         SessionStatus::Open if facts.live => {
             if prompt_changed {
