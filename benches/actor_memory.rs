@@ -28,7 +28,6 @@
 //! parsed `RuntimeConfig`, since the TOML has no key for it).
 
 use legio_tests::bench::*;
-use std::collections::HashMap;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -292,7 +291,9 @@ async fn phase_runtime(conversations: usize) -> PhaseResult {
     let provider = ScriptedProvider::new(ScriptedConfig::new(History::Session { resumable: true }));
     let shared: Arc<dyn Provider> = Arc::new(provider.clone());
     let runtime = Arc::new(
-        Runtime::open_with(config, HashMap::from([("local".to_owned(), shared)]))
+        Runtime::builder(config)
+            .provider("local", shared)
+            .open()
             .await
             .expect("opening the runtime"),
     );
@@ -314,7 +315,7 @@ async fn phase_runtime(conversations: usize) -> PhaseResult {
                 .expect("a post");
             assert_eq!(replies.len(), AGENTS.len());
             assert!(
-                replies.iter().all(|r| r.error.is_none()),
+                replies.iter().all(|r| r.error().is_none()),
                 "a turn failed: {replies:?}"
             );
         }

@@ -16,7 +16,7 @@
 //! scripted provider (its summary is short; the point here is the context's size, not the
 //! summary's prose).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
@@ -93,7 +93,9 @@ async fn replay(sessions: &[Vec<Record>], compaction: bool) -> Outcome {
         ..ScriptedConfig::new(History::Stateless)
     });
     let shared: Arc<dyn Provider> = Arc::new(provider.clone());
-    let rt = Runtime::open_with(config, HashMap::from([("local".to_owned(), shared)]))
+    let rt = Runtime::builder(config)
+        .provider("local", shared)
+        .open()
         .await
         .expect("a runtime");
     let mut messages = 0;

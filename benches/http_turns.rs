@@ -161,7 +161,7 @@ async fn measure(
             Target::Api(rt) => rt
                 .post(&conversation, &text)
                 .await
-                .map(|r| r.iter().all(|r| r.error.is_none()))
+                .map(|r| r.iter().all(|r| r.error().is_none()))
                 .unwrap_or(false),
             Target::Http(client, base) => client
                 .post(format!("{base}/sessions/{conversation}/turns"))

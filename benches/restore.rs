@@ -692,7 +692,7 @@ async fn post_all(runtime: &Runtime, conversations: usize) -> Vec<u64> {
                 .await
                 .expect("a post");
             latencies.push(t0.elapsed().as_nanos() as u64);
-            assert!(replies.iter().all(|r| r.error.is_none()), "{replies:?}");
+            assert!(replies.iter().all(|r| r.error().is_none()), "{replies:?}");
         }
     }
     latencies.sort_unstable();
@@ -743,7 +743,9 @@ history = "session"
         let p: Arc<dyn Provider> = Arc::new(provider.clone());
         HashMap::from([("local".to_owned(), p)])
     };
-    let runtime = Runtime::open_with(config.clone(), overrides())
+    let runtime = Runtime::builder(config.clone())
+        .providers(overrides())
+        .open()
         .await
         .expect("opening the runtime");
     let _first_use = post_all(&runtime, conversations).await;
@@ -751,7 +753,9 @@ history = "session"
     runtime.abort().await;
     let before = provider.requests().len();
     let t0 = Instant::now();
-    let runtime = Runtime::open_with(config, overrides())
+    let runtime = Runtime::builder(config)
+        .providers(overrides())
+        .open()
         .await
         .expect("reopening the runtime");
     let reopen = t0.elapsed();
@@ -851,7 +855,7 @@ fn report(results: &[SizeResult], e2e: &EndToEnd) {
         ],
     );
     println!(
-        "  reopen (Runtime::open_with) took {}; {} of {} first turns resumed the provider session \
+        "  reopen (RuntimeBuilder::open) took {}; {} of {} first turns resumed the provider session \
          with a delta.",
         fmt_dur(e2e.reopen),
         e2e.resumed,

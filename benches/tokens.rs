@@ -490,13 +490,12 @@ async fn replay(name: &'static str, prefix: &str, transcripts: &[Transcript]) ->
         let key = format!("{prefix}:{k}");
         let config = transcript_config(&dir.path().join(format!("t{k}")), t);
         let shared: Arc<dyn Provider> = Arc::new(provider.clone());
-        let runtime = Runtime::start(
-            config,
-            Arc::clone(&log),
-            HashMap::from([("local".to_owned(), shared)]),
-        )
-        .await
-        .expect("starting a runtime");
+        let runtime = Runtime::builder(config)
+            .log(Arc::clone(&log))
+            .provider("local", shared)
+            .open()
+            .await
+            .expect("starting a runtime");
         orchestrators.insert(
             ConversationKey::new(key.as_str()).expect("a valid key"),
             runtime.config().orchestrator().name.clone(),
@@ -519,7 +518,7 @@ async fn replay(name: &'static str, prefix: &str, transcripts: &[Transcript]) ->
             match result {
                 Ok(replies) => {
                     posted += 1;
-                    failed_turns += replies.iter().filter(|r| r.error.is_some()).count();
+                    failed_turns += replies.iter().filter(|r| r.error().is_some()).count();
                 }
                 Err(e) => {
                     failed_posts += 1;

@@ -274,7 +274,9 @@ async fn run_turns(
     let shared: Arc<dyn Provider> = Arc::new(provider.clone());
     let overrides = HashMap::from([("local".to_owned(), shared)]);
     let runtime = Arc::new(
-        Runtime::open_with(config, overrides)
+        Runtime::builder(config)
+            .providers(overrides)
+            .open()
             .await
             .expect("opening the runtime"),
     );
@@ -297,7 +299,7 @@ async fn run_turns(
                     .await
                     .expect("a warm-up post");
                 assert!(
-                    replies.iter().all(|r| r.error.is_none()),
+                    replies.iter().all(|r| r.error().is_none()),
                     "warm-up turn failed: {replies:?}"
                 );
             }
@@ -360,7 +362,7 @@ async fn timed_window(
                 let replies = runtime.post(&key, &text).await.expect("a post");
                 latencies.push(t0.elapsed().as_nanos() as u64);
                 for r in replies {
-                    if r.error.is_none() {
+                    if r.error().is_none() {
                         turns += 1;
                     } else {
                         errors += 1;

@@ -137,7 +137,11 @@ fn fixture() -> Fixture {
             "local".to_owned(),
             Arc::new(provider.clone()) as Arc<dyn Provider>,
         )]);
-        let runtime = Runtime::open_with(config, overrides).await.unwrap();
+        let runtime = Runtime::builder(config)
+            .providers(overrides)
+            .open()
+            .await
+            .unwrap();
         for text in [
             "hello",
             "@ann review this",
@@ -733,7 +737,7 @@ fn inspect_memory_and_heartbeats_in_replay() {
             .heartbeat(CONV, "lead", "anything due?")
             .await
             .unwrap();
-        assert!(reply.error.is_none(), "{reply:?}");
+        assert!(reply.error().is_none(), "{reply:?}");
         runtime.shutdown().await.unwrap();
     });
     let legio = |args: &[&str]| legio_in(dir.path(), &config_path, args, None);
@@ -1118,7 +1122,11 @@ fn context_shows_the_summary_of_a_compacted_context() {
             "local".to_owned(),
             Arc::new(provider.clone()) as Arc<dyn Provider>,
         )]);
-        let runtime = Runtime::open_with(config, overrides).await.unwrap();
+        let runtime = Runtime::builder(config)
+            .providers(overrides)
+            .open()
+            .await
+            .unwrap();
         for i in 0..5 {
             runtime
                 .post(CONV, &format!("@ann question {i}"))

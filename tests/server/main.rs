@@ -125,7 +125,11 @@ impl Harness {
             providers.insert(name, provider);
         }
         let settings = config.server.clone();
-        let runtime = Runtime::open_with(config, overrides).await.unwrap();
+        let runtime = Runtime::builder(config)
+            .providers(overrides)
+            .open()
+            .await
+            .unwrap();
         let metrics = install_metrics().unwrap();
         let bind: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let server = Server::bind(runtime, settings, Some(bind), metrics)
@@ -319,7 +323,16 @@ async fn health_meta_and_auth() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn turns_and_their_errors_store_nothing_partial() {
-    let h = Harness::start().await;
+    // The strict mode, where an unknown `@handle` refuses the turn (the default is plain text:
+    // `an_unknown_handle_is_plain_text_and_named_in_the_reply`).
+    let h = Harness::start_config(
+        &format!(
+            "token = \"{TOKEN}\"\noperator_token = \"{OPERATOR_TOKEN}\"\nbody_limit_bytes = 65536"
+        ),
+        "history_window = 4\nunknown_mentions = \"error\"",
+        Duration::ZERO,
+    )
+    .await;
     let body = h.turn("t:turns", "hello").await;
     let replies = body["replies"].as_array().unwrap();
     assert_eq!(replies.len(), 1);
@@ -413,6 +426,39 @@ async fn turns_and_their_errors_store_nothing_partial() {
     }
     assert_eq!(log.last_seq(), stored, "a refused turn stores nothing");
     assert_eq!(messages_of(log.as_ref(), &key).len(), 5);
+    h.stop().await;
+}
+
+/// Issue 11, defect 4: an `@handle` that names no agent is plain text: the turn goes where its
+/// real mentions send it, and the reply names the handles that matched nobody (JSON and stream).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_handle_is_plain_text_and_named_in_the_reply() {
+    let h = Harness::start().await;
+    let body = h.turn("t:handles", "ask @zed about @a's plan").await;
+    let agents: Vec<&str> = body["replies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["agent"].as_str().unwrap())
+        .collect();
+    assert_eq!(agents, ["a"], "{body}");
+    assert_eq!(body["unknown_mentions"], json!(["zed"]), "{body}");
+    let body = h.turn("t:handles", "hello").await;
+    assert_eq!(body["unknown_mentions"], json!([]), "{body}");
+    let response = h
+        .client
+        .post(h.url("/sessions/t:handles/turns"))
+        .bearer_auth(TOKEN)
+        .header("accept", "text/event-stream")
+        .json(&json!({"content": "what does @media say?"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let events = parse_sse(&response.text().await.unwrap());
+    let (_, replies) = events.iter().find(|(e, _)| e == "replies").unwrap();
+    assert_eq!(replies["unknown_mentions"], json!(["media"]), "{replies}");
+    assert_eq!(replies["replies"][0]["agent"], "lead");
     h.stop().await;
 }
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::common;
-use crate::post::print_replies;
+use crate::post::{print_replies, unknown_mentions_warning};
 use crate::{render, Context};
 
 /// Arguments of `legio chat`.
@@ -75,7 +75,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                                     &c.session.to_string()[24..],
                                     c.status.as_str(),
                                     c.turns,
-                                    c.usage.input
+                                    c.usage.context_tokens()
                                 )
                             });
                         println!(
@@ -99,7 +99,10 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                 }
                 _ => match runtime.post(&args.conversation, line).await {
                     Ok(replies) => {
-                        failed |= replies.iter().any(|r| r.error.is_some());
+                        failed |= replies.iter().any(|r| r.outcome.is_err());
+                        if let Some(warning) = unknown_mentions_warning(&replies) {
+                            println!("{warning}");
+                        }
                         print_replies(&replies, colour);
                     }
                     Err(e) => {

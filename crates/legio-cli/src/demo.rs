@@ -69,7 +69,10 @@ impl Tour {
             .iter()
             .map(|(name, p)| (name.clone(), Arc::new(p.clone()) as Arc<dyn Provider>))
             .collect();
-        Ok(Runtime::open_with(self.config.clone(), overrides).await?)
+        Ok(Runtime::builder(self.config.clone())
+            .providers(overrides)
+            .open()
+            .await?)
     }
 
     fn requests(&self) -> Vec<RecordedRequest> {

@@ -145,7 +145,12 @@ impl Context {
 
     /// The validated configuration, with `--db` applied.
     pub fn runtime_config(&self) -> anyhow::Result<legio_runtime::RuntimeConfig> {
-        let mut config = legio_runtime::RuntimeConfig::load(&self.config)?;
+        let mut config = legio_runtime::RuntimeConfig::load(&self.config).map_err(|e| match e {
+            legio_runtime::ConfigError::Read { .. } => {
+                anyhow::anyhow!("{e}; pass --config FILE or set LEGIO_CONFIG")
+            }
+            other => other.into(),
+        })?;
         if let Some(db) = &self.db {
             config.store.path = db.clone();
         }

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use legio_runtime::AgentReply;
+use legio_runtime::{AgentReply, Posted};
 use serde_json::json;
 
 use crate::common;
@@ -32,12 +32,27 @@ pub fn print_replies(replies: &[AgentReply], colour: bool) {
         } else {
             println!("{header}");
         }
-        match (&reply.text, &reply.error) {
-            (Some(text), _) => println!("{text}"),
-            (None, Some(error)) => println!("(error) {error}"),
-            (None, None) => println!("(no reply)"),
+        match &reply.outcome {
+            Ok(reply) => println!("{}", reply.text),
+            Err(error) => println!("(error) {error}"),
         }
     }
+}
+
+/// The warning line about `@handles` that named no agent (`None` when every handle matched).
+pub fn unknown_mentions_warning(posted: &Posted) -> Option<String> {
+    if posted.unknown_mentions.is_empty() {
+        return None;
+    }
+    let handles: Vec<String> = posted
+        .unknown_mentions
+        .iter()
+        .map(|h| format!("@{h}"))
+        .collect();
+    Some(format!(
+        "warning: {} named no agent and was sent as plain text",
+        handles.join(", ")
+    ))
 }
 
 /// The replies as JSON.
@@ -46,10 +61,10 @@ pub fn replies_json(replies: &[AgentReply]) -> serde_json::Value {
         .iter()
         .map(|r| json!({
             "agent": r.agent.as_str(),
-            "text": r.text,
-            "message_id": r.message_id.map(|id| id.to_string()),
-            "seq": r.seq.map(|s| s.get()),
-            "error": r.error,
+            "text": r.text(),
+            "message_id": r.message_id().map(|id| id.to_string()),
+            "seq": r.seq().map(|s| s.get()),
+            "error": r.error(),
         }))
         .collect::<Vec<_>>())
 }
@@ -62,12 +77,15 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         let result = runtime.post(&args.conversation, &args.text).await;
         runtime.shutdown().await?;
         let replies = result?;
+        if let Some(warning) = unknown_mentions_warning(&replies) {
+            eprintln!("{warning}");
+        }
         if args.json {
             println!("{}", serde_json::to_string_pretty(&replies_json(&replies))?);
         } else {
             print_replies(&replies, common::colour());
         }
-        Ok(if replies.iter().any(|r| r.error.is_some()) {
+        Ok(if replies.iter().any(|r| r.outcome.is_err()) {
             ExitCode::from(1)
         } else {
             ExitCode::SUCCESS

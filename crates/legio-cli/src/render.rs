@@ -64,7 +64,9 @@ pub fn line(record: &Record) -> String {
         ),
         Event::TurnCompleted(e) => format!(
             "{} turn done: {} in / {} out tokens",
-            e.agent, e.usage.input, e.usage.output
+            e.agent,
+            e.usage.context_tokens(),
+            e.usage.output
         ),
         Event::TurnFailed(e) => format!("{} turn failed: {}", e.agent, cut(&e.error)),
         Event::SessionSuspended(e) => format!(

@@ -6,7 +6,9 @@
 //!   session was restored after a boundary.
 //! - **Delta** (later turns of a stateful session): the visible messages after the checkpoint that
 //!   the session has not seen in its own thread (its own replies it wrote itself), then the new
-//!   message.
+//!   message. Replies that a result of the agent's own `dispatch` call already carried (a reply
+//!   to the message it dispatched, recorded before that call's results) count as delivered with
+//!   the result: the delta leaves them out.
 //!
 //! Every plan then follows the tool-call rules ([`settle_tool_calls`]): another agent's tool
 //! traffic is left out, an orphaned result is dropped, an interrupted call is completed with an
@@ -23,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use crate::compaction::{summary_tokens, ContextSummary};
 use crate::event::{DeliveryMode, Record};
 use crate::lifecycle::Delivery;
-use crate::message::{Audience, Message};
+use crate::message::{Audience, Message, MessageId};
 use crate::name::{AgentName, Participant};
 use crate::seq::Seq;
 use crate::tokens::estimate_message_tokens;
@@ -78,6 +80,50 @@ impl ContextPlan {
 pub fn triggers_turn(agent: &AgentName, message: &Message) -> bool {
     let me = Participant::Agent(agent.clone());
     message.sender != me && (message.audience == Audience::All || message.audience.names(&me))
+}
+
+/// The seqs of the replies in `unseen` that a result of `me`'s tool calls already carried: a reply
+/// to a message `me` sent from a tool call (a `dispatch`), recorded before the results of that
+/// call. The session received those replies as the call's result, so a delta does not send them
+/// again. `held` holds `me`'s own messages of the delta (the dispatched message among them).
+fn carried_by_results(
+    me: &Participant,
+    held: &[ContextItem],
+    unseen: &[&Record],
+    new_message: &Record,
+) -> Vec<Seq> {
+    let messages = || {
+        unseen
+            .iter()
+            .copied()
+            .chain(std::iter::once(new_message))
+            .filter_map(|r| r.event.as_message().map(|m| (r.seq, m)))
+    };
+    // The calls answered in this delta: call message id -> seq of its results.
+    let results: Vec<(MessageId, Seq)> = messages()
+        .filter(|(_, m)| m.sender == *me && has_tool_result(m))
+        .filter_map(|(seq, m)| m.reply_to.map(|call| (call, seq)))
+        .collect();
+    // Messages `me` sent from those calls (dispatched): message id -> seq of the call's results.
+    let dispatched: Vec<(MessageId, Seq)> = held
+        .iter()
+        .filter_map(|i| {
+            let call = i.message.reply_to?;
+            let (_, results_at) = results.iter().find(|(c, _)| *c == call)?;
+            Some((i.message.id, *results_at))
+        })
+        .collect();
+    messages()
+        .filter(|(_, m)| m.sender != *me)
+        .filter(|(seq, m)| {
+            m.reply_to.is_some_and(|to| {
+                dispatched
+                    .iter()
+                    .any(|(id, results_at)| *id == to && seq < results_at)
+            })
+        })
+        .map(|(seq, _)| seq)
+        .collect()
 }
 
 /// Plans a turn's context, without a summary (see [`plan_context_with_summary`]).
@@ -154,9 +200,11 @@ pub fn plan_context_with_summary(
                     .as_message()
                     .is_some_and(|m| triggers_turn(agent, m))
             });
+            let carried = carried_by_results(&me, &held, &unseen, new_message);
             let history: Vec<ContextItem> = unseen
                 .iter()
                 .enumerate()
+                .filter(|(_, r)| !carried.contains(&r.seq))
                 .map(|(i, r)| item(r, last_trigger.is_some_and(|t| i <= t)))
                 .collect();
             (DeliveryMode::Delta, None, history)

@@ -131,10 +131,12 @@ impl DeliveryMode {
     }
 }
 
-/// Tokens a provider call consumed, as reported by the provider (or estimated).
+/// Tokens a provider call consumed, as reported by the provider (or estimated). The three input
+/// counts do not overlap: a provider whose own input count includes its cache reads (OpenAI)
+/// is mapped so that `input` holds only the rest.
 #[derive(Clone, Copy, PartialEq, Eq, Default, Debug, Serialize, Deserialize)]
 pub struct TokenUsage {
-    /// Input (prompt) tokens.
+    /// Input (prompt) tokens neither read from nor written to a provider-side cache.
     pub input: u64,
     /// Output (completion) tokens.
     pub output: u64,
@@ -145,6 +147,14 @@ pub struct TokenUsage {
 }
 
 impl TokenUsage {
+    /// Every input token the provider reported: fresh, read from its cache and written to it.
+    /// The context size of the call (what the session's token ceiling and the metrics count).
+    pub fn context_tokens(&self) -> u64 {
+        self.input
+            .saturating_add(self.cache_read)
+            .saturating_add(self.cache_write)
+    }
+
     /// Adds `other` to `self`, saturating.
     pub fn add(&mut self, other: TokenUsage) {
         self.input = self.input.saturating_add(other.input);

@@ -48,7 +48,7 @@ pub use memory::{
     NotebookEntry, NotebookEntryAppended, Revocation, MAX_MEMORY_TEXT_BYTES, MAX_NOTE_KEY_LEN,
     MEMORY_CONVERSATION, RESERVED_CONVERSATION_PREFIX,
 };
-pub use mention::parse_mentions;
+pub use mention::{find_mentions, parse_mentions, Mentions};
 pub use message::{Audience, Message, MessageId, Part};
 pub use name::{
     AgentName, ConversationKey, Participant, MAX_AGENT_NAME_LEN, MAX_CONVERSATION_KEY_LEN,

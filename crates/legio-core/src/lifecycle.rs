@@ -125,13 +125,15 @@ pub fn restored_notice(why: BoundaryReason) -> String {
     )
 }
 
-/// Whether a stopped session can be resumed by a new actor.
+/// Whether a stopped session can be resumed by a new actor: the provider resumes sessions, and
+/// this one holds a provider thread (a completed turn, or resumed from one).
 fn resumable(state: &crate::session::SessionInfo, history: History) -> bool {
-    history.is_resumable() && state.provider_session.is_some() && state.turns > 0
+    let holds_thread = state.turns > 0 || matches!(state.how, SessionStart::Resumed { .. });
+    history.is_resumable() && state.provider_session.is_some() && holds_thread
 }
 
 /// How to end `current` for `why` when its actor stops: suspended if the provider can resume it
-/// (resumable, with a provider session and a completed turn), closed if not.
+/// (resumable, with a provider session and a completed turn or a resumed thread), closed if not.
 pub fn stop_session(
     current: &crate::session::SessionInfo,
     history: History,
@@ -178,7 +180,8 @@ pub fn decide_session(facts: SessionFacts<'_>) -> SessionDecision {
         return open_new(facts.history, OpenReason::FirstUse, None);
     };
     let prompt_changed = current.prompt_hash != facts.prompt_hash;
-    let over_ceiling = facts.history.is_stateful() && current.usage.input > facts.max_input_tokens;
+    let over_ceiling =
+        facts.history.is_stateful() && current.usage.context_tokens() > facts.max_input_tokens;
     match current.status {
         SessionStatus::Open if facts.live => {
             if prompt_changed {

@@ -4,17 +4,29 @@
 //! cannot be part of a word (so `a@b` and e-mail addresses are not mentions), and the name ends at
 //! a character that cannot be part of a name. Text inside backtick code spans and fenced code
 //! blocks is skipped, so `@decorator` in pasted code is not a mention. Names match without regard
-//! to case. `@all` addresses everyone.
+//! to case. `@all` addresses everyone. A handle that names no agent addresses nobody: it is plain
+//! text, reported in [`Mentions::unknown`] ([`parse_mentions`] is the strict form that refuses it).
 
 use crate::error::MentionError;
 use crate::message::Audience;
 use crate::name::{AgentName, Participant};
 
-/// Finds the mentions in `text`. `Ok(None)`: no mention (the message goes to the orchestrator).
-/// `Ok(Some(Audience::All))`: `@all` was mentioned. Otherwise the mentioned agents, sorted.
-/// A mention of an agent not in `known` is an error listing the known agents.
-pub fn parse_mentions(text: &str, known: &[AgentName]) -> Result<Option<Audience>, MentionError> {
+/// What a message's mentions address, and the handles that named no agent.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct Mentions {
+    /// `None`: no mention of an agent (the message goes to the orchestrator).
+    /// `Some(Audience::All)`: `@all` was mentioned. Otherwise the mentioned agents, sorted.
+    pub audience: Option<Audience>,
+    /// The `@handles` that name no agent, as written, in order of appearance, each once: plain
+    /// text (`@media`, `@types/node` in pasted text), for the sender to be told about.
+    pub unknown: Vec<String>,
+}
+
+/// Finds the mentions in `text`: the agents of `known` it addresses, and the handles that name
+/// none of them (which address nobody).
+pub fn find_mentions(text: &str, known: &[AgentName]) -> Mentions {
     let mut named: Vec<AgentName> = Vec::new();
+    let mut unknown: Vec<String> = Vec::new();
     let mut all = false;
     for token in mention_tokens(text) {
         let lower = token.to_ascii_lowercase();
@@ -24,25 +36,35 @@ pub fn parse_mentions(text: &str, known: &[AgentName]) -> Result<Option<Audience
         }
         match known.iter().find(|k| k.as_str() == lower) {
             Some(agent) => named.push(agent.clone()),
-            None => {
-                let mut known_names: Vec<String> = known.iter().map(|k| k.to_string()).collect();
-                known_names.sort();
-                return Err(MentionError::UnknownAgent {
-                    name: token.to_owned(),
-                    known: known_names,
-                });
-            }
+            None if !unknown.iter().any(|u| u == token) => unknown.push(token.to_owned()),
+            None => {}
         }
     }
-    if all {
-        return Ok(Some(Audience::All));
+    let audience = if all {
+        Some(Audience::All)
+    } else if named.is_empty() {
+        None
+    } else {
+        Some(Audience::only(named.into_iter().map(Participant::Agent)))
+    };
+    Mentions { audience, unknown }
+}
+
+/// [`find_mentions`], strict: a mention of an agent not in `known` is an error listing the known
+/// agents. `Ok(None)`: no mention; `Ok(Some(audience))`: what the mentions address.
+pub fn parse_mentions(text: &str, known: &[AgentName]) -> Result<Option<Audience>, MentionError> {
+    let mentions = find_mentions(text, known);
+    match mentions.unknown.into_iter().next() {
+        Some(name) => {
+            let mut known_names: Vec<String> = known.iter().map(|k| k.to_string()).collect();
+            known_names.sort();
+            Err(MentionError::UnknownAgent {
+                name,
+                known: known_names,
+            })
+        }
+        None => Ok(mentions.audience),
     }
-    if named.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(Audience::only(
-        named.into_iter().map(Participant::Agent),
-    )))
 }
 
 fn is_name_char(c: char) -> bool {
@@ -139,6 +161,20 @@ mod tests {
         check("ask @Nobody", "error:Nobody");
         check("end with @pullo", "pullo");
         check("line one\n@vorenus on line two", "vorenus");
+    }
+
+    /// Regression (issue 11, defect 4): handles that name no agent are plain text.
+    #[test]
+    fn unknown_handles_are_plain_text_and_reported() {
+        let found = find_mentions("ask @benandjerrys and @media, see @types/node", &known());
+        assert_eq!(found.audience, None);
+        assert_eq!(found.unknown, ["benandjerrys", "media", "types"]);
+        let found = find_mentions("@pullo see what @media and @media think", &known());
+        assert_eq!(
+            found.audience.map(|a| a.to_string()).as_deref(),
+            Some("pullo")
+        );
+        assert_eq!(found.unknown, ["media"]);
     }
 
     #[test]

@@ -370,3 +370,34 @@ fn triggers() {
     assert!(!triggers_turn(&v, &m(msg(1, "vorenus", "all"))));
     assert!(!triggers_turn(&v, &m(msg(1, "user", "pullo"))));
 }
+
+/// Regression (issue 11, defect 3): Anthropic and Claude Code report cache reads and writes apart
+/// from `input_tokens`; a session's context size counts them all, so the ceiling fires.
+#[test]
+fn the_token_ceiling_counts_cached_input() {
+    let mut cached = state(SessionStatus::Open, 3, 10, Some("r1"), "p");
+    let current = cached.current.as_mut().unwrap();
+    current.usage.cache_read = 900;
+    current.usage.cache_write = 200;
+    check(
+        Some(&cached),
+        true,
+        RESUMABLE,
+        "p",
+        "close:token_ceiling|bootstrap:token_ceiling|bootstrap+notice",
+    );
+}
+
+/// Regression (issue 11, defect 2): a crash during the first turn of a resumed session leaves
+/// it resumable: it is suspended, not closed, so the next turn resumes the provider session.
+#[test]
+fn a_resumed_session_without_a_completed_turn_is_suspended_by_a_crash() {
+    let mut resumed = state(SessionStatus::Open, 0, 0, Some("r1"), "p");
+    resumed.current.as_mut().unwrap().how = SessionStart::Resumed {
+        provider_session: "r1".into(),
+        checkpoint: Seq(7),
+    };
+    let end = crash_cleanup(Some(&resumed), RESUMABLE).unwrap();
+    assert!(end.suspend, "a resumed session can be resumed again");
+    assert_eq!(end.why, BoundaryReason::Crashed);
+}

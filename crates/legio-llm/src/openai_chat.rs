@@ -151,8 +151,9 @@ fn usage_of(value: &Value) -> Option<TokenUsage> {
     let usage = value.get("usage").filter(|u| u.is_object())?;
     let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
     let cached = n(usage.pointer("/prompt_tokens_details/cached_tokens"));
+    // OpenAI's prompt count includes its cache reads; `TokenUsage::input` does not.
     Some(TokenUsage {
-        input: n(usage.get("prompt_tokens")),
+        input: n(usage.get("prompt_tokens")).saturating_sub(cached),
         output: n(usage.get("completion_tokens")),
         cache_read: cached,
         cache_write: 0,

@@ -226,10 +226,12 @@ impl From<ProviderError> for Failed {
 fn usage_of(response: &Value) -> Option<TokenUsage> {
     let usage = response.get("usage").filter(|u| u.is_object())?;
     let n = |p: &str| usage.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    // OpenAI's input count includes its cache reads; `TokenUsage::input` does not.
+    let cached = n("/input_tokens_details/cached_tokens");
     Some(TokenUsage {
-        input: n("/input_tokens"),
+        input: n("/input_tokens").saturating_sub(cached),
         output: n("/output_tokens"),
-        cache_read: n("/input_tokens_details/cached_tokens"),
+        cache_read: cached,
         cache_write: 0,
     })
 }

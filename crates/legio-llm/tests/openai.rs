@@ -143,7 +143,9 @@ async fn chat_request_has_roles_names_and_tool_ids_and_streams_with_usage() {
     let reply = provider.call(req).await.unwrap();
     assert_eq!(reply.text, "Hello there");
     let usage = reply.usage.unwrap();
-    assert_eq!((usage.input, usage.output, usage.cache_read), (42, 7, 40));
+    // The 42 prompt tokens include the 40 cached ones: `input` is the rest (issue 11, defect 3).
+    assert_eq!((usage.input, usage.output, usage.cache_read), (2, 7, 40));
+    assert_eq!(usage.context_tokens(), 42);
     assert_eq!(reply.provider_session, None);
     let mut fragments = Vec::new();
     while let Ok(f) = deltas.try_recv() {
@@ -457,7 +459,9 @@ async fn responses_bootstraps_then_resumes_with_only_the_delta() {
     assert_eq!(reply.text, "first answer");
     assert_eq!(reply.provider_session.as_deref(), Some("resp_1"));
     let usage = reply.usage.unwrap();
-    assert_eq!((usage.input, usage.output, usage.cache_read), (30, 5, 12));
+    // The 30 input tokens include the 12 cached ones (issue 11, defect 3).
+    assert_eq!((usage.input, usage.output, usage.cache_read), (18, 5, 12));
+    assert_eq!(usage.context_tokens(), 30);
 
     let mut second = request(
         DeliveryMode::Delta,

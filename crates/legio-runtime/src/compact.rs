@@ -10,11 +10,12 @@ use legio_core::{
 };
 use legio_llm::{Provider, ProviderRequest};
 
+use crate::clock::now;
 use crate::config::AgentSpec;
 use crate::error::RuntimeError;
 use crate::metrics as m;
 use crate::prepare::CompactionJob;
-use crate::shared::{now, Shared};
+use crate::shared::Shared;
 
 /// Why a compaction produced no summary.
 #[derive(Debug)]
@@ -35,11 +36,15 @@ pub(crate) async fn compact(
 ) -> Result<bool, RuntimeError> {
     let agent = &spec.name;
     let name = spec.summarizer.as_deref().unwrap_or(&spec.provider);
-    let summarizer = shared.providers.get(name).cloned().ok_or_else(|| {
-        RuntimeError::Actor(format!(
-            "the summarizer provider {name:?} is not configured"
-        ))
-    })?;
+    let summarizer =
+        shared
+            .providers
+            .get(name)
+            .cloned()
+            .ok_or_else(|| RuntimeError::ProviderUnavailable {
+                agent: agent.to_string(),
+                provider: name.to_owned(),
+            })?;
     match summarize(shared, conversation, agent, summarizer.as_ref(), &job).await {
         Ok(text) => {
             let tokens_after = estimate_tokens(&text) + job.kept_tokens;

@@ -54,6 +54,7 @@ struct RuntimeSection {
     restart_window_seconds: Option<f64>,
     restart_backoff_ms: Option<u64>,
     restart_backoff_max_ms: Option<u64>,
+    unknown_mentions: Option<String>,
     #[serde(flatten)]
     compaction: CompactionSection,
 }
@@ -126,6 +127,19 @@ pub struct RuntimeSettings {
     /// The provider that writes summaries unless an agent names its own; `None`: each agent's
     /// own provider.
     pub summarizer: Option<String>,
+    /// What an `@handle` that names no agent does to a message.
+    pub unknown_mentions: UnknownMentions,
+}
+
+/// What an `@handle` that names no agent does (`runtime.unknown_mentions`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum UnknownMentions {
+    /// `"warn"` (the default): it is plain text; the message goes where its real mentions send
+    /// it (or to the orchestrator), and the sender is told which handles matched nobody.
+    #[default]
+    Warn,
+    /// `"error"`: the message is refused (nothing is stored), naming the roster.
+    Error,
 }
 
 impl Default for RuntimeSettings {
@@ -145,6 +159,7 @@ impl Default for RuntimeSettings {
             },
             compaction: CompactionPolicy::default(),
             summarizer: None,
+            unknown_mentions: UnknownMentions::Warn,
         }
     }
 }
@@ -359,6 +374,15 @@ impl RuntimeConfig {
         if let Some(v) = r.restart_backoff_max_ms {
             runtime.restart.max_backoff = Duration::from_millis(v);
         }
+        runtime.unknown_mentions = match r.unknown_mentions.as_deref() {
+            None | Some("warn") => UnknownMentions::Warn,
+            Some("error") => UnknownMentions::Error,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "runtime.unknown_mentions = {other:?} is not \"warn\" or \"error\""
+                )))
+            }
+        };
 
         let mut providers = BTreeMap::new();
         for (name, p) in &parsed.providers {

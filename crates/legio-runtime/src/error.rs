@@ -10,7 +10,7 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum ConfigError {
     /// The file cannot be read.
-    #[error("cannot read configuration {}: {reason}; pass --config FILE or set LEGIO_CONFIG", file.display())]
+    #[error("cannot read configuration {}: {reason}", file.display())]
     Read {
         /// The file.
         file: PathBuf,
@@ -27,8 +27,9 @@ pub enum ConfigError {
     },
 }
 
-/// What the runtime's API can fail with. A failing agent is not an error of `post`: it is an
-/// error reply for that agent.
+/// What the runtime's API can fail with, one variant per cause; [`RuntimeError::code`] names the
+/// cause for a host that maps it (the server's status table). A failing agent is not an error of
+/// `post`: it is an error reply for that agent.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RuntimeError {
     /// Bad configuration.
@@ -43,7 +44,7 @@ pub enum RuntimeError {
     /// A bad conversation key or agent name.
     #[error(transparent)]
     Name(#[from] NameError),
-    /// A mention of an unknown agent.
+    /// A mention of an unknown agent (with `runtime.unknown_mentions = "error"`).
     #[error(transparent)]
     Mention(#[from] MentionError),
     /// An agent that is not in the roster.
@@ -74,7 +75,126 @@ pub enum RuntimeError {
     /// The runtime is shutting down or shut down.
     #[error("the runtime is shut down")]
     ShutDown,
-    /// An actor could not be reached or started.
-    #[error("runtime failure: {0}")]
-    Actor(String),
+    /// Work on a blocking thread or a task was cancelled (the runtime is stopping).
+    #[error("{what} was cancelled: {reason}")]
+    Cancelled {
+        /// What was cancelled (`a log read`, `opening the log`).
+        what: &'static str,
+        /// Why, as the task runtime said.
+        reason: String,
+    },
+    /// A supervisor could not be started.
+    #[error("cannot start {what}: {reason}")]
+    SupervisorStart {
+        /// Which supervisor.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// The provider an agent names is not available (neither built nor supplied by the host).
+    #[error("provider {provider:?} of agent {agent} is not available; configure [providers.{provider}] or supply it to the runtime builder")]
+    ProviderUnavailable {
+        /// The agent.
+        agent: String,
+        /// The provider's name.
+        provider: String,
+    },
+    /// An agent's prompt file cannot be read.
+    #[error("cannot read the prompt of {agent} at {}: {reason}", path.display())]
+    PromptUnreadable {
+        /// The agent.
+        agent: String,
+        /// The file.
+        path: PathBuf,
+        /// The operating system's kind of the failure.
+        kind: std::io::ErrorKind,
+        /// The error.
+        reason: String,
+    },
+    /// The log lacks a record the runtime's state points at (a damaged log: run `legio verify`).
+    #[error("{what} at seq {seq} is not in the log; run `legio verify`")]
+    MissingRecord {
+        /// What was expected (`the message to answer`, `the summary`).
+        what: &'static str,
+        /// Where.
+        seq: legio_core::Seq,
+    },
+    /// The agent's actor is restarting; the request can be retried.
+    #[error("{agent} is restarting; try again")]
+    AgentRestarting {
+        /// The agent.
+        agent: String,
+    },
+}
+
+/// The cause of a [`RuntimeError`] as a stable code, for hosts that map errors (the server maps
+/// each to an HTTP status in one table).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// The configuration is invalid.
+    Config,
+    /// A bad conversation key or name.
+    BadName,
+    /// A reserved conversation key.
+    ReservedConversation,
+    /// A mention of an unknown agent (strict mode).
+    UnknownMention,
+    /// An agent not in the roster.
+    UnknownAgent,
+    /// A conversation with no event.
+    UnknownConversation,
+    /// An empty message.
+    EmptyMessage,
+    /// A message over the store's size limit.
+    MessageTooLarge,
+    /// The runtime (or its log) is shutting down.
+    ShuttingDown,
+    /// The database is locked by another process.
+    StoreLocked,
+    /// The disk is full (or a quota is exceeded).
+    StorageFull,
+    /// An agent is restarting; retry.
+    Unavailable,
+    /// A provider cannot be built or is not available.
+    ProviderUnavailable,
+    /// Anything else: a failure of the runtime or the log.
+    Internal,
+}
+
+impl RuntimeError {
+    /// The error's cause as a stable code.
+    pub fn code(&self) -> ErrorCode {
+        use ErrorCode as C;
+        match self {
+            Self::Config(_) => C::Config,
+            Self::Store(e) => store_code(e),
+            Self::Provider(_) | Self::ProviderUnavailable { .. } => C::ProviderUnavailable,
+            Self::Name(_) => C::BadName,
+            Self::Mention(_) => C::UnknownMention,
+            Self::UnknownAgent { .. } => C::UnknownAgent,
+            Self::UnknownConversation { .. } => C::UnknownConversation,
+            Self::ReservedConversation { .. } => C::ReservedConversation,
+            Self::EmptyMessage => C::EmptyMessage,
+            Self::ShutDown | Self::Cancelled { .. } => C::ShuttingDown,
+            Self::AgentRestarting { .. } => C::Unavailable,
+            Self::SupervisorStart { .. }
+            | Self::PromptUnreadable { .. }
+            | Self::MissingRecord { .. } => C::Internal,
+        }
+    }
+}
+
+fn store_code(e: &StoreError) -> ErrorCode {
+    match e {
+        StoreError::MessageTooLarge { .. } | StoreError::RecordTooLarge { .. } => {
+            ErrorCode::MessageTooLarge
+        }
+        StoreError::Closed => ErrorCode::ShuttingDown,
+        StoreError::Locked { .. } => ErrorCode::StoreLocked,
+        StoreError::Io { kind, .. } if *kind == std::io::ErrorKind::StorageFull => {
+            ErrorCode::StorageFull
+        }
+        _ => ErrorCode::Internal,
+    }
 }

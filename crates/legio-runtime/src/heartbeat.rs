@@ -16,9 +16,10 @@ use legio_core::{
 };
 use legio_llm::ProviderRequest;
 
-use crate::agent::AgentReply;
+use crate::clock::{fresh_uuid, now};
 use crate::error::RuntimeError;
-use crate::shared::{fresh_uuid, now, Shared};
+use crate::reply::{AgentReply, Reply, TurnErrorKind};
+use crate::shared::Shared;
 
 /// The plan of a heartbeat: `prompt` as the only message (seq 0: it is not in the log), no history.
 pub(crate) fn heartbeat_plan(
@@ -57,7 +58,7 @@ pub(crate) async fn run(
 ) -> AgentReply {
     match run_inner(shared, conversation, agent, prompt).await {
         Ok(reply) => reply,
-        Err(e) => AgentReply::failed(agent, e.to_string()),
+        Err(e) => AgentReply::failed(agent, TurnErrorKind::Runtime, e.to_string()),
     }
 }
 
@@ -67,10 +68,7 @@ async fn run_inner(
     agent: &AgentName,
     prompt: String,
 ) -> Result<AgentReply, RuntimeError> {
-    let spec = shared
-        .spec(agent)
-        .ok_or_else(|| RuntimeError::Actor("agent left the roster".into()))?
-        .clone();
+    let spec = shared.roster_spec(agent)?.clone();
     let provider = shared.provider(&spec)?;
     let (system_prompt, prompt_hash) = shared.system_prompt(&spec)?;
     let plan = heartbeat_plan(
@@ -91,25 +89,29 @@ async fn run_inner(
         tools: Default::default(),
     };
     let timeout = shared.config.runtime.turn_timeout;
-    let (reply, error, usage) = match tokio::time::timeout(timeout, provider.call(request)).await {
+    let (outcome, usage) = match tokio::time::timeout(timeout, provider.call(request)).await {
         Ok(Ok(reply)) => {
             let usage = reply.usage.unwrap_or_else(|| TokenUsage {
                 input: estimate_tokens(&prompt),
                 output: estimate_tokens(&reply.text),
                 ..Default::default()
             });
-            (Some(reply.text), None, usage)
+            (Ok(reply.text), usage)
         }
         Ok(Err(e)) => (
-            None,
-            Some(format!("{agent} heartbeat failed: {e}")),
+            Err((
+                TurnErrorKind::Provider,
+                format!("{agent} heartbeat failed: {e}"),
+            )),
             TokenUsage::default(),
         ),
         Err(_) => (
-            None,
-            Some(format!(
-                "{agent} did not answer the heartbeat within {} s (runtime.turn_timeout_seconds)",
-                timeout.as_secs_f64()
+            Err((
+                TurnErrorKind::Timeout,
+                format!(
+                    "{agent} did not answer the heartbeat within {} s (runtime.turn_timeout_seconds)",
+                    timeout.as_secs_f64()
+                ),
             )),
             TokenUsage::default(),
         ),
@@ -121,16 +123,20 @@ async fn run_inner(
             at: now(),
             prompt_hash,
             prompt,
-            reply: reply.clone(),
-            error: error.clone(),
+            reply: outcome.as_ref().ok().cloned(),
+            error: outcome.as_ref().err().map(|(_, e)| e.clone()),
             usage,
         })])
         .await?;
-    Ok(AgentReply {
-        agent: agent.clone(),
-        text: reply,
-        message_id: None,
-        seq: Some(range.first),
-        error,
+    Ok(match outcome {
+        Ok(text) => AgentReply::answered(
+            agent,
+            Reply {
+                text,
+                message_id: None,
+                seq: range.first,
+            },
+        ),
+        Err((kind, error)) => AgentReply::failed(agent, kind, error),
     })
 }

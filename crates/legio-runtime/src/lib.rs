@@ -2,16 +2,21 @@
 //! names ractor), with exact context delivery across restarts.
 
 mod agent;
+mod clock;
 mod compact;
 mod config;
+mod dispatch;
 mod error;
 mod heartbeat;
 mod memory;
+mod messages;
 pub mod metrics;
+mod names;
 mod operator;
 mod prepare;
 mod progress;
 mod provider_settings;
+mod reply;
 mod restart;
 mod runtime;
 mod server_settings;
@@ -19,13 +24,15 @@ mod shared;
 mod status;
 mod supervisor;
 mod tools;
+mod turn;
 
-pub use agent::AgentReply;
 pub use config::{
     AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
+    UnknownMentions,
 };
-pub use error::{ConfigError, RuntimeError};
+pub use error::{ConfigError, ErrorCode, RuntimeError};
 pub use memory::{fold_memory, memory_table, read_memory, MemoryTools, ToolError, ToolSpec};
+pub use names::IntoName;
 pub use operator::{
     context_report, inspect, require_conversation, ContextReport, InspectKind, ReportItem, Table,
 };
@@ -34,8 +41,9 @@ pub use prepare::{
     TurnPreview, MAX_DELTA,
 };
 pub use progress::{Progress, ProgressSink};
+pub use reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 pub use restart::{RestartDecision, RestartTracker};
-pub use runtime::{AgentStatus, Runtime};
+pub use runtime::{AgentStatus, Runtime, RuntimeBuilder};
 pub use server_settings::{ServerSettings, DEFAULT_BIND};
 pub use status::Activity;
 pub use tools::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};

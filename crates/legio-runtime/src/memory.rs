@@ -24,10 +24,10 @@ use legio_store::{EventLog, StoreError};
 use serde_json::{json, Map, Value};
 use thiserror::Error;
 
+use crate::clock::now;
 use crate::config::{AgentSpec, Role};
 use crate::error::RuntimeError;
 use crate::operator::Table;
-use crate::shared::now;
 
 /// How many memory events a catch-up reads from the log at a time.
 const CHUNK: usize = 10_000;
@@ -486,7 +486,10 @@ impl MemoryTools {
             (result, moved)
         })
         .await
-        .map_err(|e| RuntimeError::Actor(format!("reading memory was cancelled: {e}")))?;
+        .map_err(|e| RuntimeError::Cancelled {
+            what: "reading memory",
+            reason: e.to_string(),
+        })?;
         *state = moved;
         Ok(result?)
     }

@@ -8,6 +8,9 @@ pub const TURN_LATENCY: &str = "legio_turn_latency_seconds";
 pub const TOKENS_SENT: &str = "legio_context_tokens_sent_total";
 /// Estimated tokens not sent thanks to delta delivery (the window minus the delta).
 pub const TOKENS_AVOIDED: &str = "legio_context_tokens_avoided_total";
+/// Input tokens the providers reported (fresh, read from and written to their caches: every
+/// call's context size), labelled by `agent`. Counted when a turn's step completes.
+pub const INPUT_TOKENS: &str = "legio_input_tokens_total";
 /// Sessions opened, labelled by `reason`.
 pub const SESSIONS_OPENED: &str = "legio_sessions_opened_total";
 /// Sessions suspended, labelled by `reason`.
@@ -46,6 +49,10 @@ pub fn describe() {
     metrics::describe_counter!(
         TOKENS_AVOIDED,
         "Estimated tokens not re-sent thanks to delta delivery"
+    );
+    metrics::describe_counter!(
+        INPUT_TOKENS,
+        "Input tokens reported by providers (fresh, cache read and cache written), by agent"
     );
     metrics::describe_counter!(SESSIONS_OPENED, "Sessions opened, by reason");
     metrics::describe_counter!(SESSIONS_SUSPENDED, "Sessions suspended, by reason");

@@ -164,7 +164,7 @@ pub fn inspect(
                         status,
                         session,
                         provider,
-                        state.total_usage.input.to_string(),
+                        state.total_usage.context_tokens().to_string(),
                         state.total_usage.output.to_string(),
                         checkpoint,
                     ]);

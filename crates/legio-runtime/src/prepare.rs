@@ -57,11 +57,9 @@ pub fn prepare_turn(
         .read_range(inputs.new_message, inputs.new_message, 1)?
         .into_iter()
         .next()
-        .ok_or_else(|| {
-            RuntimeError::Actor(format!(
-                "message at seq {} is not in the log",
-                inputs.new_message
-            ))
+        .ok_or(RuntimeError::MissingRecord {
+            what: "the message to answer",
+            seq: inputs.new_message,
         })?;
     plan_with_state(log, &inputs, state, new)
 }
@@ -153,10 +151,10 @@ fn latest_summary(
             covers_up_to: e.covers_up_to,
             text: e.text,
         })),
-        _ => Err(RuntimeError::Actor(format!(
-            "the session state points at a summary at seq {} that is not in the log",
-            at.event
-        ))),
+        _ => Err(RuntimeError::MissingRecord {
+            what: "the summary the session state points at",
+            seq: at.event,
+        }),
     }
 }
 

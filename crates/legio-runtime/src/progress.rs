@@ -4,7 +4,7 @@
 
 use tokio::sync::mpsc::UnboundedSender;
 
-use crate::agent::AgentReply;
+use crate::reply::AgentReply;
 use legio_core::AgentName;
 
 /// One step of a post's progress. For each addressed agent: `AgentStarted` (when its actor takes

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use legio_core::{
-    parse_mentions, AgentName, AgentSessionState, Audience, ConversationKey, Event, Message,
+    find_mentions, AgentName, AgentSessionState, Audience, ConversationKey, Event, Message,
     MessageId, Participant, Record, Seq, Viewer,
 };
 use legio_llm::Provider;
@@ -18,16 +18,20 @@ use legio_store::{EventLog, SledLog};
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
-use crate::agent::{AgentReply, TurnRequest};
-use crate::config::{Role, RuntimeConfig};
+use crate::clock::{fresh_uuid, now};
+use crate::config::{Role, RuntimeConfig, UnknownMentions};
+use crate::dispatch::{gather, Route, Sent};
 use crate::error::RuntimeError;
 use crate::memory::MemoryTools;
+use crate::messages::{ConversationMsg, Job, RootMsg, TurnRequest};
+use crate::names::IntoName;
 use crate::operator::ContextReport;
 use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
-use crate::progress::{Progress, ProgressSink};
-use crate::shared::{fresh_uuid, now, DispatchTicket, Shared};
+use crate::progress::ProgressSink;
+use crate::reply::{AgentReply, Posted, TurnErrorKind};
+use crate::shared::{DispatchTicket, Shared};
 use crate::status::{Activity, StatusBoard};
-use crate::supervisor::{ConversationMsg, RootMsg, RootSupervisor};
+use crate::supervisor::RootSupervisor;
 use crate::tools::ToolRegistry;
 
 /// One agent's status in a conversation.
@@ -78,48 +82,93 @@ fn build_providers(
     Ok(providers)
 }
 
+/// How a [`Runtime`] is made: `Runtime::builder(config)`, then any of the host's providers, its
+/// tools or an already open log, then [`RuntimeBuilder::open`].
+#[must_use = "a builder does nothing until `open` is called"]
+pub struct RuntimeBuilder {
+    config: RuntimeConfig,
+    providers: HashMap<String, Arc<dyn Provider>>,
+    tools: ToolRegistry,
+    log: Option<Arc<dyn EventLog>>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field("providers", &self.providers.keys().collect::<Vec<_>>())
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RuntimeBuilder {
+    /// Supplies the provider `name` instead of building it from the configuration (a host-made
+    /// provider, or a shared scripted provider whose record a test reads); its key need not be
+    /// set.
+    pub fn provider(mut self, name: impl Into<String>, provider: Arc<dyn Provider>) -> Self {
+        self.providers.insert(name.into(), provider);
+        self
+    }
+
+    /// Supplies several providers by name (see [`RuntimeBuilder::provider`]).
+    pub fn providers(mut self, providers: HashMap<String, Arc<dyn Provider>>) -> Self {
+        self.providers.extend(providers);
+        self
+    }
+
+    /// The host's own tools: every agent whose provider takes tools is offered them next to the
+    /// built-in ones, and the agent loop runs the calls.
+    pub fn tools(mut self, tools: ToolRegistry) -> Self {
+        self.tools = tools;
+        self
+    }
+
+    /// Runs on an already open log (an in-memory log for tests, for example) instead of opening
+    /// the one the configuration names.
+    pub fn log(mut self, log: Arc<dyn EventLog>) -> Self {
+        self.log = Some(log);
+        self
+    }
+
+    /// Opens the log (unless one was given) and starts the supervisors. Must be called within a
+    /// multi-threaded tokio runtime.
+    pub async fn open(self) -> Result<Runtime, RuntimeError> {
+        let log = match self.log {
+            Some(log) => log,
+            None => {
+                let store = self.config.store.clone();
+                let log =
+                    tokio::task::spawn_blocking(move || SledLog::open(&store.path, &store.options))
+                        .await
+                        .map_err(|e| RuntimeError::Cancelled {
+                            what: "opening the log",
+                            reason: e.to_string(),
+                        })??;
+                Arc::new(log) as Arc<dyn EventLog>
+            }
+        };
+        Runtime::launch(self.config, log, self.providers, self.tools).await
+    }
+}
+
 impl Runtime {
-    /// Opens the log named by the configuration and starts the supervisors. Must be called
-    /// within a multi-threaded tokio runtime.
+    /// A builder of a runtime with `config` (see [`RuntimeBuilder`]).
+    pub fn builder(config: RuntimeConfig) -> RuntimeBuilder {
+        RuntimeBuilder {
+            config,
+            providers: HashMap::new(),
+            tools: ToolRegistry::new(),
+            log: None,
+        }
+    }
+
+    /// Opens the log named by the configuration and starts the supervisors, with every provider
+    /// built from the configuration: `Runtime::builder(config).open()`.
     pub async fn open(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        Self::open_with(config, HashMap::new()).await
+        Self::builder(config).open().await
     }
 
-    /// Like [`Runtime::open`], with some providers supplied by the host (by provider name) instead
-    /// of built from the configuration: host-made providers, or a shared scripted provider whose
-    /// record a test reads.
-    pub async fn open_with(
-        config: RuntimeConfig,
-        overrides: HashMap<String, Arc<dyn Provider>>,
-    ) -> Result<Self, RuntimeError> {
-        Self::open_with_tools(config, overrides, ToolRegistry::new()).await
-    }
-
-    /// Like [`Runtime::open_with`], with the host's own tools: every agent whose provider takes
-    /// tools is offered them next to the built-in ones, and the agent loop runs the calls.
-    pub async fn open_with_tools(
-        config: RuntimeConfig,
-        overrides: HashMap<String, Arc<dyn Provider>>,
-        tools: ToolRegistry,
-    ) -> Result<Self, RuntimeError> {
-        let store = config.store.clone();
-        let log = tokio::task::spawn_blocking(move || SledLog::open(&store.path, &store.options))
-            .await
-            .map_err(|e| RuntimeError::Actor(format!("opening the log was cancelled: {e}")))??;
-        Self::start_with_tools(config, Arc::new(log), overrides, tools).await
-    }
-
-    /// Starts a runtime on an already open log (an in-memory log for tests, for example).
-    pub async fn start(
-        config: RuntimeConfig,
-        log: Arc<dyn EventLog>,
-        overrides: HashMap<String, Arc<dyn Provider>>,
-    ) -> Result<Self, RuntimeError> {
-        Self::start_with_tools(config, log, overrides, ToolRegistry::new()).await
-    }
-
-    /// [`Runtime::start`] with the host's tools (see [`Runtime::open_with_tools`]).
-    pub async fn start_with_tools(
+    async fn launch(
         config: RuntimeConfig,
         log: Arc<dyn EventLog>,
         overrides: HashMap<String, Arc<dyn Provider>>,
@@ -140,15 +189,16 @@ impl Runtime {
             prompts: Default::default(),
             dispatch_tails: Default::default(),
         });
-        let (root, _handle) = Actor::spawn(
-            None,
-            RootSupervisor {
-                shared: Arc::clone(&shared),
-            },
-            (),
-        )
-        .await
-        .map_err(|e| RuntimeError::Actor(format!("cannot start the root supervisor: {e}")))?;
+        let root = RootSupervisor {
+            shared: Arc::clone(&shared),
+        };
+        let (root, _handle) =
+            Actor::spawn(None, root, ())
+                .await
+                .map_err(|e| RuntimeError::SupervisorStart {
+                    what: "the root supervisor".to_owned(),
+                    reason: e.to_string(),
+                })?;
         let runtime = Self {
             shared,
             root,
@@ -208,13 +258,17 @@ impl Runtime {
             .collect()
     }
 
-    fn agent_name(&self, name: &str) -> Result<AgentName, RuntimeError> {
-        Ok(self.shared.config.agent_named(name)?.name.clone())
+    /// An agent of the roster.
+    fn roster_agent(&self, agent: impl IntoName<AgentName>) -> Result<AgentName, RuntimeError> {
+        let agent = agent.into_name()?;
+        Ok(self.shared.roster_spec(&agent)?.name.clone())
     }
 
     /// A conversation key a host may write to: valid and not reserved (`legio:...`).
-    fn host_conversation(conversation: &str) -> Result<ConversationKey, RuntimeError> {
-        let key = ConversationKey::new(conversation)?;
+    fn host_conversation(
+        conversation: impl IntoName<ConversationKey>,
+    ) -> Result<ConversationKey, RuntimeError> {
+        let key = conversation.into_name()?;
         if key.is_reserved() {
             return Err(RuntimeError::ReservedConversation {
                 key: key.as_str().to_owned(),
@@ -274,156 +328,159 @@ impl Runtime {
         }
     }
 
-    /// Posts a user message: appended durably, then dispatched. Returns one reply per addressed
-    /// agent, in roster order; a failed agent's reply carries its error.
-    pub async fn post(
-        &self,
-        conversation: &str,
-        text: &str,
-    ) -> Result<Vec<AgentReply>, RuntimeError> {
-        self.post_as(conversation, "user", text).await
+    /// How long a post waits for a reply: the actor enforces the turn timeout; this margin covers
+    /// a restart backoff on top.
+    fn reply_wait(&self) -> Duration {
+        let runtime = &self.shared.config.runtime;
+        runtime.turn_timeout + runtime.restart.max_backoff + Duration::from_secs(5)
     }
 
-    /// Posts a message from `sender`: `user`, or an agent of the roster (a host relaying what one
-    /// agent says to others). Mentions address agents as in [`Runtime::post`]; without one, a
-    /// specialist's message goes to the orchestrator, and the orchestrator's to the user (no turn).
-    /// The sender never gets a turn for its own message.
+    /// Posts a user message: appended durably, then dispatched. Answers one reply per addressed
+    /// agent, in roster order (a failed agent's reply is its error), and the `@handles` that named
+    /// no agent. `conversation`: a `ConversationKey`, or its text.
+    pub async fn post(
+        &self,
+        conversation: impl IntoName<ConversationKey>,
+        text: &str,
+    ) -> Result<Posted, RuntimeError> {
+        self.post_as(conversation, Participant::User, text).await
+    }
+
+    /// Posts a message from `sender`: the user, or an agent of the roster (a host relaying what
+    /// one agent says to others; as a `Participant` or its text, `user` or the agent's name).
+    /// Mentions address agents as in [`Runtime::post`]; without one, a specialist's message goes
+    /// to the orchestrator, and the orchestrator's to the user (no turn). The sender never gets a
+    /// turn for its own message.
     pub async fn post_as(
         &self,
-        conversation: &str,
-        sender: &str,
+        conversation: impl IntoName<ConversationKey>,
+        sender: impl IntoName<Participant>,
         text: &str,
-    ) -> Result<Vec<AgentReply>, RuntimeError> {
+    ) -> Result<Posted, RuntimeError> {
         self.post_with(conversation, sender, text, None).await
     }
 
     /// Like [`Runtime::post_as`], reporting each addressed agent's progress to `progress` as it
-    /// happens: started, text fragments where the provider streams, done (see [`Progress`]).
-    /// Nothing is sent when the post is refused (an error) or addresses no agent.
+    /// happens: started, text fragments where the provider streams, done (see
+    /// [`crate::Progress`]). Nothing is sent when the post is refused (an error) or addresses no
+    /// agent.
     pub async fn post_streaming(
         &self,
-        conversation: &str,
-        sender: &str,
+        conversation: impl IntoName<ConversationKey>,
+        sender: impl IntoName<Participant>,
         text: &str,
         progress: ProgressSink,
-    ) -> Result<Vec<AgentReply>, RuntimeError> {
+    ) -> Result<Posted, RuntimeError> {
         self.post_with(conversation, sender, text, Some(progress))
             .await
     }
 
     async fn post_with(
         &self,
-        conversation: &str,
-        sender: &str,
+        conversation: impl IntoName<ConversationKey>,
+        sender: impl IntoName<Participant>,
         text: &str,
         progress: Option<ProgressSink>,
-    ) -> Result<Vec<AgentReply>, RuntimeError> {
+    ) -> Result<Posted, RuntimeError> {
         self.check_running()?;
         let key = Self::host_conversation(conversation)?;
         if text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);
         }
-        let sender = match sender {
-            "user" => Participant::User,
-            name => Participant::Agent(self.agent_name(name)?),
+        let sender = match sender.into_name()? {
+            Participant::User => Participant::User,
+            Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
         };
-        let known = self.known_agents();
-        let orchestrator = self.shared.config.orchestrator().name.clone();
-        let (audience, targets) = match parse_mentions(text, &known)? {
-            None if sender == Participant::Agent(orchestrator.clone()) => {
-                (Audience::user(), Vec::new())
-            }
-            None => (Audience::agent(orchestrator.clone()), vec![orchestrator]),
-            Some(Audience::All) => (Audience::All, known.clone()),
-            Some(Audience::Only(list)) => {
-                let named: Vec<AgentName> = known
-                    .iter()
-                    .filter(|k| list.contains(&Participant::Agent((*k).clone())))
-                    .cloned()
-                    .collect();
-                (Audience::Only(list), named)
-            }
-        };
-        let targets: Vec<AgentName> = targets
-            .into_iter()
-            .filter(|t| sender.agent() != Some(t))
-            .collect();
+        let (audience, targets, unknown_mentions) = self.address(&sender, text)?;
         let id = MessageId(fresh_uuid());
         let message = Message::text(id, key.clone(), sender, audience, text, now());
         if targets.is_empty() {
             self.shared
                 .append(vec![Event::MessagePosted(message)])
                 .await?;
-            return Ok(Vec::new());
+            return Ok(Posted {
+                replies: Vec::new(),
+                unknown_mentions,
+            });
         }
         let (range, ticket) = self
             .shared
             .append_for_dispatch(&key, vec![Event::MessagePosted(message)])
             .await?;
-        self.dispatch(
-            &key,
-            TurnRequest {
-                seq: range.first,
-                id,
-                progress,
-                heartbeat: None,
-            },
-            &targets,
-            Some(ticket),
-        )
-        .await
+        let request = TurnRequest {
+            seq: range.first,
+            id,
+            progress,
+        };
+        let replies = self
+            .dispatch(&key, Job::Turn(request), &targets, Some(ticket))
+            .await;
+        Ok(Posted {
+            replies,
+            unknown_mentions,
+        })
     }
 
-    /// Sends a turn to each target in parallel and collects the replies in order. The ticket (of
-    /// the message the turns answer) is dropped once every turn is sent.
+    /// Whom a message of `sender` addresses: its audience, the agents that get a turn (never the
+    /// sender) and the handles that named no agent. With `runtime.unknown_mentions = "error"`,
+    /// such a handle refuses the message.
+    fn address(
+        &self,
+        sender: &Participant,
+        text: &str,
+    ) -> Result<(Audience, Vec<AgentName>, Vec<String>), RuntimeError> {
+        let known = self.known_agents();
+        if self.shared.config.runtime.unknown_mentions == UnknownMentions::Error {
+            legio_core::parse_mentions(text, &known)?;
+        }
+        let mentions = find_mentions(text, &known);
+        let orchestrator = self.shared.config.orchestrator().name.clone();
+        let (audience, targets) = match mentions.audience {
+            None if *sender == Participant::Agent(orchestrator.clone()) => {
+                (Audience::user(), Vec::new())
+            }
+            None => (Audience::agent(orchestrator.clone()), vec![orchestrator]),
+            Some(Audience::All) => (Audience::All, known),
+            Some(Audience::Only(list)) => {
+                let named: Vec<AgentName> = known
+                    .into_iter()
+                    .filter(|k| list.contains(&Participant::Agent(k.clone())))
+                    .collect();
+                (Audience::Only(list), named)
+            }
+        };
+        let targets = targets
+            .into_iter()
+            .filter(|t| sender.agent() != Some(t))
+            .collect();
+        Ok((audience, targets, mentions.unknown))
+    }
+
+    /// Sends a job to each target in parallel and gathers the replies in order.
     async fn dispatch(
         &self,
         key: &ConversationKey,
-        request: TurnRequest,
+        job: Job,
         targets: &[AgentName],
         ticket: Option<DispatchTicket>,
-    ) -> Result<Vec<AgentReply>, RuntimeError> {
-        // The actor enforces the turn timeout; this margin covers a restart backoff on top.
-        let wait = self.shared.config.runtime.turn_timeout
-            + self.shared.config.runtime.restart.max_backoff
-            + Duration::from_secs(5);
-        let progress = request.progress.clone();
-        let mut pending = Vec::new();
-        for agent in targets {
-            let (tx, rx) = oneshot::channel();
-            let turn = ConversationMsg::Turn {
-                agent: agent.clone(),
-                request: request.clone(),
-                reply: tx,
-            };
-            let sent = self.send_to_conversation(key, turn).await;
-            let wait_for = wait_reply(agent.clone(), sent.is_ok(), rx, wait);
-            pending.push(match &progress {
-                // With a listener, each agent's `AgentDone` goes out as soon as its reply is in.
-                Some(progress) => {
-                    let progress = progress.clone();
-                    Pending::Spawned(tokio::spawn(async move {
-                        let reply = wait_for.await;
-                        let _ = progress.send(Progress::AgentDone {
-                            reply: reply.clone(),
-                        });
-                        reply
-                    }))
-                }
-                None => Pending::Inline(Box::pin(wait_for)),
-            });
+    ) -> Vec<AgentReply> {
+        if targets.is_empty() {
+            return Vec::new();
         }
-        drop(ticket);
-        let mut replies = Vec::with_capacity(pending.len());
-        for (pending, agent) in pending.into_iter().zip(targets) {
-            replies.push(match pending {
-                Pending::Inline(future) => future.await,
-                Pending::Spawned(task) => task.await.unwrap_or_else(|e| {
-                    AgentReply::failed(agent, format!("waiting for {agent} failed: {e}"))
-                }),
-            });
-        }
-        Ok(replies)
+        let progress = match &job {
+            Job::Turn(request) => request.progress.clone(),
+            Job::Heartbeat { .. } => None,
+        };
+        let route = ConversationRoute { runtime: self, key };
+        gather(
+            &route,
+            job,
+            targets,
+            self.reply_wait(),
+            progress.as_ref(),
+            ticket,
+        )
+        .await
     }
 
     /// A heartbeat: `agent` answers `text` with no history. Its provider gets only the system
@@ -433,28 +490,25 @@ impl Runtime {
     /// error reply (recorded too), as in [`Runtime::post`].
     pub async fn heartbeat(
         &self,
-        conversation: &str,
-        agent: &str,
+        conversation: impl IntoName<ConversationKey>,
+        agent: impl IntoName<AgentName>,
         text: &str,
     ) -> Result<AgentReply, RuntimeError> {
         self.check_running()?;
         let key = Self::host_conversation(conversation)?;
-        let agent = self.agent_name(agent)?;
+        let agent = self.roster_agent(agent)?;
         if text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);
         }
-        let request = TurnRequest {
-            seq: Seq::ZERO,
-            id: MessageId(uuid::Uuid::nil()),
-            progress: None,
-            heartbeat: Some(text.to_owned()),
+        let job = Job::Heartbeat {
+            text: text.to_owned(),
         };
         let mut replies = self
-            .dispatch(&key, request, std::slice::from_ref(&agent), None)
-            .await?;
-        Ok(replies
-            .pop()
-            .unwrap_or_else(|| AgentReply::failed(&agent, "no reply to the heartbeat")))
+            .dispatch(&key, job, std::slice::from_ref(&agent), None)
+            .await;
+        Ok(replies.pop().unwrap_or_else(|| {
+            AgentReply::failed(&agent, TurnErrorKind::Runtime, "no reply to the heartbeat")
+        }))
     }
 
     /// The memory tools' executor: what a tool loop calls with an agent's memory tool calls, and
@@ -474,14 +528,14 @@ impl Runtime {
     /// the user's and orchestrator's view).
     pub async fn history(
         &self,
-        conversation: &str,
+        conversation: impl IntoName<ConversationKey>,
         agent: Option<&str>,
         limit: usize,
     ) -> Result<Vec<Record>, RuntimeError> {
-        let key = ConversationKey::new(conversation)?;
+        let key = conversation.into_name()?;
         let spec = match agent {
             Some(name) => {
-                let name = self.agent_name(name)?;
+                let name = self.roster_agent(name)?;
                 self.shared.spec(&name).cloned()
             }
             None => None,
@@ -500,12 +554,12 @@ impl Runtime {
     /// calls a provider; writes nothing.
     pub async fn next_context(
         &self,
-        conversation: &str,
-        agent: &str,
+        conversation: impl IntoName<ConversationKey>,
+        agent: impl IntoName<AgentName>,
         at: Option<Seq>,
     ) -> Result<TurnPreview, RuntimeError> {
-        let key = ConversationKey::new(conversation)?;
-        let spec = self.shared.config.agent_named(agent)?.clone();
+        let key = conversation.into_name()?;
+        let spec = self.shared.roster_spec(&agent.into_name()?)?.clone();
         let history = self.shared.provider(&spec)?.capabilities().history;
         let (_, prompt_hash) = self.shared.system_prompt(&spec)?;
         let shared = Arc::clone(&self.shared);
@@ -523,18 +577,22 @@ impl Runtime {
             preview_turn(shared.log.as_ref(), inputs, at)
         })
         .await
-        .map_err(|e| RuntimeError::Actor(format!("previewing the context was cancelled: {e}")))?
+        .map_err(|e| RuntimeError::Cancelled {
+            what: "previewing the context",
+            reason: e.to_string(),
+        })?
     }
 
     /// [`Runtime::next_context`] as the operator's report (`legio context`'s JSON). An unknown
     /// conversation is an error.
     pub async fn context_report(
         &self,
-        conversation: &str,
-        agent: &str,
+        conversation: impl IntoName<ConversationKey>,
+        agent: impl IntoName<AgentName>,
         at: Option<Seq>,
     ) -> Result<ContextReport, RuntimeError> {
-        let key = ConversationKey::new(conversation)?;
+        let key = conversation.into_name()?;
+        let agent = self.roster_agent(agent)?;
         let lookup = key.clone();
         let last = self
             .shared
@@ -543,25 +601,36 @@ impl Runtime {
             })
             .await??;
         let at = at.unwrap_or(last).min(last);
-        let history = self.provider_history(agent)?;
-        let preview = self.next_context(conversation, agent, Some(at)).await?;
+        let history = self.provider_history(&agent)?;
+        let preview = self.next_context(&key, &agent, Some(at)).await?;
         Ok(crate::operator::context_report(
-            &preview, &key, agent, at, history,
+            &preview,
+            &key,
+            agent.as_str(),
+            at,
+            history,
         ))
     }
 
     /// The history capability of `agent`'s provider.
-    pub fn provider_history(&self, agent: &str) -> Result<legio_core::History, RuntimeError> {
-        let spec = self.shared.config.agent_named(agent)?;
+    pub fn provider_history(
+        &self,
+        agent: impl IntoName<AgentName>,
+    ) -> Result<legio_core::History, RuntimeError> {
+        let spec = self.shared.roster_spec(&agent.into_name()?)?;
         Ok(self.shared.provider(spec)?.capabilities().history)
     }
 
     /// A manual reset: closes the agent's session (and clears a failed agent); its next turn opens
     /// a new session restored from the log.
-    pub async fn reset(&self, conversation: &str, agent: &str) -> Result<(), RuntimeError> {
+    pub async fn reset(
+        &self,
+        conversation: impl IntoName<ConversationKey>,
+        agent: impl IntoName<AgentName>,
+    ) -> Result<(), RuntimeError> {
         self.check_running()?;
         let key = Self::host_conversation(conversation)?;
-        let agent = self.agent_name(agent)?;
+        let agent = self.roster_agent(agent)?;
         let (tx, rx) = oneshot::channel();
         self.send_to_conversation(&key, ConversationMsg::Reset { agent, reply: tx })
             .await?;
@@ -569,8 +638,11 @@ impl Runtime {
     }
 
     /// Every agent's status in a conversation, in roster order.
-    pub async fn status(&self, conversation: &str) -> Result<Vec<AgentStatus>, RuntimeError> {
-        let key = ConversationKey::new(conversation)?;
+    pub async fn status(
+        &self,
+        conversation: impl IntoName<ConversationKey>,
+    ) -> Result<Vec<AgentStatus>, RuntimeError> {
+        let key = conversation.into_name()?;
         let lookup = key.clone();
         let states = self
             .shared
@@ -649,7 +721,10 @@ impl Runtime {
         let log = Arc::clone(&self.shared.log);
         tokio::task::spawn_blocking(move || log.flush())
             .await
-            .map_err(|e| RuntimeError::Actor(e.to_string()))??;
+            .map_err(|e| RuntimeError::Cancelled {
+                what: "flushing the log",
+                reason: e.to_string(),
+            })??;
         Ok(())
     }
 
@@ -679,32 +754,21 @@ impl Runtime {
     }
 }
 
-/// A reply being waited for: in place, or on its own task (to report progress as it comes).
-enum Pending {
-    Inline(std::pin::Pin<Box<dyn std::future::Future<Output = AgentReply> + Send>>),
-    Spawned(tokio::task::JoinHandle<AgentReply>),
+/// The route of a post: the conversation's supervisor, looked up through the root (asked once
+/// more if the cached one is gone).
+struct ConversationRoute<'a> {
+    runtime: &'a Runtime,
+    key: &'a ConversationKey,
 }
 
-/// Waits for one agent's reply, turning a lost or late one into an error reply.
-async fn wait_reply(
-    agent: AgentName,
-    sent: bool,
-    rx: oneshot::Receiver<AgentReply>,
-    wait: Duration,
-) -> AgentReply {
-    if !sent {
-        return AgentReply::failed(&agent, RuntimeError::ShutDown.to_string());
-    }
-    match tokio::time::timeout(wait, rx).await {
-        Ok(Ok(reply)) => reply,
-        Ok(Err(_)) => AgentReply::failed(
-            &agent,
-            format!("{agent} crashed during the turn and is being restarted"),
-        ),
-        Err(_) => AgentReply::failed(
-            &agent,
-            format!("{agent} did not answer within {} s", wait.as_secs()),
-        ),
+impl Route for ConversationRoute<'_> {
+    fn send(&self, message: ConversationMsg) -> Sent<'_> {
+        Box::pin(async move {
+            self.runtime
+                .send_to_conversation(self.key, message)
+                .await
+                .is_ok()
+        })
     }
 }
 

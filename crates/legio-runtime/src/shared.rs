@@ -3,13 +3,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
-use legio_core::{AgentName, ConversationKey, Event, SeqRange, Timestamp};
+use legio_core::{AgentName, ConversationKey, Event, SeqRange};
 use legio_llm::Provider;
 use legio_store::EventLog;
 use tokio::sync::oneshot;
 
+use crate::clock::now;
 use crate::config::{AgentSpec, RuntimeConfig};
 use crate::error::RuntimeError;
 use crate::memory::MemoryTools;
@@ -56,20 +57,6 @@ impl std::fmt::Debug for Shared {
     }
 }
 
-/// The current time (the runtime is an edge: it reads the clock; the core does not).
-pub(crate) fn now() -> Timestamp {
-    let micros = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_micros())
-        .unwrap_or(0);
-    Timestamp::from_unix_micros(i64::try_from(micros).unwrap_or(i64::MAX))
-}
-
-/// A fresh UUID v7.
-pub(crate) fn fresh_uuid() -> uuid::Uuid {
-    uuid::Uuid::now_v7()
-}
-
 impl Shared {
     /// Runs a blocking log read off the async workers.
     pub(crate) async fn read<T, F>(self: &Arc<Self>, f: F) -> Result<T, RuntimeError>
@@ -80,7 +67,10 @@ impl Shared {
         let shared = Arc::clone(self);
         tokio::task::spawn_blocking(move || f(shared.log.as_ref()))
             .await
-            .map_err(|e| RuntimeError::Actor(format!("a log read was cancelled: {e}")))?
+            .map_err(|e| RuntimeError::Cancelled {
+                what: "a log read",
+                reason: e.to_string(),
+            })?
             .map_err(RuntimeError::from)
     }
 
@@ -99,7 +89,7 @@ impl Shared {
             let mut tails = self
                 .dispatch_tails
                 .lock()
-                .map_err(|_| RuntimeError::Actor("the dispatch order lock is poisoned".into()))?;
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             // Under the lock, submit order (the seq order) is the order of the tails.
             let handle = self.log.submit(events)?;
             (handle, tails.insert(conversation.clone(), signal))
@@ -121,12 +111,17 @@ impl Shared {
         self.config.agent(agent)
     }
 
+    /// The agent's spec; an agent not in the roster is [`RuntimeError::UnknownAgent`].
+    pub(crate) fn roster_spec(&self, agent: &AgentName) -> Result<&AgentSpec, RuntimeError> {
+        self.config.agent_named(agent.as_str())
+    }
+
     pub(crate) fn provider(&self, spec: &AgentSpec) -> Result<Arc<dyn Provider>, RuntimeError> {
         self.providers.get(&spec.provider).cloned().ok_or_else(|| {
-            RuntimeError::Actor(format!(
-                "provider {:?} of agent {} is not available",
-                spec.provider, spec.name
-            ))
+            RuntimeError::ProviderUnavailable {
+                agent: spec.name.to_string(),
+                provider: spec.provider.clone(),
+            }
         })
     }
 
@@ -134,12 +129,11 @@ impl Shared {
     /// is read again only when its modification time or length changed; a stat of a small local
     /// file is cheaper than the hop to a blocking thread, so it is done in place.
     pub(crate) fn system_prompt(&self, spec: &AgentSpec) -> Result<(String, String), RuntimeError> {
-        let unreadable = |e: std::io::Error| {
-            RuntimeError::Actor(format!(
-                "cannot read the prompt of {} at {}: {e}",
-                spec.name,
-                spec.prompt.display()
-            ))
+        let unreadable = |e: std::io::Error| RuntimeError::PromptUnreadable {
+            agent: spec.name.to_string(),
+            path: spec.prompt.clone(),
+            kind: e.kind(),
+            reason: e.to_string(),
         };
         let meta = std::fs::metadata(&spec.prompt).map_err(unreadable)?;
         let (modified, len) = (meta.modified().ok(), meta.len());

@@ -13,43 +13,17 @@ use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, Supervisio
 use rand::Rng;
 use tokio::sync::oneshot;
 
-use crate::agent::{AgentActor, AgentMsg, AgentReply, TurnRequest};
+use crate::agent::AgentActor;
+use crate::clock::now;
 use crate::error::RuntimeError;
+use crate::messages::{AgentMsg, ConversationMsg, Job, RootMsg};
 use crate::metrics as m;
+use crate::reply::{AgentReply, TurnErrorKind};
 use crate::restart::{RestartDecision, RestartTracker};
-use crate::shared::{now, Shared};
+use crate::shared::Shared;
 use crate::status::Activity;
 
-pub(crate) enum ConversationMsg {
-    Turn {
-        agent: AgentName,
-        request: TurnRequest,
-        reply: oneshot::Sender<AgentReply>,
-    },
-    Respawn {
-        agent: AgentName,
-    },
-    Reap {
-        idle: Duration,
-        reply: oneshot::Sender<usize>,
-    },
-    /// The answers of a reap: (agent, actor, whether it stopped).
-    ReapDone {
-        results: Vec<(AgentName, ActorId, bool)>,
-    },
-    Reset {
-        agent: AgentName,
-        reply: oneshot::Sender<Result<(), RuntimeError>>,
-    },
-    Shutdown {
-        reply: oneshot::Sender<()>,
-    },
-    Kill {
-        reply: oneshot::Sender<()>,
-    },
-}
-
-type QueuedTurn = (TurnRequest, oneshot::Sender<AgentReply>);
+type QueuedTurn = (Job, oneshot::Sender<AgentReply>);
 
 enum Slot {
     Live(ActorRef<AgentMsg>),
@@ -98,22 +72,15 @@ impl Actor for ConversationSupervisor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match message {
-            ConversationMsg::Turn {
-                agent,
-                request,
-                reply,
-            } => {
+            ConversationMsg::Work { agent, job, reply } => {
                 if state.shutting_down {
-                    let _ = reply.send(AgentReply::failed(
-                        &agent,
-                        RuntimeError::ShutDown.to_string(),
-                    ));
+                    let _ = reply.send(shut_down(&agent));
                     return Ok(());
                 }
                 if !state.slots.contains_key(&agent) {
                     self.start(&myself, state, &agent).await;
                 }
-                deliver(state, &agent, request, reply);
+                deliver(state, &agent, job, reply);
             }
             ConversationMsg::Respawn { agent } => {
                 if !matches!(state.slots.get(&agent), Some(Slot::Restarting(_)))
@@ -126,8 +93,8 @@ impl Actor for ConversationSupervisor {
                     _ => Vec::new(),
                 };
                 self.start(&myself, state, &agent).await;
-                for (request, reply) in queued {
-                    deliver(state, &agent, request, reply);
+                for (job, reply) in queued {
+                    deliver(state, &agent, job, reply);
                 }
             }
             ConversationMsg::Reap { idle, reply } => {
@@ -164,8 +131,8 @@ impl Actor for ConversationSupervisor {
                     if let Some(Slot::Draining(actor, _)) = state.slots.get(&agent) {
                         if actor.get_id() == id {
                             if let Some(Slot::Draining(actor, queue)) = state.slots.remove(&agent) {
-                                for (request, reply) in queue {
-                                    let _ = actor.send_message(AgentMsg::Turn { request, reply });
+                                for (job, reply) in queue {
+                                    let _ = actor.send_message(job.into_msg(reply));
                                 }
                                 state.slots.insert(agent, Slot::Live(actor));
                             }
@@ -186,9 +153,9 @@ impl Actor for ConversationSupervisor {
                         if let Err(ractor::MessagingErr::SendErr(AgentMsg::Reset { reply })) =
                             actor.send_message(AgentMsg::Reset { reply })
                         {
-                            let _ = reply.send(Err(RuntimeError::Actor(format!(
-                                "{agent} is restarting; try again"
-                            ))));
+                            let _ = reply.send(Err(RuntimeError::AgentRestarting {
+                                agent: agent.to_string(),
+                            }));
                         }
                     }
                     _ => {
@@ -203,10 +170,10 @@ impl Actor for ConversationSupervisor {
                             .set(&self.conversation, &agent, Activity::Idle);
                         let result = self.shared.record_reset(&self.conversation, &agent).await;
                         let _ = reply.send(result);
-                        for (request, reply) in queued {
-                            let _ = myself.send_message(ConversationMsg::Turn {
+                        for (job, reply) in queued {
+                            let _ = myself.send_message(ConversationMsg::Work {
                                 agent: agent.clone(),
-                                request,
+                                job,
                                 reply,
                             });
                         }
@@ -234,10 +201,7 @@ impl Actor for ConversationSupervisor {
                         }
                     }
                     for (_, r) in queue {
-                        let _ = r.send(AgentReply::failed(
-                            &agent,
-                            RuntimeError::ShutDown.to_string(),
-                        ));
+                        let _ = r.send(shut_down(&agent));
                     }
                 }
                 tokio::spawn(async move {
@@ -312,10 +276,7 @@ impl Actor for ConversationSupervisor {
                             let _ = myself.send_message(ConversationMsg::Respawn { agent });
                         } else {
                             for (_, reply) in queued {
-                                let _ = reply.send(AgentReply::failed(
-                                    &agent,
-                                    RuntimeError::ShutDown.to_string(),
-                                ));
+                                let _ = reply.send(shut_down(&agent));
                             }
                         }
                     }
@@ -328,40 +289,58 @@ impl Actor for ConversationSupervisor {
     }
 }
 
-/// Routes a turn by the agent's slot: to its actor, into its queue, or answered with an error.
+/// Routes a job by the agent's slot: to its actor, into its queue, or answered with an error.
 fn deliver(
     state: &mut ConversationState,
     agent: &AgentName,
-    request: TurnRequest,
+    job: Job,
     reply: oneshot::Sender<AgentReply>,
 ) {
     match state.slots.get_mut(agent) {
         Some(Slot::Live(actor)) => {
             // The actor died and its failure is not processed yet: answer, do not queue.
-            if let Err(ractor::MessagingErr::SendErr(AgentMsg::Turn { reply, .. })) =
-                actor.send_message(AgentMsg::Turn { request, reply })
+            if let Err(ractor::MessagingErr::SendErr(message)) =
+                actor.send_message(job.into_msg(reply))
             {
-                let _ = reply.send(AgentReply::failed(
-                    agent,
-                    format!("{agent} is restarting; try again"),
-                ));
+                if let Some((_, reply)) = message.into_job() {
+                    let _ = reply.send(AgentReply::failed(
+                        agent,
+                        TurnErrorKind::Unavailable,
+                        format!("{agent} is restarting; try again"),
+                    ));
+                }
             }
         }
-        Some(Slot::Restarting(queue) | Slot::Draining(_, queue)) => queue.push((request, reply)),
+        Some(Slot::Restarting(queue) | Slot::Draining(_, queue)) => queue.push((job, reply)),
         Some(Slot::Failed(reason)) => {
-            let _ = reply.send(AgentReply::failed(agent, failed_message(agent, reason)));
+            let _ = reply.send(failed_reply(agent, reason));
         }
         None => {
             let _ = reply.send(AgentReply::failed(
                 agent,
+                TurnErrorKind::Unavailable,
                 format!("{agent} could not be started"),
             ));
         }
     }
 }
 
-fn failed_message(agent: &AgentName, reason: &str) -> String {
-    format!("{agent} has failed ({reason}) and is stopped until a manual reset (`legio reset --agent {agent}`)")
+/// The reply of an agent that is stopped until a manual reset.
+fn failed_reply(agent: &AgentName, reason: &str) -> AgentReply {
+    AgentReply::failed(
+        agent,
+        TurnErrorKind::Failed,
+        format!("{agent} has failed ({reason}) and is stopped until a manual reset of the agent"),
+    )
+}
+
+/// The reply of a job that a shutdown cut.
+fn shut_down(agent: &AgentName) -> AgentReply {
+    AgentReply::failed(
+        agent,
+        TurnErrorKind::ShutDown,
+        RuntimeError::ShutDown.to_string(),
+    )
 }
 
 impl ConversationSupervisor {
@@ -474,22 +453,12 @@ impl ConversationSupervisor {
                     })])
                     .await;
                 for (_, reply) in queued {
-                    let _ = reply.send(AgentReply::failed(agent, failed_message(agent, &reason)));
+                    let _ = reply.send(failed_reply(agent, &reason));
                 }
                 state.slots.insert(agent.clone(), Slot::Failed(reason));
             }
         }
     }
-}
-
-pub(crate) enum RootMsg {
-    Get {
-        conversation: ConversationKey,
-        reply: oneshot::Sender<Result<ActorRef<ConversationMsg>, RuntimeError>>,
-    },
-    All {
-        reply: oneshot::Sender<Vec<ActorRef<ConversationMsg>>>,
-    },
 }
 
 pub(crate) struct RootSupervisor {
@@ -543,9 +512,10 @@ impl Actor for RootSupervisor {
                             state.conversations.insert(conversation, actor.clone());
                             Ok(actor)
                         }
-                        Err(e) => Err(RuntimeError::Actor(format!(
-                            "cannot start the supervisor of {conversation}: {e}"
-                        ))),
+                        Err(e) => Err(RuntimeError::SupervisorStart {
+                            what: format!("the supervisor of {conversation}"),
+                            reason: e.to_string(),
+                        }),
                     };
                 let _ = reply.send(result);
             }

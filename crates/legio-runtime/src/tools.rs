@@ -19,16 +19,16 @@ use std::time::Instant;
 use legio_core::{
     AgentName, Audience, ConversationKey, Event, Message, MessageId, Part, Participant, Seq,
 };
-use ractor::ActorRef;
+use legio_llm::ToolCallPart;
 use serde_json::{json, Value};
 use thiserror::Error;
-use tokio::sync::oneshot;
 
-use crate::agent::{AgentReply, TurnRequest};
+use crate::clock::{fresh_uuid, now};
 use crate::config::{AgentSpec, Role};
+use crate::dispatch::{gather, Route};
 use crate::memory::{MemoryTools, ToolSpec};
-use crate::shared::{fresh_uuid, now, Shared};
-use crate::supervisor::ConversationMsg;
+use crate::messages::{Job, TurnRequest};
+use crate::shared::Shared;
 
 /// The built-in tool that reads the conversation as the calling agent may see it.
 pub const GET_HISTORY: &str = "get_history";
@@ -53,7 +53,7 @@ struct HostTool {
 
 /// The host's own tools, offered to every agent whose provider takes tools: each a name, a
 /// description, the JSON schema of its arguments and an async function from the arguments (a
-/// JSON value) to a result or an error text. Pass it to [`crate::Runtime::open_with_tools`].
+/// JSON value) to a result or an error text. Pass it to [`crate::RuntimeBuilder::tools`].
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: Vec<HostTool>,
@@ -211,29 +211,101 @@ pub(crate) fn tools_for(shared: &Shared, spec: &AgentSpec) -> Vec<ToolSpec> {
     tools
 }
 
-/// What a call runs in: the calling agent, its conversation, the message that called, the
-/// conversation's supervisor (for `dispatch`) and the turn's deadline.
+/// What a call runs in: the calling agent, its conversation, the message that called, the route
+/// to the conversation's supervisor (for `dispatch`) and the turn's deadline.
 #[derive(Clone)]
 pub(crate) struct CallContext {
     pub(crate) shared: Arc<Shared>,
     pub(crate) conversation: ConversationKey,
     pub(crate) spec: AgentSpec,
-    pub(crate) supervisor: ActorRef<ConversationMsg>,
+    pub(crate) route: Arc<dyn Route>,
     /// The message holding the calls (a dispatched message replies to it).
     pub(crate) call_message: MessageId,
     pub(crate) deadline: Instant,
 }
 
-/// One call's outcome: the result text and whether it is an error.
-pub(crate) type Outcome = (String, bool);
+/// One call's outcome, for the model: its result, or an error result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum ToolOutcome {
+    /// The tool's result text.
+    Done(String),
+    /// What went wrong, as an error result.
+    Failed(String),
+}
+
+impl ToolOutcome {
+    /// The result part answering the call `call_id`.
+    pub(crate) fn into_part(self, call_id: &str) -> Part {
+        let (content, is_error) = match self {
+            ToolOutcome::Done(text) => (text, false),
+            ToolOutcome::Failed(text) => (text, true),
+        };
+        Part::ToolResult {
+            call_id: call_id.to_owned(),
+            content,
+            is_error,
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            ToolOutcome::Done(_) => "ok",
+            ToolOutcome::Failed(_) => "error",
+        }
+    }
+}
+
+impl From<Result<String, String>> for ToolOutcome {
+    fn from(result: Result<String, String>) -> Self {
+        match result {
+            Ok(text) => ToolOutcome::Done(text),
+            Err(text) => ToolOutcome::Failed(text),
+        }
+    }
+}
 
 /// A call ready to run on its own task.
-pub(crate) type CallFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
+pub(crate) type CallFuture = Pin<Box<dyn Future<Output = ToolOutcome> + Send + 'static>>;
 
-fn outcome(result: Result<String, String>) -> Outcome {
-    match result {
-        Ok(text) => (text, false),
-        Err(text) => (text, true),
+/// Runs a step's calls in parallel, each on its own task, until the turn's deadline: the
+/// outcomes in the calls' order. A panicking tool and one cut by the deadline are error results.
+pub(crate) async fn run_calls(ctx: &CallContext, calls: &[ToolCallPart]) -> Vec<ToolOutcome> {
+    // Aborted when dropped: a turn cancelled (the actor killed, the runtime aborted) takes its
+    // calls with it.
+    let mut tasks = Tasks(
+        calls
+            .iter()
+            .map(|call| tokio::spawn(prepare_call(ctx, &call.name, &call.arguments)))
+            .collect(),
+    );
+    let deadline = tokio::time::Instant::from_std(ctx.deadline);
+    let mut outcomes = Vec::with_capacity(calls.len());
+    for (call, handle) in calls.iter().zip(tasks.0.iter_mut()) {
+        let outcome = match tokio::time::timeout_at(deadline, &mut *handle).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => ToolOutcome::Failed(format!("the tool {} failed: {e}", call.name)),
+            Err(_) => {
+                handle.abort();
+                ToolOutcome::Failed(
+                    "interrupted: the turn ran out of time (runtime.turn_timeout_seconds) while this tool ran".to_owned(),
+                )
+            }
+        };
+        metrics::counter!(crate::metrics::TOOL_CALLS, "tool" => call.name.clone(), "outcome" => outcome.label())
+            .increment(1);
+        outcomes.push(outcome);
+    }
+    outcomes
+}
+
+/// Spawned tool calls, aborted when dropped.
+struct Tasks(Vec<tokio::task::JoinHandle<ToolOutcome>>);
+
+impl Drop for Tasks {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
     }
 }
 
@@ -248,7 +320,7 @@ pub(crate) fn prepare_call(ctx: &CallContext, name: &str, arguments: &str) -> Ca
             Ok(v) => v,
             Err(e) => {
                 let error = format!("the arguments are not valid JSON ({e}): {arguments}");
-                return Box::pin(std::future::ready((error, true)));
+                return Box::pin(std::future::ready(ToolOutcome::Failed(error)));
             }
         }
     };
@@ -258,11 +330,11 @@ pub(crate) fn prepare_call(ctx: &CallContext, name: &str, arguments: &str) -> Ca
     if !builtin {
         if let Some(tool) = ctx.shared.tools.get(name) {
             let run = Arc::clone(&tool.run);
-            return Box::pin(async move { outcome(run(args).await) });
+            return Box::pin(async move { ToolOutcome::from(run(args).await) });
         }
     }
     let (ctx, name) = (ctx.clone(), name.to_owned());
-    Box::pin(async move { outcome(run_builtin(&ctx, &name, args).await) })
+    Box::pin(async move { ToolOutcome::from(run_builtin(&ctx, &name, args).await) })
 }
 
 async fn run_builtin(ctx: &CallContext, name: &str, args: Value) -> Result<String, String> {
@@ -414,49 +486,30 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
         .append_for_dispatch(&ctx.conversation, vec![Event::MessagePosted(message)])
         .await
         .map_err(|e| format!("cannot record the message: {e}"))?;
-    let mut pending = Vec::new();
-    for agent in &targets {
-        let (tx, rx) = oneshot::channel();
-        let sent = ctx.supervisor.send_message(ConversationMsg::Turn {
-            agent: agent.clone(),
-            request: TurnRequest {
-                seq: range.first,
-                id,
-                progress: None,
-                heartbeat: None,
-            },
-            reply: tx,
-        });
-        pending.push((agent.clone(), sent.is_ok(), rx));
-    }
-    drop(ticket);
+    let job = Job::Turn(TurnRequest {
+        seq: range.first,
+        id,
+        progress: None,
+    });
     let remaining = ctx.deadline.saturating_duration_since(Instant::now());
-    let mut lines = Vec::new();
-    let mut answered = 0;
-    for (agent, sent, rx) in pending {
-        let reply = if sent {
-            match tokio::time::timeout(remaining, rx).await {
-                Ok(Ok(reply)) => reply,
-                Ok(Err(_)) => {
-                    AgentReply::failed(&agent, format!("{agent} crashed during the turn"))
-                }
-                Err(_) => AgentReply::failed(&agent, format!("{agent} did not answer in time")),
-            }
-        } else {
-            AgentReply::failed(&agent, "the conversation is shutting down")
-        };
-        match (&reply.text, &reply.seq, &reply.error) {
-            (Some(text), Some(seq), _) => {
-                answered += 1;
-                lines.push(format!("{agent} (message #{seq}):\n{text}"));
-            }
-            (_, _, error) => lines.push(format!(
-                "{agent} failed: {}",
-                error.as_deref().unwrap_or("no reply")
-            )),
-        }
-    }
-    let result = lines.join("\n\n");
+    let replies = gather(
+        ctx.route.as_ref(),
+        job,
+        &targets,
+        remaining,
+        None,
+        Some(ticket),
+    )
+    .await;
+    let answered = replies.iter().filter(|r| r.outcome.is_ok()).count();
+    let result = replies
+        .iter()
+        .map(|reply| match &reply.outcome {
+            Ok(r) => format!("{} (message #{}):\n{}", reply.agent, r.seq, r.text),
+            Err(e) => format!("{} failed: {e}", reply.agent),
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n");
     if answered == 0 {
         Err(result)
     } else {

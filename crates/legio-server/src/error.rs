@@ -5,7 +5,6 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use legio_runtime::RuntimeError;
-use legio_store::StoreError;
 use thiserror::Error;
 
 /// An API error: a stable code, a message saying what to do, and (in [`ApiError::status`]) its
@@ -46,7 +45,10 @@ impl ApiError {
             "unknown_mention" | "empty_message" | "invalid_body" => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            "shutting_down" | "store_locked" => StatusCode::SERVICE_UNAVAILABLE,
+            "shutting_down" | "store_locked" | "storage_full" | "agent_unavailable" => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            "provider_unavailable" => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -59,22 +61,24 @@ impl ApiError {
 
 impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
-        let message = e.to_string();
-        let code = match &e {
-            RuntimeError::Name(_) => "bad_name",
-            RuntimeError::Mention(_) => "unknown_mention",
-            RuntimeError::UnknownAgent { .. } => "unknown_agent",
-            RuntimeError::UnknownConversation { .. } => "unknown_conversation",
-            RuntimeError::ReservedConversation { .. } => "bad_conversation_key",
-            RuntimeError::EmptyMessage => "empty_message",
-            RuntimeError::ShutDown => "shutting_down",
-            RuntimeError::Store(StoreError::MessageTooLarge { .. })
-            | RuntimeError::Store(StoreError::RecordTooLarge { .. }) => "message_too_large",
-            RuntimeError::Store(StoreError::Closed) => "shutting_down",
-            RuntimeError::Store(StoreError::Locked { .. }) => "store_locked",
+        use legio_runtime::ErrorCode as C;
+        let code = match e.code() {
+            C::Config => "bad_configuration",
+            C::BadName => "bad_name",
+            C::ReservedConversation => "bad_conversation_key",
+            C::UnknownMention => "unknown_mention",
+            C::UnknownAgent => "unknown_agent",
+            C::UnknownConversation => "unknown_conversation",
+            C::EmptyMessage => "empty_message",
+            C::MessageTooLarge => "message_too_large",
+            C::ShuttingDown => "shutting_down",
+            C::StoreLocked => "store_locked",
+            C::StorageFull => "storage_full",
+            C::Unavailable => "agent_unavailable",
+            C::ProviderUnavailable => "provider_unavailable",
             _ => "internal",
         };
-        Self::new(code, message)
+        Self::new(code, e.to_string())
     }
 }
 
@@ -153,6 +157,7 @@ pub enum ServeError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use legio_store::StoreError;
 
     #[test]
     fn input_errors_are_4xx() {
@@ -177,6 +182,35 @@ mod tests {
             ApiError::new("internal", "x").status(),
             StatusCode::INTERNAL_SERVER_ERROR
         );
+    }
+
+    #[test]
+    fn runtime_errors_map_by_their_typed_code() {
+        let full: ApiError = RuntimeError::Store(StoreError::Io {
+            during: "appending",
+            kind: std::io::ErrorKind::StorageFull,
+            reason: "no space left on device".into(),
+        })
+        .into();
+        assert_eq!((full.code, full.status().as_u16()), ("storage_full", 503));
+        let other: ApiError = RuntimeError::Store(StoreError::Io {
+            during: "appending",
+            kind: std::io::ErrorKind::Other,
+            reason: "bad block".into(),
+        })
+        .into();
+        assert_eq!((other.code, other.status().as_u16()), ("internal", 500));
+        let restarting: ApiError = RuntimeError::AgentRestarting {
+            agent: "ann".into(),
+        }
+        .into();
+        assert_eq!(restarting.status().as_u16(), 503);
+        let provider: ApiError = RuntimeError::ProviderUnavailable {
+            agent: "ann".into(),
+            provider: "openai".into(),
+        }
+        .into();
+        assert_eq!(provider.status().as_u16(), 502);
     }
 
     #[test]

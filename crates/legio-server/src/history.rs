@@ -96,9 +96,7 @@ pub(crate) async fn history(
                 ));
             }
             let agent = spec.unwrap_or_else(|| runtime.config().orchestrator().clone());
-            let preview = runtime
-                .next_context(key.as_str(), agent.name.as_str(), None)
-                .await?;
+            let preview = runtime.next_context(&key, &agent.name, None).await?;
             let plan = &preview.turn.plan;
             let me = Participant::Agent(agent.name.clone());
             let mut messages = Vec::new();

@@ -26,7 +26,7 @@ pub(crate) async fn meta(State(state): State<Arc<AppState>>) -> Result<Json<Valu
     let runtime = &state.runtime;
     let mut agents = Vec::new();
     for spec in &runtime.config().agents {
-        let history = runtime.provider_history(spec.name.as_str())?;
+        let history = runtime.provider_history(&spec.name)?;
         agents.push(json!({
             "name": spec.name.as_str(),
             "role": spec.role.as_str(),

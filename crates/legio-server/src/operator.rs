@@ -285,7 +285,7 @@ pub(crate) async fn context(
     }
     let report = state
         .runtime
-        .context_report(key.as_str(), &query.agent, query.at.map(Seq))
+        .context_report(&key, &query.agent, query.at.map(Seq))
         .await?;
     Ok(Json(serde_json::to_value(report).unwrap_or(Value::Null)))
 }
@@ -329,7 +329,7 @@ pub(crate) async fn reset(
         .await?
         .iter()
         .any(|s| s.agent == agent && s.session.as_ref().is_some_and(|x| x.failed.is_some()));
-    runtime.reset(key.as_str(), agent.as_str()).await?;
+    runtime.reset(&key, &agent).await?;
     Ok(Json(json!({
         "conversation": key.as_str(),
         "agent": agent.as_str(),

@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 
 use futures_util::stream::{self, Stream, StreamExt};
 use legio_core::ConversationKey;
-use legio_runtime::{AgentReply, Progress, RuntimeError};
+use legio_runtime::{AgentReply, Posted, Progress, RuntimeError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
@@ -44,15 +44,19 @@ pub(crate) fn conversation_key(id: &str) -> Result<ConversationKey, ApiError> {
 pub(crate) fn reply_json(reply: &AgentReply) -> Value {
     json!({
         "agent": reply.agent.as_str(),
-        "content": reply.text,
-        "message_id": reply.message_id.map(|id| id.to_string()),
-        "seq": reply.seq.map(|s| s.get()),
-        "error": reply.error,
+        "content": reply.text(),
+        "message_id": reply.message_id().map(|id| id.to_string()),
+        "seq": reply.seq().map(|s| s.get()),
+        "error": reply.error(),
     })
 }
 
-fn replies_json(replies: &[AgentReply]) -> Value {
-    json!({"replies": replies.iter().map(reply_json).collect::<Vec<_>>()})
+/// A post's replies, with the `@handles` that named no agent.
+fn replies_json(posted: &Posted) -> Value {
+    json!({
+        "replies": posted.replies.iter().map(reply_json).collect::<Vec<_>>(),
+        "unknown_mentions": posted.unknown_mentions,
+    })
 }
 
 fn wants_stream(headers: &HeaderMap) -> bool {
@@ -75,23 +79,23 @@ pub(crate) async fn post_turn(
     if !wants_stream(&headers) {
         // On its own task too: a client that goes away mid-turn must not leave a stored message
         // that some addressed agents never answer.
-        let (done_tx, done) = oneshot::channel::<Result<Vec<AgentReply>, RuntimeError>>();
+        let (done_tx, done) = oneshot::channel::<Result<Posted, RuntimeError>>();
         let runtime = Arc::clone(&state.runtime);
         state.spawn_turn(async move {
-            let result = runtime.post_as(key.as_str(), &sender, &body.content).await;
+            let result = runtime.post_as(&key, &sender, &body.content).await;
             let _ = done_tx.send(result);
         });
         let replies = done.await.map_err(|_| cancelled())??;
         return Ok(Json(replies_json(&replies)).into_response());
     }
     let (progress, mut updates) = mpsc::unbounded_channel::<Progress>();
-    let (done_tx, mut done) = oneshot::channel::<Result<Vec<AgentReply>, RuntimeError>>();
+    let (done_tx, mut done) = oneshot::channel::<Result<Posted, RuntimeError>>();
     let runtime = Arc::clone(&state.runtime);
     // The turn runs on its own task: a client that goes away does not cancel it (its reply is
     // stored all the same).
     state.spawn_turn(async move {
         let result = runtime
-            .post_streaming(key.as_str(), &sender, &body.content, progress)
+            .post_streaming(&key, &sender, &body.content, progress)
             .await;
         let _ = done_tx.send(result);
     });
@@ -123,7 +127,7 @@ pub(crate) async fn post_turn(
     Ok(sse(stream.map(Ok)))
 }
 
-type Done = oneshot::Receiver<Result<Vec<AgentReply>, RuntimeError>>;
+type Done = oneshot::Receiver<Result<Posted, RuntimeError>>;
 
 /// Where a streamed turn is.
 enum Step {
@@ -216,8 +220,8 @@ fn progress_event(update: Progress) -> SseEvent {
     }
 }
 
-fn replies_event(replies: &[AgentReply]) -> SseEvent {
-    event("replies", &replies_json(replies))
+fn replies_event(posted: &Posted) -> SseEvent {
+    event("replies", &replies_json(posted))
 }
 
 fn error_event(error: ApiError) -> SseEvent {

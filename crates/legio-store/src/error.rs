@@ -77,16 +77,56 @@ pub enum StoreError {
     Io {
         /// What the store was doing.
         during: &'static str,
+        /// The operating system's kind of the failure (`StorageFull`, `PermissionDenied`, ...;
+        /// `Other` when the failure did not come from the operating system), so that a full disk
+        /// or too many open files can be told apart from a corrupt database.
+        kind: std::io::ErrorKind,
         /// The underlying error.
         reason: String,
     },
 }
 
+/// An underlying failure, with its `io::ErrorKind` when it has one.
+pub(crate) trait Cause: std::fmt::Display {
+    /// The kind, `Other` unless the operating system said.
+    fn kind(&self) -> std::io::ErrorKind {
+        std::io::ErrorKind::Other
+    }
+}
+
+impl Cause for std::io::Error {
+    fn kind(&self) -> std::io::ErrorKind {
+        std::io::Error::kind(self)
+    }
+}
+
+impl Cause for sled::Error {
+    fn kind(&self) -> std::io::ErrorKind {
+        match self {
+            sled::Error::Io(e) => e.kind(),
+            _ => std::io::ErrorKind::Other,
+        }
+    }
+}
+
+impl Cause for &str {}
+impl Cause for String {}
+impl Cause for bincode::error::EncodeError {}
+
 impl StoreError {
-    pub(crate) fn io(during: &'static str, err: impl std::fmt::Display) -> Self {
+    pub(crate) fn io(during: &'static str, err: impl Cause) -> Self {
         Self::Io {
             during,
+            kind: err.kind(),
             reason: err.to_string(),
+        }
+    }
+
+    /// The operating system's kind of an `Io` failure; `None` for every other error.
+    pub fn io_kind(&self) -> Option<std::io::ErrorKind> {
+        match self {
+            Self::Io { kind, .. } => Some(*kind),
+            _ => None,
         }
     }
 }

@@ -147,10 +147,11 @@ fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> 
             Err(e) => {
                 let text = e.to_string();
                 if !text.contains("could not acquire lock") {
-                    return Err(StoreError::io(
-                        "opening the database",
-                        format!("{} ({text})", path.display()),
-                    ));
+                    return Err(StoreError::Io {
+                        during: "opening the database",
+                        kind: crate::error::Cause::kind(&e),
+                        reason: format!("{} ({text})", path.display()),
+                    });
                 }
                 if Instant::now() >= deadline {
                     return Err(StoreError::Locked {

@@ -50,7 +50,7 @@ fn one_agents_turns_run_in_log_order_under_concurrent_posts() {
             s.spawn(move || {
                 let text = format!("@ann @bob task {i}");
                 let replies = handle.block_on(legion.rt().post(CONV, &text)).unwrap();
-                assert!(replies.iter().all(|r| r.error.is_none()), "{replies:?}");
+                assert!(replies.iter().all(|r| r.error().is_none()), "{replies:?}");
             });
         }
     });
@@ -97,11 +97,11 @@ async fn a_turn_arriving_during_the_restart_backoff_waits_and_is_answered() {
         .provider
         .inject(Some(&Legion::agent("ann")), Fault::Panic);
     let replies = legion.post("@ann this one crashes").await;
-    assert!(replies[0].error.is_some(), "{replies:?}");
+    assert!(replies[0].error().is_some(), "{replies:?}");
     // ann waits out its backoff now: a turn sent meanwhile is queued, not lost or refused.
     wait_for_activity(&legion, "ann", Activity::Restarting).await;
     let replies = legion.post("@ann are you back?").await;
-    assert_eq!(replies[0].error, None, "{replies:?}");
+    assert_eq!(replies[0].error(), None, "{replies:?}");
     let last = legion.requests("ann").pop().unwrap();
     assert_eq!(
         last.plan.new_message.message.text_content(),
@@ -123,7 +123,7 @@ async fn the_turn_timeout_cuts_a_running_tool_call_with_an_error_result() {
         Fault::tool_calls([("w1", "wait_forever", "{}")]),
     );
     let replies = legion.post("@ann start the long job").await;
-    let error = replies[0].error.as_deref().expect("the turn timed out");
+    let error = replies[0].error().expect("the turn timed out");
     assert!(error.contains("turn_timeout_seconds"), "{error}");
     let (content, is_error) = result(&legion, "w1");
     assert!(is_error, "{content}");
@@ -149,10 +149,10 @@ async fn a_heartbeat_never_overlaps_a_turn() {
     };
     let (replies, beat) = tokio::join!(turn, beat);
     assert!(
-        replies.unwrap()[0].error.is_some(),
+        replies.unwrap()[0].error().is_some(),
         "the hanging turn timed out"
     );
-    assert_eq!(beat.unwrap().error, None);
+    assert_eq!(beat.unwrap().error(), None);
     // The heartbeat ran between turns: after the hanging turn ended, never during it.
     let order: Vec<&str> = legion
         .events()

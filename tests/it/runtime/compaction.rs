@@ -115,7 +115,7 @@ async fn a_failed_or_empty_summarization_keeps_the_uncompacted_context() {
         .provider
         .inject(Some(&ann()), Fault::Error("summarizer down".into()));
     let replies = legion.post("@ann question 3").await;
-    assert_eq!(replies[0].error, None, "the turn itself succeeds");
+    assert_eq!(replies[0].error(), None, "the turn itself succeeds");
     assert!(summaries(&legion, "ann").is_empty());
     let last = turns(&legion, "ann").pop().unwrap();
     assert!(last.plan.summary.is_none());

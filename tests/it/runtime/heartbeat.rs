@@ -48,7 +48,7 @@ async fn heartbeat_leaves_no_trace_in_context(history: History) {
         .heartbeat(CONV, "lead", "HEARTBEAT-PING anything due?")
         .await
         .unwrap();
-    assert_eq!(reply.error, None);
+    assert_eq!(reply.error(), None);
     // The scripted provider says what it read: one message, and its seq (0: not in the log).
     let mode = if history.is_stateful() {
         "bootstrap"
@@ -56,9 +56,10 @@ async fn heartbeat_leaves_no_trace_in_context(history: History) {
         "full"
     };
     let answer = format!("lead read 1 message(s) ({mode}) and answers #0.");
-    assert_eq!(reply.text.as_deref(), Some(answer.as_str()));
+    assert_eq!(reply.text(), Some(answer.as_str()));
     assert_eq!(
-        reply.message_id, None,
+        reply.message_id(),
+        None,
         "a heartbeat's reply is not a message"
     );
 
@@ -78,7 +79,7 @@ async fn heartbeat_leaves_no_trace_in_context(history: History) {
     let recorded = heartbeats(&legion);
     assert_eq!(recorded.len(), 1);
     let (seq, event) = &recorded[0];
-    assert_eq!(Some(*seq), reply.seq);
+    assert_eq!(Some(*seq), reply.seq());
     assert_eq!(event.prompt, "HEARTBEAT-PING anything due?");
     assert_eq!(event.reply.as_deref(), Some(answer.as_str()));
     assert_eq!(event.error, None);
@@ -140,9 +141,9 @@ async fn a_failed_heartbeat_is_an_error_reply_and_recorded() {
         .provider
         .inject(Some(&ann), Fault::Error("quota exceeded".into()));
     let reply = legion.rt().heartbeat(CONV, "ann", "check").await.unwrap();
-    assert!(reply.text.is_none());
+    assert!(reply.text().is_none());
     assert!(
-        reply.error.as_deref().unwrap().contains("quota exceeded"),
+        reply.error().unwrap().contains("quota exceeded"),
         "{reply:?}"
     );
     let recorded = heartbeats(&legion);

@@ -108,7 +108,10 @@ history = "{history_word}"
         let provider: Arc<dyn Provider> = Arc::new(self.provider.clone());
         let overrides = HashMap::from([("local".to_owned(), provider)]);
         self.rt = Some(
-            Runtime::open_with_tools(self.config.clone(), overrides, self.tools.clone())
+            Runtime::builder(self.config.clone())
+                .providers(overrides)
+                .tools(self.tools.clone())
+                .open()
                 .await
                 .unwrap(),
         );
@@ -137,7 +140,7 @@ history = "{history_word}"
         self.open().await;
     }
 
-    pub async fn post(&self, text: &str) -> Vec<legio_runtime::AgentReply> {
+    pub async fn post(&self, text: &str) -> legio_runtime::Posted {
         self.rt().post(CONV, text).await.unwrap()
     }
 

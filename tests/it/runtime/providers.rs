@@ -99,13 +99,13 @@ async fn openai_responses_resumes_the_stored_id_after_a_restart_and_sends_only_n
 
     let rt = Runtime::open(config.clone()).await.unwrap();
     let replies = rt.post("prov:1", "@ann first question").await.unwrap();
-    assert_eq!(replies[0].text.as_deref(), Some("answer resp_1"));
+    assert_eq!(replies[0].text(), Some("answer resp_1"));
     rt.shutdown().await.unwrap();
 
     // A new process on the same log.
     let rt = Runtime::open(config.clone()).await.unwrap();
     let replies = rt.post("prov:1", "@ann second question").await.unwrap();
-    assert_eq!(replies[0].text.as_deref(), Some("answer resp_2"));
+    assert_eq!(replies[0].text(), Some("answer resp_2"));
     let sent = bodies(&server).await;
     assert_eq!(sent.len(), 2);
     assert!(sent[0].get("previous_response_id").is_none());
@@ -120,8 +120,8 @@ async fn openai_responses_resumes_the_stored_id_after_a_restart_and_sends_only_n
     // The provider forgets resp_2: a boundary, then a bootstrap from the log with the notice.
     forgotten.lock().unwrap().push("resp_2".into());
     let replies = rt.post("prov:1", "@ann third question").await.unwrap();
-    assert_eq!(replies[0].error, None);
-    assert_eq!(replies[0].text.as_deref(), Some("answer resp_3"));
+    assert_eq!(replies[0].error(), None);
+    assert_eq!(replies[0].text(), Some("answer resp_3"));
     let sent = bodies(&server).await;
     assert_eq!(sent.len(), 4);
     assert_eq!(sent[2]["previous_response_id"], "resp_2");

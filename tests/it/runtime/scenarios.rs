@@ -42,9 +42,9 @@ async fn stateful_sessions_get_a_bootstrap_then_only_deltas() {
     let replies = legion.post("hello").await;
     assert_eq!(replies.len(), 1);
     assert_eq!(replies[0].agent.as_str(), "lead");
-    assert!(replies[0].error.is_none(), "{:?}", replies[0].error);
+    assert!(replies[0].error().is_none(), "{:?}", replies[0].error());
     assert_eq!(
-        replies[0].seq.map(|s| s.0),
+        replies[0].seq().map(|s| s.0),
         Some(4),
         "the reply is in the log before it is returned"
     );
@@ -99,22 +99,58 @@ async fn mentions_route_to_each_named_agent_in_parallel() {
     let replies = legion.post("@bob @ann compare").await;
     let agents: Vec<&str> = replies.iter().map(|r| r.agent.as_str()).collect();
     assert_eq!(agents, vec!["ann", "bob"], "roster order");
-    assert!(replies.iter().all(|r| r.error.is_none()));
+    assert!(replies.iter().all(|r| r.error().is_none()));
     assert!(
         legion.requests("lead").is_empty(),
         "a mention does not reach the orchestrator"
     );
     let replies = legion.post("@all ship it").await;
     assert_eq!(replies.len(), 3);
-    let err = legion.rt().post(CONV, "@nobody hi").await.unwrap_err();
-    assert!(
-        err.to_string().contains("\"nobody\"") && err.to_string().contains("ann"),
-        "{err}"
-    );
+    // Issue 11, defect 4: an unknown handle is plain text (the strict mode is
+    // `an_unknown_handle_is_plain_text`'s).
+    let replies = legion.post("@nobody hi").await;
+    assert_eq!(replies.len(), 1);
+    assert_eq!(replies[0].agent.as_str(), "lead");
+    assert_eq!(replies.unknown_mentions, ["nobody"]);
     let err = legion.rt().post(CONV, "   ").await.unwrap_err();
     assert!(err.to_string().contains("needs some text"), "{err}");
     let err = legion.rt().post("bad key", "hi").await.unwrap_err();
     assert!(err.to_string().contains("\"bad key\""), "{err}");
+}
+
+/// Regression (issue 11, defect 4): an `@word` that names no agent is plain text: the message
+/// goes where its real mentions send it, or to the orchestrator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_handle_is_plain_text() {
+    let legion = Legion::new(RESUMABLE, "").await;
+    let replies = legion
+        .rt()
+        .post(CONV, "npm says @types/node is missing, ask @benandjerrys")
+        .await
+        .unwrap();
+    let agents: Vec<&str> = replies.iter().map(|r| r.agent.as_str()).collect();
+    assert_eq!(agents, vec!["lead"], "no real mention: the orchestrator");
+    assert_eq!(replies.unknown_mentions, ["types", "benandjerrys"]);
+    let replies = legion
+        .rt()
+        .post(CONV, "@ann see what @media thinks")
+        .await
+        .unwrap();
+    let agents: Vec<&str> = replies.iter().map(|r| r.agent.as_str()).collect();
+    assert_eq!(agents, vec!["ann"], "the real mention routes it");
+    assert_eq!(replies.unknown_mentions, ["media"]);
+
+    // The strict mode refuses the message, storing nothing.
+    let strict = Legion::new(RESUMABLE, "unknown_mentions = \"error\"").await;
+    let err = strict.rt().post(CONV, "@nobody hi").await.unwrap_err();
+    assert!(
+        err.to_string().contains("\"nobody\"") && err.to_string().contains("ann"),
+        "{err}"
+    );
+    assert!(
+        strict.events().is_empty(),
+        "a refused message stores nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -257,7 +293,7 @@ async fn an_actor_panic_is_an_error_reply_then_the_session_resumes_with_a_marked
         .provider
         .inject(Some(&Legion::agent("lead")), Fault::Panic);
     let replies = legion.post("this one crashes").await;
-    let error = replies[0].error.as_deref().unwrap();
+    let error = replies[0].error().unwrap();
     assert!(error.contains("crashed"), "{error}");
     assert_eq!(settle(&legion, "lead").await, Activity::Idle);
     legion.post("after the crash").await;
@@ -277,6 +313,41 @@ async fn an_actor_panic_is_an_error_reply_then_the_session_resumes_with_a_marked
         .filter(|r| matches!(&r.event, Event::TurnFailed(f) if f.error.contains("actor crashed")))
         .count();
     assert_eq!(crashes, 1, "the crash is in the audit trail");
+}
+
+/// Regression (issue 11, defect 2): a crash during the first turn of a resumed session suspends
+/// it; the next turn resumes the same provider session with the delta, the message whose turn
+/// crashed marked as possibly seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_in_the_first_turn_of_a_resumed_session_suspends_it() {
+    let mut legion = Legion::new(RESUMABLE, FAST).await;
+    legion.post("hello").await;
+    legion.shutdown_and_restart().await;
+    legion
+        .provider
+        .inject(Some(&Legion::agent("lead")), Fault::Panic);
+    let replies = legion.post("this one crashes").await;
+    assert!(replies[0].error().is_some());
+    assert_eq!(settle(&legion, "lead").await, Activity::Idle);
+    legion.post("after the crash").await;
+    assert_eq!(
+        legion.boundaries("lead"),
+        vec![
+            "opened:first_use",
+            "suspended:shutdown",
+            "opened:shutdown",
+            "suspended:crashed",
+            "opened:crashed"
+        ]
+    );
+    let requests = legion.requests("lead");
+    let last = requests.last().unwrap();
+    assert_eq!(
+        last.resumed, requests[0].provider_session,
+        "the same provider session"
+    );
+    // 1-5 the first turn, 6 suspended; 7 the message whose turn crashed: marked.
+    assert!(shape(last).starts_with("delta 7* |"), "{}", shape(last));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -338,7 +409,7 @@ async fn a_lost_provider_session_falls_back_to_a_restored_bootstrap() {
     legion.crash_and_restart().await;
     legion.provider.forget_sessions();
     let replies = legion.post("are you there").await;
-    assert!(replies[0].error.is_none(), "{:?}", replies[0].error);
+    assert!(replies[0].error().is_none(), "{:?}", replies[0].error());
     assert_eq!(
         legion.boundaries("lead"),
         vec![
@@ -381,15 +452,13 @@ async fn one_failing_and_one_hanging_agent_do_not_hold_up_the_others() {
             .unwrap()
             .clone()
     };
-    assert!(by_agent("lead").error.is_none());
+    assert!(by_agent("lead").error().is_none());
     assert!(by_agent("ann")
-        .error
-        .as_deref()
+        .error()
         .unwrap()
         .contains("model overloaded"));
     assert!(by_agent("bob")
-        .error
-        .as_deref()
+        .error()
         .unwrap()
         .contains("did not answer within 0.5 s"));
     let events = legion.events();
@@ -405,7 +474,7 @@ async fn one_failing_and_one_hanging_agent_do_not_hold_up_the_others() {
     );
     // Both recover on the next turn, with the failed turn's message marked as possibly seen.
     let replies = legion.post("@ann @bob again").await;
-    assert!(replies.iter().all(|r| r.error.is_none()), "{replies:?}");
+    assert!(replies.iter().all(|r| r.error().is_none()), "{replies:?}");
     let bob = legion.requests("bob");
     assert!(
         shape(bob.last().unwrap()).starts_with("bootstrap"),
@@ -422,12 +491,12 @@ async fn an_agent_that_always_panics_ends_failed_not_in_a_crash_loop() {
     }
     for attempt in 0..3 {
         let replies = legion.post("@ann try").await;
-        assert!(replies[0].error.is_some(), "attempt {attempt}");
+        assert!(replies[0].error().is_some(), "attempt {attempt}");
         settle(&legion, "ann").await;
     }
     assert_eq!(settle(&legion, "ann").await, Activity::Failed);
     let replies = legion.post("@ann once more").await;
-    let error = replies[0].error.as_deref().unwrap();
+    let error = replies[0].error().unwrap();
     assert!(
         error.contains("failed") && error.contains("manual reset"),
         "{error}"
@@ -437,12 +506,12 @@ async fn an_agent_that_always_panics_ends_failed_not_in_a_crash_loop() {
         .iter()
         .any(|r| matches!(&r.event, Event::AgentFailed(f) if f.agent == ann && f.restarts == 2)));
     // Everyone else carries on: the supervisor is alive.
-    assert!(legion.post("hello lead").await[0].error.is_none());
+    assert!(legion.post("hello lead").await[0].error().is_none());
     // A manual reset clears the failure.
     legion.provider.clear_faults();
     legion.rt().reset(CONV, "ann").await.unwrap();
     let replies = legion.post("@ann are you back").await;
-    assert!(replies[0].error.is_none(), "{:?}", replies[0].error);
+    assert!(replies[0].error().is_none(), "{:?}", replies[0].error());
     assert_eq!(settle(&legion, "ann").await, Activity::Idle);
 }
 
@@ -509,9 +578,9 @@ async fn reaping_while_messages_arrive_never_turns_a_turn_into_an_error() {
         let replies = replies.unwrap();
         reaped.unwrap();
         assert!(
-            replies[0].error.is_none(),
+            replies[0].error().is_none(),
             "round {round}: {:?}",
-            replies[0].error
+            replies[0].error()
         );
     }
     assert!(

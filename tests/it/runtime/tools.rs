@@ -85,8 +85,8 @@ async fn a_tool_loop_runs_the_calls_and_ends_with_the_text_answer() {
         calls(&[("call_1", "get_history", "{\"limit\":5}")]),
     );
     let replies = legion.post("@ann what happened so far?").await;
-    assert_eq!(replies[0].error, None);
-    assert!(replies[0].text.as_deref().unwrap().starts_with("ann read"));
+    assert_eq!(replies[0].error(), None);
+    assert!(replies[0].text().unwrap().starts_with("ann read"));
 
     let requests = legion.requests("ann");
     assert_eq!(
@@ -126,7 +126,7 @@ async fn a_tool_loop_runs_the_calls_and_ends_with_the_text_answer() {
     assert_eq!(outcome.reply_to, Some(call.id));
     assert_eq!(outcome.audience, legio_core::Audience::agent(ann.clone()));
     assert_eq!(answer.reply_to, Some(question.id));
-    assert_eq!(replies[0].message_id, Some(answer.id));
+    assert_eq!(replies[0].message_id(), Some(answer.id));
     let (content, is_error) = result(&legion, "call_1");
     assert!(!is_error);
     assert!(
@@ -157,7 +157,7 @@ async fn the_step_limit_ends_the_turn_with_an_error_reply() {
             .inject(Some(&ann), Fault::tool_calls([(id, "list_notes", "{}")]));
     }
     let replies = legion.post("@ann loop forever").await;
-    let error = replies[0].error.as_deref().expect("an error reply");
+    let error = replies[0].error().expect("an error reply");
     assert!(
         error.contains("3 steps") && error.contains("max_tool_steps"),
         "{error}"
@@ -176,7 +176,7 @@ async fn the_step_limit_ends_the_turn_with_an_error_reply() {
 
     // The next turn reads the three complete pairs and answers.
     let replies = legion.post("@ann just answer").await;
-    assert_eq!(replies[0].error, None);
+    assert_eq!(replies[0].error(), None);
     let last = legion.requests("ann").pop().unwrap();
     let words = shape(&last).join(" ");
     for id in ["s1", "s2", "s3"] {
@@ -234,7 +234,7 @@ async fn a_host_tool_runs_with_the_models_arguments() {
         calls(&[("h1", "lookup", "{\"word\":\"legio\"}")]),
     );
     let replies = legion.post("@ann what is a legio?").await;
-    assert_eq!(replies[0].error, None);
+    assert_eq!(replies[0].error(), None);
     assert_eq!(
         result(&legion, "h1"),
         ("legio: a Roman legion".to_owned(), false)
@@ -271,7 +271,8 @@ async fn a_failing_tool_is_an_error_result_for_the_model_never_a_crash() {
     );
     let replies = legion.post("@ann try everything").await;
     assert_eq!(
-        replies[0].error, None,
+        replies[0].error(),
+        None,
         "the turn goes on to the text answer"
     );
     let expect = [
@@ -293,7 +294,7 @@ async fn a_failing_tool_is_an_error_result_for_the_model_never_a_crash() {
         shape(second).last().unwrap(),
         "ann:R(e1)+R(e2)+R(e3)+R(e4)+R(e5)+R(e6)"
     );
-    assert_eq!(legion.post("@ann still there?").await[0].error, None);
+    assert_eq!(legion.post("@ann still there?").await[0].error(), None);
 }
 
 #[test]
@@ -433,7 +434,7 @@ async fn dispatch_posts_to_the_named_specialists_and_returns_their_replies() {
     );
     let replies = legion.post("ask the team how the release is going").await;
     assert_eq!(replies.len(), 1, "the host gets the orchestrator's answer");
-    assert_eq!(replies[0].error, None);
+    assert_eq!(replies[0].error(), None);
 
     let log = messages(&legion);
     let call = log
@@ -557,7 +558,7 @@ async fn interrupted_call_is_completed(history: History) -> (Legion, RecordedReq
     legion.crash_and_restart().await;
     assert!(results(&legion, "w1").is_empty(), "no result was recorded");
     let replies = legion.post("@ann is it done?").await;
-    assert_eq!(replies[0].error, None);
+    assert_eq!(replies[0].error(), None);
     let last = legion.requests("ann").pop().unwrap();
     let interrupted = last
         .plan
@@ -622,12 +623,12 @@ async fn a_restart_in_the_middle_of_a_loop_continues_from_the_log() {
         .provider
         .inject(Some(&ann), Fault::Error("the provider went away".into()));
     let replies = legion.post("@ann start").await;
-    assert!(replies[0].error.is_some(), "the second step failed");
+    assert!(replies[0].error().is_some(), "the second step failed");
     assert_eq!(results(&legion, "r1").len(), 1, "the result is in the log");
 
     legion.crash_and_restart().await;
     let replies = legion.post("@ann carry on").await;
-    assert_eq!(replies[0].error, None);
+    assert_eq!(replies[0].error(), None);
     let requests = legion.requests("ann");
     let first = &requests[0];
     let last = requests.last().unwrap();
@@ -694,4 +695,44 @@ async fn every_call_and_result_is_linked_by_the_providers_id_in_the_log() {
     for reply in steps {
         assert!(by_id.contains_key(&reply.unwrap()));
     }
+}
+
+/// Regression (issue 11, defect 1): the replies a `dispatch` call returned as its result count as
+/// delivered to the orchestrator: its next delta carries the result, never the replies again,
+/// and the operator's preview of that step (`legio context`) shows the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_returned_by_dispatch_is_not_in_the_orchestrators_next_delta() {
+    let legion = Legion::new(RESUMABLE, "").await;
+    let lead = Legion::agent("lead");
+    legion.post("hello").await;
+    legion.provider.inject(
+        Some(&lead),
+        calls(&[(
+            "d1",
+            "dispatch",
+            "{\"agents\":[\"ann\",\"bob\"],\"message\":\"status of the release?\"}",
+        )]),
+    );
+    legion.post("ask the team how the release is going").await;
+    let (content, _) = result(&legion, "d1");
+    assert!(content.contains("ann read") && content.contains("bob read"));
+    let requests = legion.requests("lead");
+    let step = &requests[2];
+    assert_eq!(step.plan.mode.as_str(), "delta");
+    assert_eq!(
+        shape(step),
+        ["lead:R(d1)"],
+        "the result carries the replies; they are not sent again"
+    );
+    let at = step.plan.up_to;
+    let report = legion
+        .rt()
+        .context_report(CONV, "lead", Some(at))
+        .await
+        .unwrap();
+    let senders: Vec<&str> = report.history.iter().map(|i| i.sender.as_str()).collect();
+    assert!(
+        !senders.contains(&"ann") && !senders.contains(&"bob"),
+        "legio context shows the replies as delivered: {senders:?}"
+    );
 }

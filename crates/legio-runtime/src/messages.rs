@@ -1,0 +1,115 @@
+//! The actors' messages: what the runtime, the supervisors and the agent actors send each other.
+//! A leaf module (it names no actor), so the actors, the dispatch and the API do not import each
+//! other in circles.
+
+use std::time::Duration;
+
+use legio_core::{AgentName, BoundaryReason, ConversationKey, MessageId, Seq};
+use ractor::{ActorId, ActorRef};
+use tokio::sync::oneshot;
+
+use crate::error::RuntimeError;
+use crate::progress::ProgressSink;
+use crate::reply::AgentReply;
+
+/// The message a turn answers, and where to report the turn's progress (if anyone listens).
+#[derive(Clone, Debug)]
+pub(crate) struct TurnRequest {
+    pub(crate) seq: Seq,
+    pub(crate) id: MessageId,
+    pub(crate) progress: Option<ProgressSink>,
+}
+
+/// Work for an agent, queued in its order by the supervisor: a turn, or a heartbeat (a host's
+/// text answered with no history, recorded as `HeartbeatRan`; see heartbeat.rs).
+#[derive(Clone, Debug)]
+pub(crate) enum Job {
+    Turn(TurnRequest),
+    Heartbeat { text: String },
+}
+
+impl Job {
+    /// The agent actor's message for this job.
+    pub(crate) fn into_msg(self, reply: oneshot::Sender<AgentReply>) -> AgentMsg {
+        match self {
+            Job::Turn(request) => AgentMsg::Turn { request, reply },
+            Job::Heartbeat { text } => AgentMsg::Heartbeat { text, reply },
+        }
+    }
+}
+
+pub(crate) enum AgentMsg {
+    Turn {
+        request: TurnRequest,
+        reply: oneshot::Sender<AgentReply>,
+    },
+    /// Between turns, outside the session: no boundary, no checkpoint, no idle reset.
+    Heartbeat {
+        text: String,
+        reply: oneshot::Sender<AgentReply>,
+    },
+    /// Stop if idle longer than `idle`; answers whether it stopped.
+    ReapIfIdle {
+        idle: Duration,
+        reply: oneshot::Sender<bool>,
+    },
+    /// Graceful stop: suspend (or close) the session as `why`, then stop.
+    Stop {
+        why: BoundaryReason,
+        reply: oneshot::Sender<()>,
+    },
+    /// Manual reset: close the session; the next turn opens a new one.
+    Reset {
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+}
+
+impl AgentMsg {
+    /// The job and reply channel of a turn or heartbeat message (that could not be delivered).
+    pub(crate) fn into_job(self) -> Option<(Job, oneshot::Sender<AgentReply>)> {
+        match self {
+            AgentMsg::Turn { request, reply } => Some((Job::Turn(request), reply)),
+            AgentMsg::Heartbeat { text, reply } => Some((Job::Heartbeat { text }, reply)),
+            _ => None,
+        }
+    }
+}
+
+pub(crate) enum ConversationMsg {
+    Work {
+        agent: AgentName,
+        job: Job,
+        reply: oneshot::Sender<AgentReply>,
+    },
+    Respawn {
+        agent: AgentName,
+    },
+    Reap {
+        idle: Duration,
+        reply: oneshot::Sender<usize>,
+    },
+    /// The answers of a reap: (agent, actor, whether it stopped).
+    ReapDone {
+        results: Vec<(AgentName, ActorId, bool)>,
+    },
+    Reset {
+        agent: AgentName,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    Shutdown {
+        reply: oneshot::Sender<()>,
+    },
+    Kill {
+        reply: oneshot::Sender<()>,
+    },
+}
+
+pub(crate) enum RootMsg {
+    Get {
+        conversation: ConversationKey,
+        reply: oneshot::Sender<Result<ActorRef<ConversationMsg>, RuntimeError>>,
+    },
+    All {
+        reply: oneshot::Sender<Vec<ActorRef<ConversationMsg>>>,
+    },
+}

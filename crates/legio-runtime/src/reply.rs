@@ -1,0 +1,156 @@
+//! What a post and a turn answer: one [`AgentReply`] per addressed agent, each a `Result` (the
+//! reply, or a [`TurnError`] for that agent only), gathered in a [`Posted`] with the handles that
+//! named no agent. A leaf module: the actors, the dispatch and the API share it.
+
+use std::fmt;
+use std::ops::Deref;
+
+use legio_core::{AgentName, MessageId, Seq};
+
+/// One agent's answer to a message: its reply, or why it gave none.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AgentReply {
+    /// The agent.
+    pub agent: AgentName,
+    /// The reply, or the error of this agent's turn.
+    pub outcome: Result<Reply, TurnError>,
+}
+
+/// A turn's reply, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The reply's text.
+    pub text: String,
+    /// The reply message's id (`None` for a heartbeat, whose reply is no message).
+    pub message_id: Option<MessageId>,
+    /// The reply's seq in the log (a heartbeat's: its `HeartbeatRan` event).
+    pub seq: Seq,
+}
+
+/// Why an agent gave no reply. The message says what happened and what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TurnError {
+    /// The cause, for a host that acts on it.
+    pub kind: TurnErrorKind,
+    /// What happened, in plain words.
+    pub message: String,
+}
+
+/// The causes of a [`TurnError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TurnErrorKind {
+    /// The provider answered with an error (after its own retries).
+    Provider,
+    /// The turn ran out of `runtime.turn_timeout_seconds`, or the reply did not come in time.
+    Timeout,
+    /// The model was still calling tools at `runtime.max_tool_steps`.
+    ToolSteps,
+    /// The agent's actor crashed during the turn (it is restarted).
+    Crashed,
+    /// The agent is restarting or could not be started; try again.
+    Unavailable,
+    /// The agent failed past its restart intensity and is stopped until a manual reset.
+    Failed,
+    /// The runtime is shutting down.
+    ShutDown,
+    /// The log or the agent's configuration failed during the turn.
+    Runtime,
+}
+
+impl TurnError {
+    /// An error of `kind` saying `message`.
+    pub fn new(kind: TurnErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for TurnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for TurnError {}
+
+impl AgentReply {
+    /// A reply of `agent`.
+    pub(crate) fn answered(agent: &AgentName, reply: Reply) -> Self {
+        Self {
+            agent: agent.clone(),
+            outcome: Ok(reply),
+        }
+    }
+
+    /// An error reply of `agent`.
+    pub(crate) fn failed(
+        agent: &AgentName,
+        kind: TurnErrorKind,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            agent: agent.clone(),
+            outcome: Err(TurnError::new(kind, message)),
+        }
+    }
+
+    /// The reply's text, if the turn succeeded.
+    pub fn text(&self) -> Option<&str> {
+        self.outcome.as_ref().ok().map(|r| r.text.as_str())
+    }
+
+    /// What went wrong, if the turn failed.
+    pub fn error(&self) -> Option<&str> {
+        self.outcome.as_ref().err().map(|e| e.message.as_str())
+    }
+
+    /// The reply's seq in the log, if the turn succeeded (a failed heartbeat's record has one
+    /// too, but it is no reply).
+    pub fn seq(&self) -> Option<Seq> {
+        self.outcome.as_ref().ok().map(|r| r.seq)
+    }
+
+    /// The reply message's id, if the turn succeeded with a message.
+    pub fn message_id(&self) -> Option<MessageId> {
+        self.outcome.as_ref().ok().and_then(|r| r.message_id)
+    }
+}
+
+/// What a post answers: the replies of the addressed agents, in roster order, and the `@handles`
+/// of the message that named no agent (plain text; the sender is told). Derefs to the replies.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Posted {
+    /// One reply per addressed agent, in roster order (none when the message addressed nobody).
+    pub replies: Vec<AgentReply>,
+    /// The handles that matched no agent, as written, each once.
+    pub unknown_mentions: Vec<String>,
+}
+
+impl Deref for Posted {
+    type Target = [AgentReply];
+
+    fn deref(&self) -> &[AgentReply] {
+        &self.replies
+    }
+}
+
+impl IntoIterator for Posted {
+    type Item = AgentReply;
+    type IntoIter = std::vec::IntoIter<AgentReply>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.replies.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Posted {
+    type Item = &'a AgentReply;
+    type IntoIter = std::slice::Iter<'a, AgentReply>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.replies.iter()
+    }
+}

@@ -1,0 +1,620 @@
+//! One turn of an agent, as plain functions over the shared state (no actor): the agent actor
+//! calls [`run`] for each turn in its mailbox.
+//!
+//! A turn is a tool loop of steps, each one provider call: [`plan`] (the core's decision and
+//! context, compacting first when the policy says so), [`open_session`] (the boundary events),
+//! [`call_provider`] (the request, built and sent in one place), then [`record_reply`] (context
+//! delivered, the reply, the turn's usage). Between steps the tools the model called run and
+//! their results are recorded ([`record_results`]); the next step answers them.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use legio_core::{
+    estimate_tokens, AgentName, Audience, BoundaryReason, ContextDelivered, ContextPlan,
+    ConversationKey, EndSession, Event, Message, MessageId, OpenReason, Part, Participant, Seq,
+    SessionEnded, SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted,
+    TurnFailed,
+};
+use legio_llm::{Provider, ProviderError, ProviderReply, ProviderRequest, ToolCallPart};
+
+use crate::clock::{fresh_uuid, now};
+use crate::compact::compact;
+use crate::config::{AgentSpec, Role};
+use crate::dispatch::Route;
+use crate::error::RuntimeError;
+use crate::memory::ToolSpec;
+use crate::messages::TurnRequest;
+use crate::metrics as m;
+use crate::prepare::{compaction_job, prepare_turn, window_tokens, PreparedTurn, TurnInputs};
+use crate::progress::{Progress, ProgressSink};
+use crate::reply::{AgentReply, Reply, TurnErrorKind};
+use crate::shared::Shared;
+use crate::status::Activity;
+use crate::tools::{run_calls, tools_for, CallContext, ToolOutcome};
+
+/// Whose turn it is: the shared state, the conversation, the agent, and the route to its
+/// conversation's supervisor (through which `dispatch` sends turns to specialists).
+#[derive(Clone)]
+pub(crate) struct Agent {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) conversation: ConversationKey,
+    pub(crate) name: AgentName,
+    pub(crate) route: Arc<dyn Route>,
+}
+
+/// What an agent keeps between its turns (rebuilt empty on restart: the log holds the rest).
+#[derive(Default)]
+pub(crate) struct TurnState {
+    /// The session this agent opened (or resumed) itself; an open session in the log that is not
+    /// this one was left by a crash.
+    pub(crate) live_session: Option<SessionId>,
+    /// The tools offered to the model, built on the first turn (they depend only on the agent's
+    /// role, the memory tools and the host's registry, all fixed for the actor's life) and
+    /// shared by every request without copying their schemas.
+    tools: Option<Arc<[ToolSpec]>>,
+}
+
+/// What one step of a turn ended with.
+enum Step {
+    /// The turn is over: the model's text reply, or an error reply (already recorded).
+    Answered(AgentReply),
+    /// The model asked for tools; the calls are recorded in the message `message`.
+    Calls {
+        calls: Vec<ToolCallPart>,
+        message: MessageId,
+        session: SessionId,
+    },
+}
+
+/// The turn's fixed inputs, looked up once.
+struct Setup {
+    spec: AgentSpec,
+    provider: Arc<dyn Provider>,
+    tools: Arc<[ToolSpec]>,
+    deadline: Instant,
+}
+
+/// Runs one turn and answers it: the reply, or an error reply (a store or prompt failure is
+/// recorded as `TurnFailed` if the log still takes writes). Reports progress and metrics.
+pub(crate) async fn run(agent: &Agent, state: &mut TurnState, request: TurnRequest) -> AgentReply {
+    let started = Instant::now();
+    let board = &agent.shared.board;
+    board.set(&agent.conversation, &agent.name, Activity::Working);
+    if let Some(progress) = &request.progress {
+        let _ = progress.send(Progress::AgentStarted {
+            agent: agent.name.clone(),
+        });
+    }
+    let reply = match tool_loop(agent, state, &request).await {
+        Ok(reply) => reply,
+        Err(e) => {
+            let failed = turn_failed(agent, state.live_session, e.to_string());
+            let _ = agent.shared.append(vec![failed]).await;
+            AgentReply::failed(&agent.name, TurnErrorKind::Runtime, e.to_string())
+        }
+    };
+    let outcome = if reply.outcome.is_ok() { "ok" } else { "error" };
+    let name = agent.name.to_string();
+    metrics::counter!(m::TURNS, "agent" => name.clone(), "outcome" => outcome).increment(1);
+    metrics::histogram!(m::TURN_LATENCY, "agent" => name).record(started.elapsed().as_secs_f64());
+    board.set(&agent.conversation, &agent.name, Activity::Idle);
+    reply
+}
+
+/// Provider calls until the model answers with text, running the tools it calls in between
+/// (each step's calls and results are in the log before the next step), within
+/// `runtime.max_tool_steps` calls and the turn timeout.
+async fn tool_loop(
+    agent: &Agent,
+    state: &mut TurnState,
+    request: &TurnRequest,
+) -> Result<AgentReply, RuntimeError> {
+    let setup = setup(agent, state)?;
+    let max_steps = agent.shared.config.runtime.max_tool_steps;
+    let mut answering = request.seq;
+    let mut steps = 0;
+    loop {
+        steps += 1;
+        let (calls, message, session) =
+            match step(agent, state, &setup, request, answering, steps == 1).await? {
+                Step::Answered(reply) => return Ok(reply),
+                Step::Calls {
+                    calls,
+                    message,
+                    session,
+                } => (calls, message, session),
+            };
+        let last = steps >= max_steps;
+        let outcomes = if last {
+            let why = format!(
+                "not run: the turn reached its limit of {max_steps} steps (runtime.max_tool_steps)"
+            );
+            calls
+                .iter()
+                .map(|_| ToolOutcome::Failed(why.clone()))
+                .collect()
+        } else {
+            let ctx = call_context(agent, &setup, message);
+            run_calls(&ctx, &calls).await
+        };
+        answering = record_results(agent, &calls, outcomes, message).await?;
+        if last {
+            let error = format!(
+                "{} was still calling tools after {max_steps} steps (runtime.max_tool_steps) and gave no answer",
+                agent.name
+            );
+            return fail(agent, session, TurnErrorKind::ToolSteps, error).await;
+        }
+        if Instant::now() >= setup.deadline {
+            return timed_out(agent, session).await;
+        }
+    }
+}
+
+/// The agent's spec, provider and tools (built on its first turn), and the turn's deadline.
+fn setup(agent: &Agent, state: &mut TurnState) -> Result<Setup, RuntimeError> {
+    let shared = &agent.shared;
+    let spec = shared.roster_spec(&agent.name)?.clone();
+    let provider = shared.provider(&spec)?;
+    let tools = match &state.tools {
+        Some(tools) => Arc::clone(tools),
+        None => {
+            let tools: Arc<[ToolSpec]> = if provider.capabilities().tools {
+                tools_for(shared, &spec).into()
+            } else {
+                Arc::from(Vec::new())
+            };
+            state.tools = Some(Arc::clone(&tools));
+            tools
+        }
+    };
+    let deadline = Instant::now() + shared.config.runtime.turn_timeout;
+    Ok(Setup {
+        spec,
+        provider,
+        tools,
+        deadline,
+    })
+}
+
+fn call_context(agent: &Agent, setup: &Setup, call_message: MessageId) -> CallContext {
+    CallContext {
+        shared: Arc::clone(&agent.shared),
+        conversation: agent.conversation.clone(),
+        spec: setup.spec.clone(),
+        route: Arc::clone(&agent.route),
+        call_message,
+        deadline: setup.deadline,
+    }
+}
+
+/// One provider call of the tool loop: plan the context for the message at `answering` (the
+/// turn's message, then each step's results), record the boundaries, call the provider and
+/// record what it answered. `first`: the turn's first step (the only one that carries the
+/// status block). A provider that lost the session to resume gets one retry in a new session.
+async fn step(
+    agent: &Agent,
+    state: &mut TurnState,
+    setup: &Setup,
+    request: &TurnRequest,
+    answering: Seq,
+    first: bool,
+) -> Result<Step, RuntimeError> {
+    let (system_prompt, prompt_hash) = agent.shared.system_prompt(&setup.spec)?;
+    let mut retry_lost = true;
+    loop {
+        let (prepared, window) =
+            plan(agent, state, setup, answering, &system_prompt, &prompt_hash).await?;
+        let (session, resume) = open_session(agent, state, setup, &prepared, &prompt_hash).await?;
+        let status = (first && setup.spec.role == Role::Orchestrator)
+            .then(|| agent.shared.status_block(&agent.conversation));
+        let provider_request = ProviderRequest {
+            conversation: agent.conversation.clone(),
+            agent: agent.name.clone(),
+            system_prompt: system_prompt.clone(),
+            resume,
+            plan: prepared.plan.clone(),
+            status,
+            deltas: None,
+            tools: Arc::clone(&setup.tools),
+        };
+        let plan = &prepared.plan;
+        let called = call_provider(setup, provider_request, request.progress.as_ref()).await;
+        return match called {
+            Ok(Ok(reply)) => record_reply(agent, session, plan, window, request.id, reply).await,
+            Ok(Err(ProviderError::SessionLost { session: lost })) if retry_lost => {
+                tracing::warn!(agent = %agent.name, session = %lost, "the provider lost the session; opening a new one from the log");
+                let end = EndSession {
+                    suspend: false,
+                    why: BoundaryReason::ProviderSessionLost,
+                };
+                agent
+                    .shared
+                    .append(vec![end_event(agent, session, end)])
+                    .await?;
+                record_end(end);
+                state.live_session = None;
+                retry_lost = false;
+                continue;
+            }
+            Ok(Err(e)) => {
+                let error = format!("{} failed: {e}", agent.name);
+                fail(agent, session, TurnErrorKind::Provider, error)
+                    .await
+                    .map(Step::Answered)
+            }
+            Err(_elapsed) => timed_out(agent, session).await.map(Step::Answered),
+        };
+    }
+}
+
+/// The context for the message at `answering`, and the tokens re-sending the window would cost
+/// (for the tokens-avoided metric). One hop to the blocking pool decides the plan and whether
+/// the context must be compacted first; after a compaction, a second hop plans on the
+/// compacted view.
+async fn plan(
+    agent: &Agent,
+    state: &TurnState,
+    setup: &Setup,
+    answering: Seq,
+    system_prompt: &str,
+    prompt_hash: &str,
+) -> Result<(PreparedTurn, u64), RuntimeError> {
+    let capabilities = setup.provider.capabilities();
+    let system_tokens = estimate_tokens(system_prompt);
+    let mut check_compaction = true;
+    loop {
+        let (shared, spec) = (Arc::clone(&agent.shared), setup.spec.clone());
+        let (conversation, prompt_hash) = (agent.conversation.clone(), prompt_hash.to_owned());
+        let live_session = state.live_session;
+        let (prepared, window, job) = tokio::task::spawn_blocking(move || {
+            let inputs = TurnInputs {
+                spec: &spec,
+                conversation: &conversation,
+                history: capabilities.history,
+                settings: &shared.config.runtime,
+                prompt_hash: &prompt_hash,
+                live_session,
+                new_message: answering,
+            };
+            let log = shared.log.as_ref();
+            let prepared = prepare_turn(log, inputs)?;
+            let window = window_tokens(log, &inputs, &prepared)?;
+            let job = match check_compaction {
+                true => compaction_job(
+                    log,
+                    &inputs,
+                    &prepared,
+                    capabilities.context_window,
+                    system_tokens,
+                )?,
+                false => None,
+            };
+            Ok::<_, RuntimeError>((prepared, window, job))
+        })
+        .await
+        .map_err(|e| RuntimeError::Cancelled {
+            what: "preparing the turn",
+            reason: e.to_string(),
+        })??;
+        let Some(job) = job else {
+            return Ok((prepared, window));
+        };
+        check_compaction = false;
+        if !compact(&agent.shared, &agent.conversation, &setup.spec, job).await? {
+            return Ok((prepared, window));
+        }
+    }
+}
+
+/// Records the decision's boundaries (end the old session, open the new one) and returns the
+/// session the step runs in, with the provider session to resume (stateful providers).
+async fn open_session(
+    agent: &Agent,
+    state: &mut TurnState,
+    setup: &Setup,
+    prepared: &PreparedTurn,
+    prompt_hash: &str,
+) -> Result<(SessionId, Option<String>), RuntimeError> {
+    let PreparedTurn {
+        current, decision, ..
+    } = prepared;
+    let mut events = Vec::new();
+    if let (Some(end), Some(c)) = (decision.end, current) {
+        events.push(end_event(agent, c.session, end));
+        record_end(end);
+    }
+    let stateful = setup.provider.capabilities().history.is_stateful();
+    let (session, resume) = match (&decision.start, current) {
+        (Start::Continue, Some(c)) => (c.session, c.provider_session.clone().filter(|_| stateful)),
+        (Start::Continue, None) => {
+            return Err(RuntimeError::MissingRecord {
+                what: "the session to continue",
+                seq: prepared.plan.up_to,
+            })
+        }
+        (start, _) => {
+            let opened = opened_event(agent, start, prepared.plan.up_to, prompt_hash);
+            let (session, resume) = match &opened {
+                Event::SessionOpened(e) => (e.session, resumed_from(&e.how)),
+                _ => unreachable!("opened_event makes a SessionOpened"),
+            };
+            events.push(opened);
+            (session, resume)
+        }
+    };
+    if !events.is_empty() {
+        agent.shared.append(events).await?;
+    }
+    state.live_session = Some(session);
+    Ok((session, resume))
+}
+
+/// The `SessionOpened` event of a decision that opens a session (`start` is not `Continue`).
+fn opened_event(agent: &Agent, start: &Start, up_to: Seq, prompt_hash: &str) -> Event {
+    let (why, how) = match start {
+        Start::OpenStateless { why } => (*why, SessionStart::Stateless),
+        Start::OpenResume {
+            why,
+            provider_session,
+            checkpoint,
+        } => (
+            *why,
+            SessionStart::Resumed {
+                provider_session: provider_session.clone(),
+                checkpoint: *checkpoint,
+            },
+        ),
+        Start::OpenBootstrap { why } => (*why, SessionStart::Bootstrapped { up_to }),
+        Start::Continue => (OpenReason::FirstUse, SessionStart::Bootstrapped { up_to }),
+    };
+    let reason = match why {
+        OpenReason::FirstUse => "first_use",
+        OpenReason::After(r) => r.as_str(),
+    };
+    metrics::counter!(m::SESSIONS_OPENED, "reason" => reason).increment(1);
+    Event::SessionOpened(SessionOpened {
+        conversation: agent.conversation.clone(),
+        agent: agent.name.clone(),
+        session: SessionId(fresh_uuid()),
+        at: now(),
+        why,
+        how,
+        prompt_hash: prompt_hash.to_owned(),
+    })
+}
+
+fn resumed_from(how: &SessionStart) -> Option<String> {
+    match how {
+        SessionStart::Resumed {
+            provider_session, ..
+        } => Some(provider_session.clone()),
+        _ => None,
+    }
+}
+
+/// Sends the request to the provider within the turn's deadline: the one place a turn's request
+/// reaches a provider. Streamed fragments go to the progress listener as `Delta`s; the forwarder
+/// ends when the provider drops its sender and is awaited before returning, so every fragment
+/// precedes the agent's `AgentDone`.
+async fn call_provider(
+    setup: &Setup,
+    mut request: ProviderRequest,
+    progress: Option<&ProgressSink>,
+) -> Result<Result<ProviderReply, ProviderError>, tokio::time::error::Elapsed> {
+    let forwarder = progress.map(|progress| {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        request.deltas = Some(tx);
+        let (progress, agent) = (progress.clone(), request.agent.clone());
+        tokio::spawn(async move {
+            while let Some(text) = rx.recv().await {
+                let _ = progress.send(Progress::Delta {
+                    agent: agent.clone(),
+                    text,
+                });
+            }
+        })
+    });
+    let remaining = setup.deadline.saturating_duration_since(Instant::now());
+    let result = tokio::time::timeout(remaining, setup.provider.call(request)).await;
+    if let Some(forwarder) = forwarder {
+        let _ = forwarder.await;
+    }
+    result
+}
+
+/// Records a successful provider call: the checkpoint (`ContextDelivered`), the model's message
+/// (its text reply, or its tool calls addressed to itself) and `TurnCompleted` with the usage.
+async fn record_reply(
+    agent: &Agent,
+    session: SessionId,
+    plan: &ContextPlan,
+    window: u64,
+    answering: MessageId,
+    reply: ProviderReply,
+) -> Result<Step, RuntimeError> {
+    let reply_id = MessageId(fresh_uuid());
+    let message = reply_message(agent, reply_id, &reply).replying_to(answering);
+    let usage = reply.usage.unwrap_or_else(|| TokenUsage {
+        input: estimate_tokens(&plan_text(plan)),
+        output: estimate_tokens(&reply.text),
+        ..Default::default()
+    });
+    let delivered = ContextDelivered {
+        conversation: agent.conversation.clone(),
+        agent: agent.name.clone(),
+        session,
+        at: now(),
+        up_to: plan.up_to,
+        mode: plan.mode,
+        messages: u32::try_from(plan.history.len() + 1).unwrap_or(u32::MAX),
+        estimated_tokens: plan.estimated_tokens,
+    };
+    let completed = TurnCompleted {
+        conversation: agent.conversation.clone(),
+        agent: agent.name.clone(),
+        session,
+        at: now(),
+        usage,
+        provider_session: reply.provider_session.clone(),
+        reply: Some(reply_id),
+    };
+    let events = vec![
+        Event::ContextDelivered(delivered),
+        Event::MessagePosted(message),
+        Event::TurnCompleted(completed),
+    ];
+    let range = agent.shared.append(events).await?;
+    metrics::counter!(m::INPUT_TOKENS, "agent" => agent.name.to_string())
+        .increment(usage.context_tokens());
+    metrics::counter!(m::TOKENS_SENT, "mode" => plan.mode.as_str())
+        .increment(plan.estimated_tokens);
+    metrics::counter!(m::TOKENS_AVOIDED).increment(window.saturating_sub(plan.estimated_tokens));
+    if !reply.tool_calls.is_empty() {
+        return Ok(Step::Calls {
+            calls: reply.tool_calls,
+            message: reply_id,
+            session,
+        });
+    }
+    let reply = Reply {
+        text: reply.text,
+        message_id: Some(reply_id),
+        seq: Seq(range.first.0 + 1),
+    };
+    Ok(Step::Answered(AgentReply::answered(&agent.name, reply)))
+}
+
+/// The model's message: its text reply to the user, or its tool calls (with any text it wrote
+/// along) addressed to itself: its tool traffic is its own (the orchestrator and the user see it).
+fn reply_message(agent: &Agent, id: MessageId, reply: &ProviderReply) -> Message {
+    let sender = Participant::Agent(agent.name.clone());
+    if reply.tool_calls.is_empty() {
+        let text = reply.text.clone();
+        return Message::text(
+            id,
+            agent.conversation.clone(),
+            sender,
+            Audience::user(),
+            text,
+            now(),
+        );
+    }
+    let mut parts = Vec::new();
+    if !reply.text.trim().is_empty() {
+        parts.push(Part::text(reply.text.clone()));
+    }
+    parts.extend(reply.tool_calls.iter().map(|c| Part::ToolCall {
+        id: c.id.clone(),
+        name: c.name.clone(),
+        arguments: c.arguments.clone(),
+    }));
+    Message {
+        id,
+        conversation: agent.conversation.clone(),
+        sender,
+        audience: Audience::agent(agent.name.clone()),
+        parts,
+        reply_to: None,
+        at: now(),
+    }
+}
+
+/// Records the outcomes of a step's calls as one message of the agent, addressed to itself, one
+/// result per call, replying to the calls' message. Returns its seq: the next step answers it.
+async fn record_results(
+    agent: &Agent,
+    calls: &[ToolCallPart],
+    outcomes: Vec<ToolOutcome>,
+    calls_message: MessageId,
+) -> Result<Seq, RuntimeError> {
+    let parts = calls
+        .iter()
+        .zip(outcomes)
+        .map(|(call, outcome)| outcome.into_part(&call.id))
+        .collect();
+    let results = Message {
+        id: MessageId(fresh_uuid()),
+        conversation: agent.conversation.clone(),
+        sender: Participant::Agent(agent.name.clone()),
+        audience: Audience::agent(agent.name.clone()),
+        parts,
+        reply_to: Some(calls_message),
+        at: now(),
+    };
+    let range = agent
+        .shared
+        .append(vec![Event::MessagePosted(results)])
+        .await?;
+    Ok(range.first)
+}
+
+/// Records the turn as failed with `error` and answers with it.
+async fn fail(
+    agent: &Agent,
+    session: SessionId,
+    kind: TurnErrorKind,
+    error: String,
+) -> Result<AgentReply, RuntimeError> {
+    let failed = turn_failed(agent, Some(session), error.clone());
+    agent.shared.append(vec![failed]).await?;
+    Ok(AgentReply::failed(&agent.name, kind, error))
+}
+
+/// The turn ran out of time: recorded as failed, answered with an error.
+async fn timed_out(agent: &Agent, session: SessionId) -> Result<AgentReply, RuntimeError> {
+    let timeout: Duration = agent.shared.config.runtime.turn_timeout;
+    let error = format!(
+        "{} did not answer within {} s (runtime.turn_timeout_seconds)",
+        agent.name,
+        timeout.as_secs_f64()
+    );
+    let reply = fail(agent, session, TurnErrorKind::Timeout, error).await?;
+    metrics::counter!(m::TURNS, "agent" => agent.name.to_string(), "outcome" => "timeout")
+        .increment(1);
+    Ok(reply)
+}
+
+pub(crate) fn turn_failed(agent: &Agent, session: Option<SessionId>, error: String) -> Event {
+    Event::TurnFailed(TurnFailed {
+        conversation: agent.conversation.clone(),
+        agent: agent.name.clone(),
+        session,
+        at: now(),
+        error,
+    })
+}
+
+/// The event that ends `session` as `end` says: suspended or closed.
+pub(crate) fn end_event(agent: &Agent, session: SessionId, end: EndSession) -> Event {
+    let ended = SessionEnded {
+        conversation: agent.conversation.clone(),
+        agent: agent.name.clone(),
+        session,
+        at: now(),
+        why: end.why,
+    };
+    if end.suspend {
+        Event::SessionSuspended(ended)
+    } else {
+        Event::SessionClosed(ended)
+    }
+}
+
+/// Counts a session end in the metrics.
+pub(crate) fn record_end(end: EndSession) {
+    let name = if end.suspend {
+        m::SESSIONS_SUSPENDED
+    } else {
+        m::SESSIONS_CLOSED
+    };
+    metrics::counter!(name, "reason" => end.why.as_str()).increment(1);
+}
+
+fn plan_text(plan: &ContextPlan) -> String {
+    plan.messages()
+        .map(|i| i.message.text_content())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
