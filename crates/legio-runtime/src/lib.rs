@@ -17,6 +17,7 @@ mod runtime;
 mod server_settings;
 mod shared;
 mod status;
+mod store_backend;
 mod supervisor;
 mod tools;
 
@@ -38,4 +39,5 @@ pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime};
 pub use server_settings::{ServerSettings, DEFAULT_BIND};
 pub use status::Activity;
+pub use store_backend::StoreBackend;
 pub use tools::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};

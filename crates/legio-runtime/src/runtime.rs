@@ -14,7 +14,9 @@ use legio_core::{
     MessageId, Participant, Record, Seq, Viewer,
 };
 use legio_llm::Provider;
-use legio_store::{EventLog, SledLog};
+use legio_store::{EventLog, NatsLog, SledLog, StoreError};
+
+use crate::store_backend::StoreBackend;
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
@@ -103,10 +105,16 @@ impl Runtime {
         tools: ToolRegistry,
     ) -> Result<Self, RuntimeError> {
         let store = config.store.clone();
-        let log = tokio::task::spawn_blocking(move || SledLog::open(&store.path, &store.options))
-            .await
-            .map_err(|e| RuntimeError::Actor(format!("opening the log was cancelled: {e}")))??;
-        Self::start_with_tools(config, Arc::new(log), overrides, tools).await
+        let log = tokio::task::spawn_blocking(move || -> Result<Arc<dyn EventLog>, StoreError> {
+            Ok(match &store.backend {
+                StoreBackend::Sled => Arc::new(SledLog::open(&store.path, &store.options)?),
+                // Phase 1 of issue 12: the log only; ownership (leases) comes with phase 2.
+                StoreBackend::Nats(options) => Arc::new(NatsLog::open(options)?),
+            })
+        })
+        .await
+        .map_err(|e| RuntimeError::Actor(format!("opening the log was cancelled: {e}")))??;
+        Self::start_with_tools(config, log, overrides, tools).await
     }
 
     /// Starts a runtime on an already open log (an in-memory log for tests, for example).
