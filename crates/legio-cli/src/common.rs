@@ -31,7 +31,7 @@ pub fn open_log(context: &Context) -> Result<Box<dyn EventLog>> {
 /// defaults), or the configuration's own when its backend is nats.
 pub fn nats_options(context: &Context) -> Result<Option<NatsOptions>> {
     let configured = match context.store()?.backend {
-        StoreBackend::Nats(options) => Some(options),
+        StoreBackend::Nats(options) => Some(*options),
         StoreBackend::Sled => None,
     };
     Ok(match (&context.nats, configured) {

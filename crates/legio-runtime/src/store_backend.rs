@@ -30,7 +30,7 @@ pub enum StoreBackend {
     #[default]
     Sled,
     /// The log on a NATS JetStream cluster (`docs/cluster.md`).
-    Nats(NatsOptions),
+    Nats(Box<NatsOptions>),
 }
 
 /// Validates `[store] backend` and `[store.nats]`; relative paths resolve against `base` (the
@@ -49,7 +49,7 @@ pub(crate) fn parse_backend(
         Some("nats") => {
             let empty = NatsSection::default();
             let options = nats_options(nats.unwrap_or(&empty), base, max_message_bytes)?;
-            Ok(StoreBackend::Nats(options))
+            Ok(StoreBackend::Nats(Box::new(options)))
         }
         Some(other) => Err(format!(
             "store.backend = {other:?} is not \"sled\" or \"nats\""

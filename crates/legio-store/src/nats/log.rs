@@ -113,7 +113,8 @@ impl NatsLog {
 
     /// Drops what this node knows of `conversation` and reads it again from the stream; lifts a
     /// refusal ([`StoreError::Fenced`]). The ownership layer calls it when it (re)takes a
-    /// conversation: the next append then expects the stream's true last seq.
+    /// conversation: the next append then expects the stream's true last seq. Call it while this
+    /// node has no append to the conversation in flight.
     pub fn refresh(&self, conversation: &ConversationKey) -> Result<()> {
         let inner = self.inner.clone();
         let conversation = conversation.clone();
@@ -327,28 +328,33 @@ impl Inner {
     }
 
     /// The projection of `conversation`: loaded from its subject on first touch (and, read-only,
-    /// caught up on every call).
+    /// caught up on every call). A projection is shared only once complete: a concurrent load
+    /// that finishes second adopts the first one (which this node's appends keep current).
     async fn projection(&self, conversation: &ConversationKey) -> Result<Arc<Mutex<Projection>>> {
         let known = lock(&self.projections).get(conversation).cloned();
-        let projection = match known {
-            Some(p) if !self.read_only => return Ok(p),
-            Some(p) => p,
-            None => {
-                let fresh = Arc::new(Mutex::new(Projection::new(conversation.clone())));
-                lock(&self.projections)
-                    .entry(conversation.clone())
-                    .or_insert(fresh)
-                    .clone()
+        match known {
+            Some(projection) if !self.read_only => Ok(projection),
+            Some(projection) => {
+                let after = lock(&projection).last();
+                let records = self.fetch_after(conversation, after).await?;
+                let mut guard = lock(&projection);
+                for record in records {
+                    guard.apply(record);
+                }
+                drop(guard);
+                Ok(projection)
             }
-        };
-        let after = lock(&projection).last();
-        let records = self.fetch_after(conversation, after).await?;
-        let mut guard = lock(&projection);
-        for record in records {
-            guard.apply(record);
+            None => {
+                let mut fresh = Projection::new(conversation.clone());
+                for record in self.fetch_after(conversation, Seq::ZERO).await? {
+                    fresh.apply(record);
+                }
+                Ok(lock(&self.projections)
+                    .entry(conversation.clone())
+                    .or_insert_with(|| Arc::new(Mutex::new(fresh)))
+                    .clone())
+            }
         }
-        drop(guard);
-        Ok(projection)
     }
 
     fn forget(&self, conversations: &[ConversationKey]) {
