@@ -1183,3 +1183,78 @@ fn context_shows_the_summary_of_a_compacted_context() {
     let want: Vec<u64> = last.plan.history.iter().map(|i| i.seq.get()).collect();
     assert_eq!(seqs, want);
 }
+
+/// `backend = "nats"`: the runtime writes a conversation to a real nats-server, and the CLI reads
+/// the cluster's log with `--nats` (no node running), agreeing with what is stored.
+#[test]
+fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
+    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+        return;
+    };
+    let url = cluster.urls()[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "", "");
+    let config_path = dir.path().join("legio.toml");
+    let text = std::fs::read_to_string(&config_path).unwrap().replace(
+        "path = \"db\"",
+        &format!("path = \"db\"\nbackend = \"nats\"\n\n[store.nats]\nservers = [\"{url}\"]\nstream = \"clitest\""),
+    );
+    std::fs::write(&config_path, text).unwrap();
+    let config = RuntimeConfig::load(&config_path).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
+        resumable: true,
+    }));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let overrides = HashMap::from([(
+            "local".to_owned(),
+            Arc::new(provider.clone()) as Arc<dyn Provider>,
+        )]);
+        let runtime = Runtime::builder(config)
+            .providers(overrides)
+            .open()
+            .await
+            .unwrap();
+        for text in ["hello", "@ann review this", "@all ship it"] {
+            let replies = runtime.post(CONV, text).await.unwrap();
+            assert!(!replies.is_empty());
+        }
+        runtime.shutdown().await.unwrap();
+    });
+    assert!(!dir.path().join("db").exists(), "no sled database");
+    let options = legio_store::NatsOptions {
+        stream: "clitest".into(),
+        ..legio_store::NatsOptions::for_servers([url.clone()])
+    };
+    let stored = legio_store::NatsLog::open_read_only(&options).unwrap();
+    let last = stored.last_seq();
+    assert!(
+        last.get() > 6,
+        "the posts, replies and boundaries are stored: {last}"
+    );
+
+    let legio = |args: &[&str]| {
+        let mut all = vec!["--nats", url.as_str()];
+        all.extend_from_slice(args);
+        legio_in(dir.path(), &config_path, &all, None)
+    };
+    let out = legio(&["replay", "--format", "jsonl"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count() as u64, last.get());
+    let out = legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(stdout(&out).contains("stream clitest"), "{}", stdout(&out));
+    let out = legio(&["inspect", "conversations"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(stdout(&out).contains(CONV), "{}", stdout(&out));
+    let out = legio(&["export"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count() as u64, last.get());
+    let out = legio(&["post", "--conversation", CONV, "no"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("--nats"), "{}", stderr(&out));
+}

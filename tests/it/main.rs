@@ -5,6 +5,7 @@ mod crash;
 mod golden;
 mod memory;
 mod model;
+mod nats;
 mod runtime;
 mod sled_log;
 mod tidy;

@@ -2,7 +2,7 @@
 //! windows and reopenings; and no viewer ever reads a message outside its visibility rule.
 
 use legio_core::{can_see, AgentName, Event, Seq, Viewer};
-use legio_store::{EventLog, MemoryLog, SledLog, StoreOptions};
+use legio_store::{EventLog, MemoryLog, NatsLog, NatsOptions, SledLog, StoreOptions};
 use legio_tests::*;
 use proptest::prelude::*;
 
@@ -336,4 +336,32 @@ fn recorded_regression_matches_the_model_in_memory_and_on_sled() {
         drop(previous);
         Box::new(SledLog::open(&path, &StoreOptions::default()).unwrap())
     });
+}
+
+/// The same model test on JetStream: one real nats-server for the whole run, a fresh stream per
+/// case, a new `NatsLog` (new connection, projections rebuilt from the stream) at every reopen.
+#[test]
+fn nats_log_matches_the_model_across_reopens() {
+    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+        return;
+    };
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases: 16,
+        ..ProptestConfig::default()
+    });
+    let cases = std::sync::atomic::AtomicUsize::new(0);
+    runner
+        .run(&proptest::collection::vec(op(), 1..30), |ops| {
+            let case = cases.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let options = NatsOptions {
+                stream: format!("model{case}"),
+                ..cluster.options(1)
+            };
+            run(ops, |previous| {
+                drop(previous);
+                Box::new(NatsLog::open(&options).unwrap())
+            });
+            Ok(())
+        })
+        .unwrap();
 }

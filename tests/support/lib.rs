@@ -2,6 +2,7 @@
 //! tests (`tests/it`) and benchmarks (`benches/`).
 
 pub mod bench;
+pub mod nats;
 
 use legio_core::{
     AgentName, Audience, BoundaryReason, ContextDelivered, ConversationKey, DeliveryMode, Event,

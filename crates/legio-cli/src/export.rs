@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use legio_core::{ConversationKey, Seq};
-use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
 use crate::replay::{write_record, Format};
@@ -39,7 +38,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let last = log.last_seq();
     let bar = common::progress(last.get(), "export", true);
     let mut written = 0u64;
-    for_each_record(&log, conversation.as_ref(), Seq::FIRST, last, |record| {
+    for_each_record(&*log, conversation.as_ref(), Seq::FIRST, last, |record| {
         bar.set_position(record.seq.get());
         write_record(&mut out, &record, Format::Jsonl, false)?;
         written += 1;

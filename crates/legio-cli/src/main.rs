@@ -71,6 +71,11 @@ pub struct Cli {
     /// The event log's folder; overrides store.path from the configuration.
     #[arg(long, global = true)]
     db: Option<PathBuf>,
+    /// Read a NATS JetStream cluster's log instead of --db (replay, inspect, verify, export,
+    /// context, stats): server URLs, comma-separated; stream, credentials and TLS come from
+    /// [store.nats] when the configuration has it. No legio node needs to run.
+    #[arg(long, global = true, value_name = "URL", env = "LEGIO_NATS_URL")]
+    nats: Option<String>,
     /// Live mode: ask the `legio serve` at this URL instead of opening the log (replay, inspect,
     /// context, verify, reset), so the service can keep the database.
     #[arg(long, global = true, value_name = "URL")]
@@ -118,6 +123,8 @@ enum Command {
 pub struct Context {
     /// `--db`, if given.
     pub db: Option<PathBuf>,
+    /// `--nats`, if given: the cluster's server URLs.
+    pub nats: Option<Vec<String>>,
     /// The configuration file.
     pub config: PathBuf,
     /// Whether `--config` or `LEGIO_CONFIG` named it; the default file may be absent, and then
@@ -166,6 +173,7 @@ impl Context {
                     .clone()
                     .unwrap_or_else(|| PathBuf::from("data/legio")),
                 options: legio_store::StoreOptions::default(),
+                backend: legio_runtime::StoreBackend::Sled,
             });
         }
         Ok(self.runtime_config()?.store)
@@ -182,6 +190,9 @@ fn main() -> ExitCode {
         || std::env::args().any(|a| a == "--config" || a.starts_with("--config="));
     let context = Context {
         db: cli.db,
+        nats: cli
+            .nats
+            .map(|urls| urls.split(',').map(|u| u.trim().to_owned()).collect()),
         config: cli.config,
         config_explicit,
         server: cli.server,
@@ -196,6 +207,20 @@ fn main() -> ExitCode {
             | Command::Reset(_)
             | Command::Completions(_)
     );
+    let reads_the_log = matches!(
+        cli.command,
+        Command::Replay(_)
+            | Command::Inspect(_)
+            | Command::Context(_)
+            | Command::Verify(_)
+            | Command::Export(_)
+            | Command::Stats(_)
+            | Command::Completions(_)
+    );
+    if context.nats.is_some() && !reads_the_log {
+        eprintln!("legio: --nats works with replay, inspect, context, verify, export and stats (it reads the cluster's log); other commands run through a legio node");
+        return ExitCode::from(2);
+    }
     if context.server.is_some() && !live {
         eprintln!("legio: --server works with replay, inspect, context, verify and reset; this command opens the log or the legion itself");
         return ExitCode::from(2);

@@ -14,7 +14,9 @@ use legio_core::{
     MessageId, Participant, Record, Seq, Viewer,
 };
 use legio_llm::Provider;
-use legio_store::{EventLog, SledLog};
+use legio_store::{EventLog, NatsLog, SledLog, StoreError};
+
+use crate::store_backend::StoreBackend;
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
@@ -137,14 +139,18 @@ impl RuntimeBuilder {
             Some(log) => log,
             None => {
                 let store = self.config.store.clone();
-                let log =
-                    tokio::task::spawn_blocking(move || SledLog::open(&store.path, &store.options))
-                        .await
-                        .map_err(|e| RuntimeError::Cancelled {
-                            what: "opening the log",
-                            reason: e.to_string(),
-                        })??;
-                Arc::new(log) as Arc<dyn EventLog>
+                tokio::task::spawn_blocking(move || -> Result<Arc<dyn EventLog>, StoreError> {
+                    Ok(match &store.backend {
+                        StoreBackend::Sled => Arc::new(SledLog::open(&store.path, &store.options)?),
+                        // Phase 1 of issue 12: the log only; ownership (leases) comes next.
+                        StoreBackend::Nats(options) => Arc::new(NatsLog::open(options)?),
+                    })
+                })
+                .await
+                .map_err(|e| RuntimeError::Cancelled {
+                    what: "opening the log",
+                    reason: e.to_string(),
+                })??
             }
         };
         Runtime::launch(self.config, log, self.providers, self.tools).await

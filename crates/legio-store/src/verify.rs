@@ -164,7 +164,7 @@ impl VerifyReport {
         self.counts.values().sum()
     }
 
-    fn add(&mut self, finding: Finding) {
+    pub(crate) fn add(&mut self, finding: Finding) {
         m::verify_finding(finding.kind());
         *self.counts.entry(finding.kind()).or_default() += 1;
         if self.findings.len() < MAX_FINDINGS {
