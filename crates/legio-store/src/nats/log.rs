@@ -1,39 +1,35 @@
 //! `NatsLog`: the event log on a NATS JetStream stream. The stream sequence is legio's seq; each
 //! conversation is one subject; appends state the subject's last sequence they expect, so a node
-//! that lost a conversation to another can never append to it. See `docs/cluster.md`.
+//! that lost a conversation to another can never append to it. This file: opening, the shared
+//! state, projections, global reads and the `EventLog` impl; the write path is write.rs, verify
+//! is verify.rs. See `docs/cluster.md`.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
 use futures_util::TryStreamExt;
-use legio_core::{
-    AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, SeqRange, Viewer,
-};
+use legio_core::{AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, Viewer};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use super::options::NatsOptions;
 use super::projection::Projection;
-use super::publish::{Outcome, Outgoing, Publisher, MAX_BATCHES_IN_FLIGHT};
+use super::publish::{Publisher, MAX_BATCHES_IN_FLIGHT};
 use super::reader::{scan, Scan};
 use super::runtime::block_on;
 use super::subject::Subjects;
-use crate::codec::encode_event;
+use super::verify::verify_walk;
+use super::write::{dispatch, encode_batch, Submit};
 use crate::error::{Result, StoreError};
 use crate::log::{AppendHandle, EventLog, Subscription};
 use crate::metrics as m;
-use crate::verify::{Finding, VerifyProgress, VerifyReport};
+use crate::verify::{VerifyProgress, VerifyReport};
 
-/// The most events one append (or one group of coalesced appends) may hold: JetStream's limit of
-/// an atomic batch.
-pub const MAX_BATCH_EVENTS: usize = 1000;
-/// Records may exceed the message limit by this much (ids, names, framing), as in the sled log.
-const RECORD_SLACK: usize = 64 * 1024;
 /// Events read from the stream per request.
-const READ_CHUNK: usize = 4096;
+pub(super) const READ_CHUNK: usize = 4096;
 /// How often a log with subscribers asks the stream for appends made by other nodes.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
@@ -42,7 +38,7 @@ const FOLLOW_POLL: Duration = Duration::from_millis(200);
 /// Its methods block (like every [`EventLog`]): it owns a small tokio runtime that drives the
 /// NATS client, so callers need none, and must call it from a blocking thread when they have one.
 pub struct NatsLog {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -55,34 +51,27 @@ impl std::fmt::Debug for NatsLog {
     }
 }
 
-/// An append waiting for its turn: its conversation may have an append in flight.
-struct Submit {
-    events: Vec<(Event, Vec<u8>)>,
-    conversations: Vec<ConversationKey>,
-    reply: oneshot::Sender<Result<SeqRange>>,
-}
-
-struct Inner {
-    publisher: Publisher,
-    subjects: Subjects,
-    options: NatsOptions,
-    read_only: bool,
-    projections: Mutex<HashMap<ConversationKey, Arc<Mutex<Projection>>>>,
+pub(super) struct Inner {
+    pub(super) publisher: Publisher,
+    pub(super) subjects: Subjects,
+    pub(super) options: NatsOptions,
+    pub(super) read_only: bool,
+    pub(super) projections: Mutex<HashMap<ConversationKey, Arc<Mutex<Projection>>>>,
     /// Conversations whose append was refused, with the last seq this node expected: refused
     /// until [`NatsLog::refresh`] (this node took the conversation over again).
-    fenced: Mutex<HashMap<ConversationKey, u64>>,
-    committed: watch::Sender<Seq>,
-    submits: Option<mpsc::UnboundedSender<Submit>>,
+    pub(super) fenced: Mutex<HashMap<ConversationKey, u64>>,
+    pub(super) committed: watch::Sender<Seq>,
+    pub(super) submits: Option<mpsc::UnboundedSender<Submit>>,
     id_prefix: String,
     next_id: AtomicU64,
     /// Whether appends queued behind one in flight leave as one atomic batch: with replicas 3
     /// (where it raised the append rate about 3x in `nats_append`), not with 1, where a single
     /// server held every atomic batch for tens of milliseconds (nats-server 2.15.1).
-    group_appends: bool,
+    pub(super) group_appends: bool,
     following: AtomicBool,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -134,7 +123,7 @@ impl NatsLog {
     }
 
     /// Runs `future` on the log's runtime and waits for it on this thread.
-    fn block_on<F>(&self, future: F) -> F::Output
+    pub(super) fn block_on<F>(&self, future: F) -> F::Output
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
@@ -291,7 +280,7 @@ impl Inner {
 
 impl Inner {
     /// The seq of the last event on `subject` (0: none), asked of the stream's leader.
-    async fn subject_last(&self, subject: &str) -> Result<u64> {
+    pub(super) async fn subject_last(&self, subject: &str) -> Result<u64> {
         match self
             .publisher
             .stream
@@ -335,7 +324,10 @@ impl Inner {
     /// The projection of `conversation`: loaded from its subject on first touch (and, read-only,
     /// caught up on every call). A projection is shared only once complete: a concurrent load
     /// that finishes second adopts the first one (which this node's appends keep current).
-    async fn projection(&self, conversation: &ConversationKey) -> Result<Arc<Mutex<Projection>>> {
+    pub(super) async fn projection(
+        &self,
+        conversation: &ConversationKey,
+    ) -> Result<Arc<Mutex<Projection>>> {
         let known = lock(&self.projections).get(conversation).cloned();
         match known {
             Some(projection) if !self.read_only => Ok(projection),
@@ -362,19 +354,19 @@ impl Inner {
         }
     }
 
-    fn forget(&self, conversations: &[ConversationKey]) {
+    pub(super) fn forget(&self, conversations: &[ConversationKey]) {
         let mut projections = lock(&self.projections);
         for conversation in conversations {
             projections.remove(conversation);
         }
     }
 
-    fn next_append_id(&self) -> String {
+    pub(super) fn next_append_id(&self) -> String {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         format!("{}-{n}", self.id_prefix)
     }
 
-    fn acknowledge(&self, last: Seq) {
+    pub(super) fn acknowledge(&self, last: Seq) {
         self.committed.send_if_modified(|current| {
             if last > *current {
                 *current = last;
@@ -384,245 +376,6 @@ impl Inner {
             }
         });
     }
-}
-
-// ---- the write path ----
-
-/// Appends of one conversation leave one at a time (the next one's expectation is the previous
-/// one's last seq); appends queued behind one in flight leave together as one atomic batch.
-async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedReceiver<Submit>) {
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Vec<ConversationKey>>();
-    let mut queue: VecDeque<Submit> = VecDeque::new();
-    let mut busy: HashSet<ConversationKey> = HashSet::new();
-    loop {
-        tokio::select! {
-            submit = submits.recv() => match submit {
-                Some(submit) => queue.push_back(submit),
-                None => break,
-            },
-            Some(done) = done_rx.recv() => {
-                for conversation in done {
-                    busy.remove(&conversation);
-                }
-            }
-        }
-        while let Ok(submit) = submits.try_recv() {
-            queue.push_back(submit);
-        }
-        for group in schedule(&mut queue, &mut busy, inner.group_appends) {
-            let inner = inner.clone();
-            let done = done_tx.clone();
-            tokio::spawn(async move {
-                let conversations = append_group(&inner, group).await;
-                let _ = done.send(conversations);
-            });
-        }
-    }
-}
-
-/// Takes from `queue` every append whose conversations are idle, in order: with `group`, appends
-/// of one idle conversation are grouped (up to [`MAX_BATCH_EVENTS`]); an append behind a busy
-/// conversation waits, and so does every later append of its conversations.
-fn schedule(
-    queue: &mut VecDeque<Submit>,
-    busy: &mut HashSet<ConversationKey>,
-    group: bool,
-) -> Vec<Vec<Submit>> {
-    let mut groups: Vec<(Vec<Submit>, usize)> = Vec::new();
-    let mut open: HashMap<ConversationKey, usize> = HashMap::new();
-    let mut waiting: HashSet<ConversationKey> = HashSet::new();
-    let mut rest = VecDeque::new();
-    for submit in queue.drain(..) {
-        if let [conversation] = submit.conversations.as_slice() {
-            if let Some(&i) = open
-                .get(conversation)
-                .filter(|_| !waiting.contains(conversation))
-            {
-                if groups[i].1 + submit.events.len() <= MAX_BATCH_EVENTS {
-                    groups[i].1 += submit.events.len();
-                    groups[i].0.push(submit);
-                    continue;
-                }
-            }
-        }
-        let blocked = submit
-            .conversations
-            .iter()
-            .any(|c| busy.contains(c) || waiting.contains(c));
-        if blocked {
-            waiting.extend(submit.conversations.iter().cloned());
-            rest.push_back(submit);
-            continue;
-        }
-        busy.extend(submit.conversations.iter().cloned());
-        if let ([conversation], true) = (submit.conversations.as_slice(), group) {
-            open.insert(conversation.clone(), groups.len());
-        }
-        let size = submit.events.len();
-        groups.push((vec![submit], size));
-    }
-    *queue = rest;
-    groups.into_iter().map(|(group, _)| group).collect()
-}
-
-/// Appends one group and answers each of its appends; returns its conversations to free.
-async fn append_group(inner: &Inner, group: Vec<Submit>) -> Vec<ConversationKey> {
-    let mut conversations: Vec<ConversationKey> = Vec::new();
-    for submit in &group {
-        for conversation in &submit.conversations {
-            if !conversations.contains(conversation) {
-                conversations.push(conversation.clone());
-            }
-        }
-    }
-    let started = Instant::now();
-    let (events, replies): (Vec<_>, Vec<_>) =
-        group.into_iter().map(|s| (s.events, s.reply)).unzip();
-    match append_events(inner, &conversations, events.concat()).await {
-        Ok(first) => {
-            m::ack_latency(started.elapsed());
-            let mut next = first.0;
-            for (batch, reply) in events.iter().zip(replies) {
-                let range = SeqRange {
-                    first: Seq(next),
-                    last: Seq(next + batch.len() as u64 - 1),
-                };
-                next += batch.len() as u64;
-                let _ = reply.send(Ok(range));
-            }
-        }
-        Err(error) => {
-            for reply in replies {
-                let _ = reply.send(Err(error.clone()));
-            }
-        }
-    }
-    conversations
-}
-
-/// Publishes `events` (of `conversations`, all idle) and folds them into the projections;
-/// returns the first seq.
-async fn append_events(
-    inner: &Inner,
-    conversations: &[ConversationKey],
-    events: Vec<(Event, Vec<u8>)>,
-) -> Result<Seq> {
-    let mut expected: HashMap<ConversationKey, u64> = HashMap::new();
-    let mut projections = Vec::new();
-    for conversation in conversations {
-        if let Some(&last) = lock(&inner.fenced).get(conversation) {
-            return Err(StoreError::Fenced {
-                conversation: conversation.to_string(),
-                expected: last,
-            });
-        }
-        let projection = inner.projection(conversation).await?;
-        expected.insert(conversation.clone(), lock(&projection).last().0);
-        projections.push((conversation.clone(), projection));
-    }
-    let mut stated = HashSet::new();
-    let outgoing: Vec<Outgoing> = events
-        .iter()
-        .map(|(event, bytes)| {
-            let conversation = event.conversation();
-            let first = stated.insert(conversation.clone());
-            Outgoing {
-                subject: inner.subjects.of(conversation),
-                payload: bytes::Bytes::from(bytes.clone()),
-                expect: first.then(|| expected[conversation]),
-            }
-        })
-        .collect();
-    let id = inner.next_append_id();
-    let outcome = inner.publisher.publish(&id, &outgoing).await;
-    let last = match outcome {
-        Ok(Outcome::Stored { last }) => last,
-        Ok(Outcome::WrongLast) => return Err(fence(inner, conversations, &expected).await),
-        Err(error) => {
-            // The append may or may not be stored: read the conversations again next time.
-            inner.forget(conversations);
-            return Err(error);
-        }
-    };
-    let first = last + 1 - outgoing.len() as u64;
-    let bytes: usize = outgoing.iter().map(|o| o.payload.len()).sum();
-    for (offset, (event, _)) in events.into_iter().enumerate() {
-        let seq = Seq(first + offset as u64);
-        if let Some((_, projection)) = projections.iter().find(|(c, _)| c == event.conversation()) {
-            lock(projection).apply(Record { seq, event });
-        }
-    }
-    inner.acknowledge(Seq(last));
-    m::committed(outgoing.len() as u64, bytes as u64, last);
-    Ok(Seq(first))
-}
-
-/// An expectation failed: finds the conversations another writer appended to, refuses them from
-/// now on, and says which.
-async fn fence(
-    inner: &Inner,
-    conversations: &[ConversationKey],
-    expected: &HashMap<ConversationKey, u64>,
-) -> StoreError {
-    let mut refused = Vec::new();
-    for conversation in conversations {
-        let actual = inner
-            .subject_last(&inner.subjects.of(conversation))
-            .await
-            .unwrap_or(u64::MAX);
-        if actual != expected[conversation] {
-            refused.push(conversation.clone());
-        }
-    }
-    if refused.is_empty() {
-        refused = conversations.to_vec();
-    }
-    inner.forget(&refused);
-    let mut fenced = lock(&inner.fenced);
-    for conversation in &refused {
-        fenced.insert(conversation.clone(), expected[conversation]);
-    }
-    tracing::warn!(conversations = ?refused, "append refused: another writer appended first");
-    StoreError::Fenced {
-        conversation: refused[0].to_string(),
-        expected: expected[&refused[0]],
-    }
-}
-
-/// Validates and encodes a batch; nothing is stored if any event is refused.
-fn encode_batch(events: Vec<Event>, max_message_bytes: usize) -> Result<Vec<(Event, Vec<u8>)>> {
-    if events.is_empty() {
-        return Err(StoreError::EmptyBatch);
-    }
-    if events.len() > MAX_BATCH_EVENTS {
-        return Err(StoreError::BatchTooLarge {
-            events: events.len(),
-            limit: MAX_BATCH_EVENTS,
-        });
-    }
-    events
-        .into_iter()
-        .map(|event| {
-            if let Event::MessagePosted(message) = &event {
-                let size = message.content_bytes();
-                if size > max_message_bytes {
-                    return Err(StoreError::MessageTooLarge {
-                        size,
-                        limit: max_message_bytes,
-                    });
-                }
-            }
-            let bytes = encode_event(&event)?;
-            let limit = max_message_bytes + RECORD_SLACK;
-            if bytes.len() > limit {
-                return Err(StoreError::RecordTooLarge {
-                    size: bytes.len(),
-                    limit,
-                });
-            }
-            Ok((event, bytes))
-        })
-        .collect()
 }
 
 // ---- global reads ----
@@ -699,86 +452,6 @@ impl Inner {
                 tracing::debug!(error = %e, "polling the stream's last seq failed");
             }
         }
-    }
-}
-
-/// Walks the stream: gaps, undecodable records, events on a wrong subject, replies to unknown
-/// messages, reused message ids.
-fn verify_walk(log: &NatsLog, progress: &mut dyn FnMut(VerifyProgress)) -> Result<VerifyReport> {
-    let last = log.last_seq();
-    let mut report = VerifyReport {
-        last_seq: last,
-        ..Default::default()
-    };
-    let mut expected = Seq::FIRST;
-    let mut seen = HashSet::new();
-    while expected <= last {
-        let inner = log.inner.clone();
-        let next = Scan {
-            from: expected.0,
-            to: last.0,
-            filter: None,
-            limit: READ_CHUNK,
-        };
-        let stored = log.block_on(async move {
-            scan(&inner.publisher.stream, next, inner.options.request_timeout).await
-        })?;
-        if stored.is_empty() {
-            break;
-        }
-        for message in &stored {
-            let seq = Seq(message.seq);
-            if seq > expected {
-                report.add(Finding::Gap {
-                    from: expected,
-                    to: Seq(seq.0 - 1),
-                });
-            }
-            expected = seq.next();
-            report.events += 1;
-            match message.decode(&log.inner.subjects) {
-                Ok(record) => check_message(&mut report, &mut seen, &record),
-                Err(e) => report.add(Finding::Undecodable {
-                    seq,
-                    reason: e.to_string(),
-                }),
-            }
-        }
-        progress(VerifyProgress {
-            done: report.events,
-            total: last.0,
-        });
-    }
-    if expected <= last {
-        report.add(Finding::Gap {
-            from: expected,
-            to: last,
-        });
-    }
-    Ok(report)
-}
-
-fn check_message(
-    report: &mut VerifyReport,
-    seen: &mut HashSet<legio_core::MessageId>,
-    record: &Record,
-) {
-    let Event::MessagePosted(message) = &record.event else {
-        return;
-    };
-    if let Some(reply_to) = message.reply_to {
-        if !seen.contains(&reply_to) {
-            report.add(Finding::ReplyToUnknown {
-                seq: record.seq,
-                reply_to,
-            });
-        }
-    }
-    if !seen.insert(message.id) {
-        report.add(Finding::DuplicateMessageId {
-            seq: record.seq,
-            id: message.id,
-        });
     }
 }
 

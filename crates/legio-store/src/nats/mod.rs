@@ -10,7 +10,10 @@ mod publish;
 mod reader;
 mod runtime;
 mod subject;
+mod verify;
+mod write;
 
 pub use lease::{Lease, LeaseError, Leases};
-pub use log::{NatsLog, MAX_BATCH_EVENTS};
+pub use log::NatsLog;
 pub use options::{NatsAuth, NatsOptions, NatsTls};
+pub use write::MAX_BATCH_EVENTS;
