@@ -19,7 +19,7 @@ const GOLDEN_MEMORY: &str = concat!(
 );
 
 /// One sample of every event variant and every message part, with fixed values.
-fn samples() -> Vec<Event> {
+pub(crate) fn samples() -> Vec<Event> {
     let mut gen = TrafficGen::new(1, 3, 1, 0, 8);
     let Event::SessionOpened(mut resumed) = session_opened(5, "golden:1", "vorenus", 2) else {
         unreachable!()
@@ -84,7 +84,7 @@ fn samples() -> Vec<Event> {
 }
 
 /// One sample of every variant appended after `events-v1.bin` was written.
-fn memory_samples() -> Vec<Event> {
+pub(crate) fn memory_samples() -> Vec<Event> {
     vec![
         Event::DirectivePublished(DirectivePublished {
             id: "d1".into(),

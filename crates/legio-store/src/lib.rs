@@ -7,20 +7,26 @@
 
 mod backend;
 mod codec;
+mod damage;
 mod engine;
 mod error;
+mod group;
 mod keys;
+mod layout;
 mod log;
 mod memory;
 pub mod metrics;
+mod migrate;
 mod options;
 mod sled_log;
 mod verify;
 
 pub use codec::{decode_event, encode_event, FORMAT_VERSION};
 pub use error::{Result, StoreError};
+pub use layout::LAYOUT_VERSION;
 pub use log::{AppendHandle, EventLog, Subscription};
 pub use memory::MemoryLog;
+pub use migrate::{MigrateProgress, Migration};
 pub use options::{Durability, StoreOptions};
 pub use sled_log::SledLog;
 pub use verify::{Finding, VerifyProgress, VerifyReport, MAX_FINDINGS};
