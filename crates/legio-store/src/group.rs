@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use legio_core::{visibility_keys, AgentSessionState, Event, Seq, VisibilityKey};
+use legio_core::{visibility_keys, AgentSessionState, Event, Participant, Seq, VisibilityKey};
 
 use crate::backend::{TreeId, WriteSet};
 use crate::codec::encode_state;
@@ -21,7 +21,8 @@ pub(crate) struct GroupIndex {
 
 impl GroupIndex {
     /// Lists `event` at `seq`: in its conversation's list, and a message in every named list of
-    /// its visibility keys (`*` is the conversation list's message flag, not a list of its own).
+    /// its visibility keys that a viewer can read (`*` is the conversation list's message flag,
+    /// not a list of its own; the user sees through `*`, so no list is kept under `user`).
     pub(crate) fn add(&mut self, seq: Seq, event: &Event) {
         let conv = event.conversation();
         let message = match event {
@@ -34,7 +35,10 @@ impl GroupIndex {
             (seq, message.is_some()),
         );
         for key in message.map(visibility_keys).unwrap_or_default() {
-            if key != VisibilityKey::Everything {
+            if matches!(
+                key,
+                VisibilityKey::All | VisibilityKey::Participant(Participant::Agent(_))
+            ) {
                 self.push(keys::list_prefix(conv, Some(&key)), false, (seq, false));
             }
         }

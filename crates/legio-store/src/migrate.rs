@@ -214,3 +214,136 @@ fn drop_v1_trees(backend: &SledBackend) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::encode_event;
+    use crate::{EventLog, SledLog, StoreOptions};
+    use legio_core::{
+        Audience, ConversationKey, Event, Message, MessageId, Participant, Timestamp,
+    };
+
+    fn message(n: u64) -> Event {
+        let at = Timestamp::from_unix_micros(1_771_156_800_000_000 + n as i64);
+        let mut random = [0u8; 10];
+        random[2..].copy_from_slice(&n.to_be_bytes());
+        let to = if n % 3 == 0 { "all" } else { "vorenus" };
+        let audience = match to {
+            "all" => Audience::All,
+            name => Audience::only([Participant::parse(name).unwrap()]),
+        };
+        Event::MessagePosted(Message::text(
+            MessageId::from_parts(at, random),
+            ConversationKey::new(format!("t:{}", n % 2)).unwrap(),
+            Participant::parse("pullo").unwrap(),
+            audience,
+            format!("message {n}"),
+            at,
+        ))
+    }
+
+    /// A v1 database as the v1 build laid it out (events only: indexes are re-derived anyway),
+    /// plus whatever `extra` leaves behind, as a stopped migration would.
+    fn v1_database(path: &std::path::Path, events: u64, extra: impl FnOnce(&sled::Db)) {
+        let db = sled::open(path).unwrap();
+        let tree = db.open_tree(V1_TREES[0]).unwrap();
+        for n in 1..=events {
+            tree.insert(n.to_be_bytes(), encode_event(&message(n)).unwrap())
+                .unwrap();
+        }
+        db.open_tree(V1_TREES[1]).unwrap();
+        extra(&db);
+        db.flush().unwrap();
+    }
+
+    /// sled's own threads can hold the lock a moment after the last handle is dropped.
+    fn open_raw(path: &std::path::Path) -> sled::Db {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match sled::open(path) {
+                Ok(db) => return db,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    assert!(e.to_string().contains("lock"), "{e}");
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    fn check_migrated(path: &std::path::Path, events: u64) {
+        let log = SledLog::open(path, &StoreOptions::default()).unwrap();
+        assert_eq!(log.migration().from, 1);
+        assert_eq!(log.migration().events, events);
+        let back = log.read_range(Seq(1), Seq(u64::MAX), usize::MAX).unwrap();
+        let want: Vec<Event> = (1..=events).map(message).collect();
+        assert_eq!(back.into_iter().map(|r| r.event).collect::<Vec<_>>(), want);
+        assert!(log.verify(&mut |_| {}).unwrap().is_clean());
+        drop(log);
+        let log = SledLog::open(path, &StoreOptions::default()).unwrap();
+        assert_eq!(log.migration().from, LAYOUT_VERSION);
+        assert_eq!(log.last_seq(), Seq(events));
+    }
+
+    #[test]
+    fn a_stopped_migration_starts_again_from_scratch() {
+        let dir = tempfile::tempdir().unwrap();
+        v1_database(dir.path(), 5000, |db| {
+            // A stopped migration: some v2 entries written, no marker.
+            let chunks = db.open_tree(TreeId::Chunks.name()).unwrap();
+            chunks
+                .insert(Seq(1).0.to_be_bytes(), &b"half written"[..])
+                .unwrap();
+            let lists = db.open_tree(TreeId::Lists.name()).unwrap();
+            lists
+                .insert(&b"\x03t:9\x00junk0000"[..], &b"junk"[..])
+                .unwrap();
+        });
+        check_migrated(dir.path(), 5000);
+    }
+
+    #[test]
+    fn leftover_v1_trees_after_the_marker_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        v1_database(dir.path(), 10, |_| {});
+        check_migrated(dir.path(), 10);
+        {
+            let db = open_raw(dir.path());
+            // The crash came after the marker, before the v1 trees were dropped.
+            db.open_tree(V1_TREES[2])
+                .unwrap()
+                .insert(b"k", b"v")
+                .unwrap();
+            db.flush().unwrap();
+        }
+        let log = SledLog::open(dir.path(), &StoreOptions::default()).unwrap();
+        assert_eq!(log.migration().from, LAYOUT_VERSION);
+        assert_eq!(log.last_seq(), Seq(10));
+        drop(log);
+        let db = open_raw(dir.path());
+        assert!(!db
+            .tree_names()
+            .iter()
+            .any(|n| n.as_ref() == V1_TREES[2].as_bytes()));
+    }
+
+    #[test]
+    fn a_v1_log_with_a_gap_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        v1_database(dir.path(), 10, |db| {
+            db.open_tree(V1_TREES[0])
+                .unwrap()
+                .remove(4u64.to_be_bytes())
+                .unwrap();
+        });
+        let err = SledLog::open(dir.path(), &StoreOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("seq 4 is missing"), "{err}");
+        let db = open_raw(dir.path());
+        assert_eq!(
+            db.open_tree(V1_TREES[0]).unwrap().len(),
+            9,
+            "v1 left as it was"
+        );
+    }
+}

@@ -197,6 +197,8 @@ struct Walk<'a, B: Backend> {
     undecodable: HashSet<Seq>,
     /// List keys accounted for by some group (the rest are strays).
     accounted: HashSet<Vec<u8>>,
+    /// Every undecodable seq (already reported; its list entries are not strays).
+    all_undecodable: HashSet<Seq>,
 }
 
 pub(crate) fn verify<B: Backend>(
@@ -220,6 +222,7 @@ pub(crate) fn verify<B: Backend>(
         index: GroupIndex::default(),
         undecodable: HashSet::new(),
         accounted: HashSet::new(),
+        all_undecodable: HashSet::new(),
     };
     let mut failure = None;
     engine.backend.scan(
@@ -310,6 +313,7 @@ impl<B: Backend> Walk<'_, B> {
                 Ok(event) => self.event(seq, &event)?,
                 Err(e) => {
                     self.undecodable.insert(seq);
+                    self.all_undecodable.insert(seq);
                     self.report.add(Finding::Undecodable {
                         seq,
                         reason: e.to_string(),
@@ -445,7 +449,12 @@ impl<B: Backend> Walk<'_, B> {
         )?;
         for (conversation, seqs) in strays {
             let index = if conversation { BY_CONV } else { VISIBLE };
-            for seq in seqs.into_iter().filter(|s| *s <= self.last) {
+            let (last, undecodable) = (self.last, &self.all_undecodable);
+            let seqs: Vec<Seq> = seqs
+                .into_iter()
+                .filter(|s| *s <= last && !undecodable.contains(s))
+                .collect();
+            for seq in seqs {
                 self.report.add(Finding::StrayIndexEntry { index, seq });
             }
         }
