@@ -3,66 +3,15 @@
 //! and read back the same events; `log-v2.sled.gz` pins layout v2. To write the v2 file again
 //! after an intended change, run with `LEGIO_BLESS=1` and commit it.
 
-use std::io::{Read, Write};
 use std::path::Path;
 
-use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
 use legio_core::{can_see, Event, Seq, Viewer};
 use legio_store::{EventLog, Migration, SledLog, StoreOptions, LAYOUT_VERSION};
 use legio_tests::*;
 
-/// Packs every file under `dir` as `[u16 name len][name][u64 len][bytes]`, gzip'd.
-pub(crate) fn pack(dir: &Path) -> Vec<u8> {
-    let mut files = Vec::new();
-    collect(dir, dir, &mut files);
-    files.sort();
-    let mut raw = Vec::new();
-    for (name, bytes) in files {
-        raw.extend_from_slice(&(name.len() as u16).to_le_bytes());
-        raw.extend_from_slice(name.as_bytes());
-        raw.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
-        raw.extend_from_slice(&bytes);
-    }
-    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::best());
-    gz.write_all(&raw).unwrap();
-    gz.finish().unwrap()
-}
-
-fn collect(root: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            collect(root, &path, out);
-        } else {
-            let name = path
-                .strip_prefix(root)
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            out.push((name, std::fs::read(&path).unwrap()));
-        }
-    }
-}
-
-/// Unpacks an archive made by [`pack`] into `dir`.
-pub(crate) fn unpack(archive: &[u8], dir: &Path) {
-    let mut raw = Vec::new();
-    GzDecoder::new(archive).read_to_end(&mut raw).unwrap();
-    let mut rest = &raw[..];
-    while !rest.is_empty() {
-        let name_len = u16::from_le_bytes(rest[..2].try_into().unwrap()) as usize;
-        let name = std::str::from_utf8(&rest[2..2 + name_len])
-            .unwrap()
-            .to_owned();
-        rest = &rest[2 + name_len..];
-        let len = u64::from_le_bytes(rest[..8].try_into().unwrap()) as usize;
-        let path = dir.join(name);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, &rest[8..8 + len]).unwrap();
-        rest = &rest[8 + len..];
-    }
-}
+#[path = "../support/archive.rs"]
+mod archive;
+use archive::{pack, unpack};
 
 /// The events of the golden logs, in the batches they were appended in: every sample of
 /// `golden.rs`, then 200 messages over two conversations.
