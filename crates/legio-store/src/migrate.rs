@@ -228,7 +228,11 @@ mod tests {
         let at = Timestamp::from_unix_micros(1_771_156_800_000_000 + n as i64);
         let mut random = [0u8; 10];
         random[2..].copy_from_slice(&n.to_be_bytes());
-        let to = if n.is_multiple_of(3) { "all" } else { "vorenus" };
+        let to = if n.is_multiple_of(3) {
+            "all"
+        } else {
+            "vorenus"
+        };
         let audience = match to {
             "all" => Audience::All,
             name => Audience::only([Participant::parse(name).unwrap()]),
