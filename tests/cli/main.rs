@@ -496,6 +496,39 @@ fn inspect_stats_and_verify() {
     assert!(stdout(&out).contains("seq 2"), "{}", stdout(&out));
 }
 
+#[path = "../support/archive.rs"]
+mod archive;
+
+#[test]
+fn migrate_rewrites_a_v1_log_once_and_every_command_reads_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let golden = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/golden/log-v1.sled.gz"
+    );
+    archive::unpack(&std::fs::read(golden).unwrap(), &dir.path().join("db"));
+    write_config(dir.path(), "", "");
+    let config = dir.path().join("legio.toml");
+    let run = |args: &[&str]| legio_in(dir.path(), &config, args, None);
+    let out = run(&["migrate"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("migrated 221 events")
+            && stdout(&out).contains("from layout v1 to v2"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["migrate"]);
+    assert!(
+        stdout(&out).contains("already in layout v2"),
+        "{}",
+        stdout(&out)
+    );
+    let out = run(&["replay", "--conversation", "golden:2"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().count(), 100, "{}", stdout(&out));
+}
+
 #[test]
 fn export_import_export_is_identical_and_bad_input_keeps_nothing() {
     let f = fixture();

@@ -35,7 +35,7 @@ const GOLDEN_STATE_V2: &str = concat!(
 const EVENTS_SCHEMA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proto/events.schema.json");
 
 /// One sample of every event variant and every message part, with fixed values.
-fn samples() -> Vec<Event> {
+pub(crate) fn samples() -> Vec<Event> {
     let mut gen = TrafficGen::new(1, 3, 1, 0, 8);
     let Event::SessionOpened(mut resumed) = session_opened(5, "golden:1", "vorenus", 2) else {
         unreachable!()
@@ -100,7 +100,7 @@ fn samples() -> Vec<Event> {
 }
 
 /// One sample of every variant appended after `events-v1.bin` was written.
-fn memory_samples() -> Vec<Event> {
+pub(crate) fn memory_samples() -> Vec<Event> {
     vec![
         Event::DirectivePublished(DirectivePublished {
             id: "d1".into(),

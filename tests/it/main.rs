@@ -3,6 +3,7 @@
 mod contract;
 mod crash;
 mod golden;
+mod golden_log;
 mod memory;
 mod model;
 mod nats;

@@ -9,6 +9,7 @@ mod demo;
 mod export;
 mod import;
 mod inspect;
+mod migrate;
 mod post;
 mod remote;
 mod render;
@@ -47,6 +48,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   legio context --conversation cli:local --agent vorenus   # what vorenus's model gets next
 ///   legio inspect agents                         # sessions, tokens, checkpoints per agent
 ///   legio stats   |   legio verify               # sizes; integrity (exit 3 if anything is wrong)
+///   legio migrate                                # rewrite an older stored layout (v1) to v2
 ///
 /// Move it:
 ///   legio export --output log.jsonl   then   legio --db ./copy import log.jsonl
@@ -106,6 +108,8 @@ enum Command {
     Stats(stats::Args),
     /// Check the log and its indexes: exit 0 when clean, 3 when anything is wrong.
     Verify(verify::Args),
+    /// Rewrite a log of an older stored layout to the current one (opening it does this too).
+    Migrate(migrate::Args),
     /// Write the log (or one conversation) as JSON lines.
     Export(export::Args),
     /// Append an export into an empty log; a malformed line stops it with nothing kept.
@@ -234,6 +238,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&context, args),
         Command::Stats(args) => stats::run(&context, args),
         Command::Verify(args) => verify::run(&context, args),
+        Command::Migrate(args) => migrate::run(&context, args),
         Command::Export(args) => export::run(&context, args),
         Command::Import(args) => import::run(&context, args),
         Command::Reset(args) => reset::run(&context, args),

@@ -9,12 +9,16 @@
 
 mod backend;
 mod codec;
+mod damage;
 mod engine;
 mod error;
+mod group;
 mod keys;
+mod layout;
 mod log;
 mod memory;
 pub mod metrics;
+mod migrate;
 mod nats;
 mod options;
 mod sled_log;
@@ -24,8 +28,10 @@ mod verify;
 
 pub use codec::{decode_event, encode_event, FORMAT_VERSION};
 pub use error::{Result, StoreError};
+pub use layout::LAYOUT_VERSION;
 pub use log::{AppendHandle, EventLog, Subscription};
 pub use memory::MemoryLog;
+pub use migrate::{MigrateProgress, Migration};
 pub use nats::{
     Lease, LeaseError, Leases, NatsAuth, NatsLog, NatsOptions, NatsTls, MAX_BATCH_EVENTS,
 };

@@ -3,21 +3,23 @@
 //! test that damages a store goes through [`damage`]: a new storage layout ports this one file.
 //! It also exposes the session-state codec for the golden files. Never use it outside tests.
 
-use legio_core::{AgentName, AgentSessionState, ConversationKey, Seq};
+use legio_core::{AgentName, AgentSessionState, ConversationKey, Event, Seq};
 
 use crate::backend::{Backend, TreeId, WriteSet};
 use crate::codec;
 use crate::error::{Result, StoreError};
+use crate::group::GroupIndex;
 use crate::keys;
+use crate::layout::{decode_list, encode_list, Chunk, ListItems};
 use crate::log::EventLog;
 use crate::sled_log::SledLog;
-use crate::verify::expected_keys;
 
 /// One kind of damage to a stored log.
 #[derive(Clone, Debug)]
 pub enum Damage {
     /// Removes the event at `seq` and every index entry it calls for: a gap in the seqs, and
-    /// nothing else (choose a message no other message replies to).
+    /// nothing else (choose a message no other message replies to, appended alone, so that its
+    /// chunk holds nothing else).
     RemoveEvent(Seq),
     /// Overwrites the stored bytes of the event at `seq`.
     OverwriteRecord {
@@ -26,7 +28,7 @@ pub enum Damage {
         /// The new stored bytes (a version byte and a payload, or garbage).
         bytes: Vec<u8>,
     },
-    /// Removes the `by_conv` entry of the event at `seq`.
+    /// Removes the `by_conv` entry of the event at `seq` (its seq in its conversation's list).
     RemoveConversationIndexEntry(Seq),
     /// Adds a `by_conv` entry filing `seq` under `conversation`, which its event does not name.
     StrayConversationIndexEntry {
@@ -35,7 +37,8 @@ pub enum Damage {
         /// The seq it names.
         seq: Seq,
     },
-    /// Removes the visibility index entries of the event at `seq`.
+    /// Removes the visibility index entries of the event at `seq` (its seq in every named list,
+    /// and its message flag in the conversation list).
     RemoveVisibleIndexEntries(Seq),
     /// Replaces the stored session state of `agent` in `conversation` by `state`.
     ReplaceSessionState {
@@ -52,69 +55,142 @@ pub enum Damage {
 
 /// Applies `damage` to the log's trees directly (no seq, no index, no check) and syncs it.
 pub fn damage(log: &SledLog, damage: Damage) -> Result<()> {
-    let backend = log.backend();
-    let mut ws = WriteSet::default();
     match damage {
-        Damage::RemoveEvent(seq) => {
-            let (conv_key, visible_keys) = index_keys_of(log, seq)?;
-            ws.removes
-                .push((TreeId::Events, keys::seq_key(seq).to_vec()));
-            ws.removes.push((TreeId::ByConv, conv_key));
-            ws.removes
-                .extend(visible_keys.into_iter().map(|k| (TreeId::Visible, k)));
-        }
+        Damage::RemoveEvent(seq) => remove_event(log, seq)?,
         Damage::OverwriteRecord { seq, bytes } => {
-            ws.put(TreeId::Events, keys::seq_key(seq).to_vec(), bytes);
+            return log.overwrite_raw_record_for_tests(seq, &bytes);
         }
         Damage::RemoveConversationIndexEntry(seq) => {
-            ws.removes
-                .push((TreeId::ByConv, index_keys_of(log, seq)?.0));
+            let event = event_at(log, seq)?;
+            edit_lists(log, &event, seq, true, |items| {
+                items.retain(|(s, _)| *s != seq)
+            })?;
         }
         Damage::StrayConversationIndexEntry { conversation, seq } => {
+            let prefix = keys::list_prefix(&conversation, None);
+            let mut ws = WriteSet::default();
             ws.put(
-                TreeId::ByConv,
-                keys::conv_key(&conversation, seq),
-                Vec::new(),
+                TreeId::Lists,
+                keys::list_key(&prefix, seq),
+                encode_list(&[(seq, false)], true),
             );
+            log.backend().apply(ws)?;
         }
         Damage::RemoveVisibleIndexEntries(seq) => {
-            let visible_keys = index_keys_of(log, seq)?.1;
-            ws.removes
-                .extend(visible_keys.into_iter().map(|k| (TreeId::Visible, k)));
+            let event = event_at(log, seq)?;
+            edit_lists(log, &event, seq, false, |items| {
+                items.retain(|(s, _)| *s != seq)
+            })?;
+            edit_lists(log, &event, seq, true, |items| {
+                for item in items.iter_mut().filter(|(s, _)| *s == seq) {
+                    item.1 = false;
+                }
+            })?;
         }
         Damage::ReplaceSessionState {
             conversation,
             agent,
             state,
         } => {
+            let mut ws = WriteSet::default();
             ws.put(
                 TreeId::Sessions,
                 keys::session_key(&conversation, &agent),
                 codec::encode_state(&state)?,
             );
+            log.backend().apply(ws)?;
         }
         Damage::RewindWatermark(seq) => {
+            let mut ws = WriteSet::default();
             ws.put(
                 TreeId::Meta,
                 keys::META_INDEXED_THROUGH.to_vec(),
                 keys::seq_key(seq).to_vec(),
             );
+            log.backend().apply(ws)?;
         }
     }
-    backend.apply(ws)?;
     log.flush()
 }
 
-/// The index keys the stored event at `seq` calls for.
-fn index_keys_of(log: &SledLog, seq: Seq) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
-    let bytes = log
+fn absent(seq: Seq, reason: &str) -> StoreError {
+    StoreError::Corrupt {
+        what: format!("seq {seq}"),
+        reason: reason.into(),
+    }
+}
+
+/// The stored event at `seq`.
+fn event_at(log: &SledLog, seq: Seq) -> Result<Event> {
+    let mut records = log.read_range(seq, seq, 1)?;
+    records
+        .pop()
+        .map(|r| r.event)
+        .ok_or_else(|| absent(seq, "no event to damage there"))
+}
+
+/// Removes the chunk holding `seq` (which must hold nothing else) and `seq` from every list.
+fn remove_event(log: &SledLog, seq: Seq) -> Result<()> {
+    let event = event_at(log, seq)?;
+    let (key, value) = log
         .backend()
-        .get(TreeId::Events, &keys::seq_key(seq))?
-        .ok_or_else(|| StoreError::Corrupt {
-            what: format!("seq {seq}"),
-            reason: "no event to damage there".into(),
-        })?;
-    Ok(expected_keys(seq, &codec::decode_event(seq, &bytes)?))
+        .floor(TreeId::Chunks, &[], &keys::seq_key(seq))?
+        .ok_or_else(|| absent(seq, "no chunk holds it"))?;
+    let first = keys::seq_suffix(&key).unwrap_or(Seq::ZERO);
+    let chunk = Chunk::parse(first, value.as_ref())?;
+    if chunk.len() != 1 || !chunk.contains(seq) {
+        return Err(absent(seq, "its chunk holds other events too"));
+    }
+    let mut ws = WriteSet::default();
+    ws.removes.push((TreeId::Chunks, key));
+    log.backend().apply(ws)?;
+    edit_lists(log, &event, seq, true, |items| {
+        items.retain(|(s, _)| *s != seq)
+    })?;
+    edit_lists(log, &event, seq, false, |items| {
+        items.retain(|(s, _)| *s != seq)
+    })
+}
+
+/// Rewrites the list entries holding `seq` among the lists `event` calls for: the conversation
+/// list (`conversation`) or the named lists (not `conversation`), with `edit` applied.
+fn edit_lists(
+    log: &SledLog,
+    event: &Event,
+    seq: Seq,
+    conversation: bool,
+    edit: impl Fn(&mut ListItems),
+) -> Result<()> {
+    let mut index = GroupIndex::default();
+    index.add(seq, event);
+    let backend = log.backend();
+    for (prefix, (flagged, _)) in &index.lists {
+        if *flagged != conversation {
+            continue;
+        }
+        let Some((key, value)) =
+            backend.floor(TreeId::Lists, prefix, &keys::list_key(prefix, seq))?
+        else {
+            continue;
+        };
+        let first = keys::seq_suffix(&key).unwrap_or(Seq::ZERO);
+        let mut items = decode_list(first, value.as_ref(), *flagged)?;
+        edit(&mut items);
+        // Removes run after puts: remove the old key in a write of its own.
+        let mut ws = WriteSet::default();
+        ws.removes.push((TreeId::Lists, key));
+        backend.apply(ws)?;
+        if let Some(&(new_first, _)) = items.first() {
+            let mut ws = WriteSet::default();
+            ws.put(
+                TreeId::Lists,
+                keys::list_key(prefix, new_first),
+                encode_list(&items, *flagged),
+            );
+            backend.apply(ws)?;
+        }
+    }
+    Ok(())
 }
 
 /// Encodes a session state as this build stores it (for golden files).
