@@ -10,7 +10,7 @@ use crate::codec;
 use crate::error::{Result, StoreError};
 use crate::group::GroupIndex;
 use crate::keys;
-use crate::layout::{decode_list, encode_list, Chunk, ListItems};
+use crate::layout::{decode_list, encode_chunk, encode_list, Chunk, ListItems};
 use crate::log::EventLog;
 use crate::sled_log::SledLog;
 
@@ -18,8 +18,7 @@ use crate::sled_log::SledLog;
 #[derive(Clone, Debug)]
 pub enum Damage {
     /// Removes the event at `seq` and every index entry it calls for: a gap in the seqs, and
-    /// nothing else (choose a message no other message replies to, appended alone, so that its
-    /// chunk holds nothing else).
+    /// nothing else (choose a message no other message replies to).
     RemoveEvent(Seq),
     /// Overwrites the stored bytes of the event at `seq`.
     OverwriteRecord {
@@ -129,21 +128,42 @@ fn event_at(log: &SledLog, seq: Seq) -> Result<Event> {
         .ok_or_else(|| absent(seq, "no event to damage there"))
 }
 
-/// Removes the chunk holding `seq` (which must hold nothing else) and `seq` from every list.
+/// Cuts `seq` out of its chunk (the records before and after it stay, as chunks of the same
+/// group) and out of every list.
 fn remove_event(log: &SledLog, seq: Seq) -> Result<()> {
     let event = event_at(log, seq)?;
-    let (key, value) = log
-        .backend()
+    let backend = log.backend();
+    let (key, value) = backend
         .floor(TreeId::Chunks, &[], &keys::seq_key(seq))?
         .ok_or_else(|| absent(seq, "no chunk holds it"))?;
     let first = keys::seq_suffix(&key).unwrap_or(Seq::ZERO);
     let chunk = Chunk::parse(first, value.as_ref())?;
-    if chunk.len() != 1 || !chunk.contains(seq) {
-        return Err(absent(seq, "its chunk holds other events too"));
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for (at, record) in chunk.iter() {
+        match at.cmp(&seq) {
+            std::cmp::Ordering::Less => before.push(record?),
+            std::cmp::Ordering::Greater => after.push(record?),
+            std::cmp::Ordering::Equal => {}
+        }
     }
     let mut ws = WriteSet::default();
     ws.removes.push((TreeId::Chunks, key));
-    log.backend().apply(ws)?;
+    backend.apply(ws)?;
+    let mut ws = WriteSet::default();
+    if !before.is_empty() {
+        ws.put_chunk(
+            keys::seq_key(first).to_vec(),
+            encode_chunk(chunk.group_first, &before),
+        );
+    }
+    if !after.is_empty() {
+        ws.put_chunk(
+            keys::seq_key(seq.next()).to_vec(),
+            encode_chunk(chunk.group_first, &after),
+        );
+    }
+    backend.apply(ws)?;
     edit_lists(log, &event, seq, true, |items| {
         items.retain(|(s, _)| *s != seq)
     })?;
