@@ -433,7 +433,11 @@ async fn get_history(ctx: &CallContext, args: &Value) -> Result<String, String> 
     Ok(lines.join("\n\n"))
 }
 
-async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
+/// The `dispatch` call's message and its specialists, in the order named, each once.
+fn dispatch_arguments<'a>(
+    ctx: &CallContext,
+    args: &'a Value,
+) -> Result<(&'a str, Vec<AgentName>), String> {
     let specialists: BTreeSet<String> = ctx
         .shared
         .config
@@ -470,6 +474,11 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
             targets.push(agent);
         }
     }
+    Ok((text, targets))
+}
+
+async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
+    let (text, targets) = dispatch_arguments(ctx, args)?;
     // The message is durable before any specialist acts on it, as a post is.
     let id = MessageId(fresh_uuid());
     let message = Message::text(
