@@ -9,7 +9,7 @@ use legio_core::{ConversationKey, Record, Seq};
 use legio_runtime::{Runtime, RuntimeConfig};
 use legio_store::{EventLog, SledLog};
 
-use crate::Context;
+use crate::invocation::Context;
 
 /// How many events a command reads from the log at a time.
 pub const CHUNK: usize = 10_000;

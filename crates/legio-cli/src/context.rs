@@ -10,7 +10,7 @@ use legio_runtime::{context_report, preview_turn, ContextReport, TurnInputs};
 use legio_store::EventLog;
 
 use crate::common;
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio context`.
 #[derive(Debug, clap::Args)]

@@ -8,8 +8,8 @@ use legio_core::{ConversationKey, Seq};
 use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
+use crate::invocation::Context;
 use crate::replay::{write_record, Format};
-use crate::Context;
 
 /// Arguments of `legio export`.
 #[derive(Debug, clap::Args)]

@@ -9,7 +9,7 @@ use legio_core::{manual_reset, ConversationKey, Timestamp};
 use legio_store::EventLog;
 
 use crate::common;
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio reset`.
 #[derive(Debug, clap::Args)]

@@ -8,7 +8,7 @@ use legio_core::{EventKind, Seq};
 use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio stats`.
 #[derive(Debug, clap::Args)]

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use legio_store::{EventLog, SledLog};
 
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio verify`.
 #[derive(Debug, clap::Args)]
