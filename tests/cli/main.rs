@@ -659,17 +659,25 @@ fn post_chat_and_reset_talk_to_the_configured_legion() {
         &["post", "--conversation", "cli:p", "@zed hello"],
         None,
     );
-    assert_eq!(code(&out), 1);
-    assert!(stderr(&out).contains("\"zed\""), "{}", stderr(&out));
+    // Issue 11, defect 4: an unknown handle is plain text (the orchestrator answers) and the
+    // sender is warned which handle matched nobody.
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning: @zed named no agent"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stdout(&out).contains("── lead ──"), "{}", stdout(&out));
     // Piped chat: one message per line, no prompts, exit at the end of input.
     let out = legio_in(
         dir.path(),
         &config,
         &["chat", "--conversation", "cli:p"],
-        Some("hello there\n@bob plan it\n/status\n/reset ann\n/history\n"),
+        Some("hello there\n@bob plan it\n/status\n/reset ann\n/history\nask @media\n"),
     );
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let text = stdout(&out);
+    assert!(text.contains("warning: @media named no agent"), "{text}");
     assert!(
         text.contains("── lead ──") && text.contains("── bob ──"),
         "{text}"

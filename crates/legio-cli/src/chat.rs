@@ -9,7 +9,7 @@ use anyhow::Result;
 
 use crate::common;
 use crate::post::{print_replies, unknown_mentions_warning};
-use crate::{render, Context};
+use crate::{invocation::Context, render};
 
 /// Arguments of `legio chat`.
 #[derive(Debug, clap::Args)]

@@ -10,7 +10,7 @@ use legio_runtime::StoreBackend;
 use legio_runtime::{Runtime, RuntimeConfig};
 use legio_store::{EventLog, NatsLog, NatsOptions, SledLog};
 
-use crate::Context;
+use crate::invocation::Context;
 
 /// How many events a command reads from the log at a time.
 pub const CHUNK: usize = 10_000;

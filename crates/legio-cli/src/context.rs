@@ -9,7 +9,7 @@ use legio_core::{ConversationKey, Seq};
 use legio_runtime::{context_report, preview_turn, ContextReport, TurnInputs};
 
 use crate::common;
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio context`.
 #[derive(Debug, clap::Args)]

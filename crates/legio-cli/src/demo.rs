@@ -15,7 +15,7 @@ use legio_runtime::{Runtime, RuntimeConfig};
 use legio_store::EventLog;
 
 use crate::post::print_replies;
-use crate::{common, render, Context};
+use crate::{common, invocation::Context, render};
 
 /// Arguments of `legio demo`.
 #[derive(Debug, clap::Args)]

@@ -7,8 +7,8 @@ use anyhow::{Context as _, Result};
 use legio_core::{ConversationKey, Seq};
 
 use crate::common::{self, for_each_record};
+use crate::invocation::Context;
 use crate::replay::{write_record, Format};
-use crate::Context;
 
 /// Arguments of `legio export`.
 #[derive(Debug, clap::Args)]

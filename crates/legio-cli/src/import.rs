@@ -9,7 +9,7 @@ use legio_core::{record_from_json, Event, Seq};
 use legio_store::EventLog;
 
 use crate::common;
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio import`.
 #[derive(Debug, clap::Args)]

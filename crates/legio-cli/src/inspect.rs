@@ -9,7 +9,7 @@ use legio_runtime::{InspectKind, Table};
 use serde_json::json;
 
 use crate::common;
-use crate::Context;
+use crate::invocation::Context;
 
 /// What to inspect.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

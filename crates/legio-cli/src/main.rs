@@ -9,6 +9,7 @@ mod demo;
 mod export;
 mod import;
 mod inspect;
+mod invocation;
 mod migrate;
 mod post;
 mod remote;
@@ -23,6 +24,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use invocation::Context;
 
 /// The CLI reads on one thread and formats on another; glibc's allocator serialises the
 /// cross-thread frees that creates (a third of a 1M-event replay went to its locks).
@@ -120,68 +122,6 @@ enum Command {
     Serve(serve::Args),
     /// Print shell completions, e.g. `legio completions bash > /etc/bash_completion.d/legio`.
     Completions(completions::Args),
-}
-
-/// Where the CLI finds its configuration and database.
-#[derive(Debug)]
-pub struct Context {
-    /// `--db`, if given.
-    pub db: Option<PathBuf>,
-    /// `--nats`, if given: the cluster's server URLs.
-    pub nats: Option<Vec<String>>,
-    /// The configuration file.
-    pub config: PathBuf,
-    /// Whether `--config` or `LEGIO_CONFIG` named it; the default file may be absent, and then
-    /// store-only commands use the built-in store defaults.
-    pub config_explicit: bool,
-    /// `--server`, if given.
-    pub server: Option<String>,
-    /// `--token`, if given.
-    pub token: Option<String>,
-}
-
-impl Context {
-    /// The live-mode client, when `--server` is given.
-    pub fn remote(&self) -> anyhow::Result<Option<remote::Remote>> {
-        let Some(url) = &self.server else {
-            return Ok(None);
-        };
-        let token = self
-            .token
-            .clone()
-            .or_else(|| std::env::var("LEGIO_OPERATOR_TOKEN").ok())
-            .or_else(|| std::env::var("LEGIO_API_TOKEN").ok());
-        Ok(Some(remote::Remote::new(url, token)?))
-    }
-
-    /// The validated configuration, with `--db` applied.
-    pub fn runtime_config(&self) -> anyhow::Result<legio_runtime::RuntimeConfig> {
-        let mut config = legio_runtime::RuntimeConfig::load(&self.config).map_err(|e| match e {
-            legio_runtime::ConfigError::Read { .. } => {
-                anyhow::anyhow!("{e}; pass --config FILE or set LEGIO_CONFIG")
-            }
-            other => other.into(),
-        })?;
-        if let Some(db) = &self.db {
-            config.store.path = db.clone();
-        }
-        Ok(config)
-    }
-
-    /// The store settings, with `--db` applied.
-    pub fn store(&self) -> anyhow::Result<legio_runtime::StoreSettings> {
-        if !self.config_explicit && !self.config.exists() {
-            return Ok(legio_runtime::StoreSettings {
-                path: self
-                    .db
-                    .clone()
-                    .unwrap_or_else(|| PathBuf::from("data/legio")),
-                options: legio_store::StoreOptions::default(),
-                backend: legio_runtime::StoreBackend::Sled,
-            });
-        }
-        Ok(self.runtime_config()?.store)
-    }
 }
 
 fn main() -> ExitCode {

@@ -8,7 +8,7 @@ use legio_runtime::{AgentReply, Posted};
 use serde_json::json;
 
 use crate::common;
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio post`.
 #[derive(Debug, clap::Args)]

@@ -12,7 +12,7 @@ use legio_runtime::AgentSpec;
 use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
-use crate::{render, Context};
+use crate::{invocation::Context, render};
 
 /// Output format of events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -8,7 +8,7 @@ use anyhow::Result;
 use legio_core::{manual_reset, ConversationKey, Timestamp};
 
 use crate::common;
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio reset`.
 #[derive(Debug, clap::Args)]

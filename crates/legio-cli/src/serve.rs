@@ -12,7 +12,7 @@ use legio_runtime::Runtime;
 use legio_server::{install_metrics, Server};
 
 use crate::common;
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio serve`.
 #[derive(Debug, clap::Args)]

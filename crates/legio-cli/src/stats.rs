@@ -7,7 +7,7 @@ use anyhow::Result;
 use legio_core::{EventKind, Seq};
 
 use crate::common::{self, for_each_record};
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio stats`.
 #[derive(Debug, clap::Args)]

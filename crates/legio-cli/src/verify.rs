@@ -6,7 +6,7 @@ use anyhow::Result;
 
 use crate::common;
 
-use crate::Context;
+use crate::invocation::Context;
 
 /// Arguments of `legio verify`.
 #[derive(Debug, clap::Args)]

@@ -14,7 +14,7 @@ use legio_core::{
     estimate_tokens, plan_context, AgentName, Audience, ContextPlan, ConversationKey, Delivery,
     Event, HeartbeatRan, History, Message, MessageId, Participant, Record, Seq, TokenUsage,
 };
-use legio_llm::ProviderRequest;
+use legio_llm::{Provider, ProviderRequest};
 
 use crate::clock::{fresh_uuid, now};
 use crate::error::RuntimeError;
@@ -89,33 +89,7 @@ async fn run_inner(
         tools: Default::default(),
     };
     let timeout = shared.config.runtime.turn_timeout;
-    let (outcome, usage) = match tokio::time::timeout(timeout, provider.call(request)).await {
-        Ok(Ok(reply)) => {
-            let usage = reply.usage.unwrap_or_else(|| TokenUsage {
-                input: estimate_tokens(&prompt),
-                output: estimate_tokens(&reply.text),
-                ..Default::default()
-            });
-            (Ok(reply.text), usage)
-        }
-        Ok(Err(e)) => (
-            Err((
-                TurnErrorKind::Provider,
-                format!("{agent} heartbeat failed: {e}"),
-            )),
-            TokenUsage::default(),
-        ),
-        Err(_) => (
-            Err((
-                TurnErrorKind::Timeout,
-                format!(
-                    "{agent} did not answer the heartbeat within {} s (runtime.turn_timeout_seconds)",
-                    timeout.as_secs_f64()
-                ),
-            )),
-            TokenUsage::default(),
-        ),
-    };
+    let (outcome, usage) = call(provider.as_ref(), request, &prompt, timeout, agent).await;
     let range = shared
         .append(vec![Event::HeartbeatRan(HeartbeatRan {
             conversation: conversation.clone(),
@@ -139,4 +113,41 @@ async fn run_inner(
         ),
         Err((kind, error)) => AgentReply::failed(agent, kind, error),
     })
+}
+
+/// What a heartbeat's call answered: the reply text, or the error's kind and text; the usage.
+async fn call(
+    provider: &dyn Provider,
+    request: ProviderRequest,
+    prompt: &str,
+    timeout: std::time::Duration,
+    agent: &AgentName,
+) -> (Result<String, (TurnErrorKind, String)>, TokenUsage) {
+    match tokio::time::timeout(timeout, provider.call(request)).await {
+        Ok(Ok(reply)) => {
+            let usage = reply.usage.unwrap_or_else(|| TokenUsage {
+                input: estimate_tokens(prompt),
+                output: estimate_tokens(&reply.text),
+                ..Default::default()
+            });
+            (Ok(reply.text), usage)
+        }
+        Ok(Err(e)) => (
+            Err((
+                TurnErrorKind::Provider,
+                format!("{agent} heartbeat failed: {e}"),
+            )),
+            TokenUsage::default(),
+        ),
+        Err(_) => (
+            Err((
+                TurnErrorKind::Timeout,
+                format!(
+                    "{agent} did not answer the heartbeat within {} s (runtime.turn_timeout_seconds)",
+                    timeout.as_secs_f64()
+                ),
+            )),
+            TokenUsage::default(),
+        ),
+    }
 }

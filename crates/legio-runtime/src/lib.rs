@@ -16,6 +16,7 @@ mod operator;
 mod prepare;
 mod progress;
 mod provider_settings;
+mod registry;
 mod reply;
 mod restart;
 mod runtime;
@@ -42,10 +43,10 @@ pub use prepare::{
     TurnPreview, MAX_DELTA,
 };
 pub use progress::{Progress, ProgressSink};
+pub use registry::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};
 pub use reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime, RuntimeBuilder};
 pub use server_settings::{ServerSettings, DEFAULT_BIND};
 pub use status::Activity;
 pub use store_backend::StoreBackend;
-pub use tools::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};

@@ -30,11 +30,11 @@ use crate::names::IntoName;
 use crate::operator::ContextReport;
 use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::ProgressSink;
+use crate::registry::ToolRegistry;
 use crate::reply::{AgentReply, Posted, TurnErrorKind};
 use crate::shared::{DispatchTicket, Shared};
 use crate::status::{Activity, StatusBoard};
 use crate::supervisor::RootSupervisor;
-use crate::tools::ToolRegistry;
 
 /// One agent's status in a conversation.
 #[derive(Clone, Debug)]

@@ -14,8 +14,8 @@ use crate::clock::now;
 use crate::config::{AgentSpec, RuntimeConfig};
 use crate::error::RuntimeError;
 use crate::memory::MemoryTools;
+use crate::registry::ToolRegistry;
 use crate::status::StatusBoard;
-use crate::tools::ToolRegistry;
 
 pub(crate) struct Shared {
     pub(crate) log: Arc<dyn EventLog>,

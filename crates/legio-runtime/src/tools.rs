@@ -10,7 +10,6 @@
 //! model. Calls of one step run in parallel, each on its own task.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,141 +20,20 @@ use legio_core::{
 };
 use legio_llm::ToolCallPart;
 use serde_json::{json, Value};
-use thiserror::Error;
 
 use crate::clock::{fresh_uuid, now};
 use crate::config::{AgentSpec, Role};
 use crate::dispatch::{gather, Route};
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{Job, TurnRequest};
+use crate::registry::{DISPATCH, GET_HISTORY};
 use crate::shared::Shared;
 
-/// The built-in tool that reads the conversation as the calling agent may see it.
-pub const GET_HISTORY: &str = "get_history";
-/// The orchestrator's built-in tool that sends a message to specialists and returns their replies.
-pub const DISPATCH: &str = "dispatch";
 /// How many messages `get_history` returns unless asked otherwise, and at most.
 const HISTORY_DEFAULT: u64 = 20;
 const HISTORY_MAX: u64 = 200;
 /// How many characters of one tool part `get_history` shows.
 const HISTORY_PART_CUT: usize = 500;
-
-/// What a host tool returns: its result text, or an error text for the model.
-pub type ToolFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send>>;
-
-type ToolFn = Arc<dyn Fn(Value) -> ToolFuture + Send + Sync>;
-
-#[derive(Clone)]
-struct HostTool {
-    spec: ToolSpec,
-    run: ToolFn,
-}
-
-/// The host's own tools, offered to every agent whose provider takes tools: each a name, a
-/// description, the JSON schema of its arguments and an async function from the arguments (a
-/// JSON value) to a result or an error text. Pass it to [`crate::RuntimeBuilder::tools`].
-#[derive(Clone, Default)]
-pub struct ToolRegistry {
-    tools: Vec<HostTool>,
-}
-
-impl fmt::Debug for ToolRegistry {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ToolRegistry")
-            .field("tools", &self.names())
-            .finish()
-    }
-}
-
-/// Why a host tool cannot be registered.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum ToolRegistryError {
-    /// The name is not 1 to 64 characters of `A-Z a-z 0-9 _ -` (what every provider accepts).
-    #[error("tool name {name:?} is invalid: use 1 to 64 characters of A-Z, a-z, 0-9, '_' or '-'")]
-    InvalidName {
-        /// The name.
-        name: String,
-    },
-    /// A built-in or memory tool already has the name.
-    #[error("tool name {name:?} is taken by a built-in tool; choose another name")]
-    Reserved {
-        /// The name.
-        name: String,
-    },
-    /// The name is registered already.
-    #[error("tool {name:?} is registered twice")]
-    Duplicate {
-        /// The name.
-        name: String,
-    },
-    /// The parameters are not an object schema.
-    #[error("the parameters of tool {name:?} must be a JSON schema with \"type\": \"object\"")]
-    InvalidSchema {
-        /// The name.
-        name: String,
-    },
-}
-
-fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-}
-
-impl ToolRegistry {
-    /// An empty registry.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Registers a tool. `run` gets the model's arguments (parsed JSON; `null` when it gave
-    /// none) and answers the result text, or an error text that the model gets as an error
-    /// result. The schema is described to the model, not enforced: check the arguments in `run`.
-    pub fn register<F, Fut>(
-        &mut self,
-        name: &str,
-        description: &str,
-        parameters: Value,
-        run: F,
-    ) -> Result<&mut Self, ToolRegistryError>
-    where
-        F: Fn(Value) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<String, String>> + Send + 'static,
-    {
-        let owned = || name.to_owned();
-        if !valid_name(name) {
-            return Err(ToolRegistryError::InvalidName { name: owned() });
-        }
-        if name == GET_HISTORY || name == DISPATCH || MemoryTools::is_memory_tool(name) {
-            return Err(ToolRegistryError::Reserved { name: owned() });
-        }
-        if self.tools.iter().any(|t| t.spec.name == name) {
-            return Err(ToolRegistryError::Duplicate { name: owned() });
-        }
-        if parameters.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(ToolRegistryError::InvalidSchema { name: owned() });
-        }
-        self.tools.push(HostTool {
-            spec: ToolSpec {
-                name: owned(),
-                description: description.to_owned(),
-                parameters,
-            },
-            run: Arc::new(move |args| Box::pin(run(args))),
-        });
-        Ok(self)
-    }
-
-    /// The registered tools' names, in order.
-    pub fn names(&self) -> Vec<&str> {
-        self.tools.iter().map(|t| t.spec.name.as_str()).collect()
-    }
-
-    fn get(&self, name: &str) -> Option<&HostTool> {
-        self.tools.iter().find(|t| t.spec.name == name)
-    }
-}
 
 fn get_history_spec() -> ToolSpec {
     ToolSpec {
@@ -433,7 +311,11 @@ async fn get_history(ctx: &CallContext, args: &Value) -> Result<String, String> 
     Ok(lines.join("\n\n"))
 }
 
-async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
+/// The `dispatch` call's message and its specialists, in the order named, each once.
+fn dispatch_arguments<'a>(
+    ctx: &CallContext,
+    args: &'a Value,
+) -> Result<(&'a str, Vec<AgentName>), String> {
     let specialists: BTreeSet<String> = ctx
         .shared
         .config
@@ -470,6 +352,11 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
             targets.push(agent);
         }
     }
+    Ok((text, targets))
+}
+
+async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
+    let (text, targets) = dispatch_arguments(ctx, args)?;
     // The message is durable before any specialist acts on it, as a post is.
     let id = MessageId(fresh_uuid());
     let message = Message::text(

@@ -618,3 +618,98 @@ fn plan_text(plan: &ContextPlan) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+#[cfg(test)]
+mod tests {
+    //! The turn without an actor: plain function calls on a shared state over an in-memory log.
+
+    use super::*;
+    use crate::dispatch::Sent;
+    use crate::messages::ConversationMsg;
+    use legio_core::{DeliveryMode, History};
+    use legio_llm::{ScriptedConfig, ScriptedProvider};
+    use legio_store::{EventLog, MemoryLog};
+
+    /// A turn run outside any conversation: `dispatch` has nowhere to go.
+    struct Nowhere;
+
+    impl Route for Nowhere {
+        fn send(&self, _message: ConversationMsg) -> Sent<'_> {
+            Box::pin(std::future::ready(false))
+        }
+    }
+
+    fn shared(dir: &std::path::Path, provider: ScriptedProvider) -> Arc<Shared> {
+        std::fs::write(dir.join("lead.md"), "You lead.").unwrap();
+        let file = dir.join("legio.toml");
+        std::fs::write(
+            &file,
+            "[runtime]\ncompaction = false\n[agents.lead]\nrole = \"orchestrator\"\nprompt = \"lead.md\"\nprovider = \"local\"\n[providers.local]\nkind = \"scripted\"\nhistory = \"session\"\n",
+        )
+        .unwrap();
+        let config = crate::RuntimeConfig::load(&file).unwrap();
+        let log: Arc<dyn EventLog> = Arc::new(MemoryLog::new());
+        let memory = Arc::new(crate::MemoryTools::new(Arc::clone(&log), &config.agents));
+        let provider: Arc<dyn Provider> = Arc::new(provider);
+        Arc::new(Shared {
+            log,
+            config,
+            providers: [("local".to_owned(), provider)].into(),
+            board: Default::default(),
+            memory,
+            tools: Default::default(),
+            prompts: Default::default(),
+            dispatch_tails: Default::default(),
+        })
+    }
+
+    async fn post(agent: &Agent, text: &str) -> TurnRequest {
+        let id = MessageId(fresh_uuid());
+        let message = Message::text(
+            id,
+            agent.conversation.clone(),
+            Participant::User,
+            Audience::agent(agent.name.clone()),
+            text,
+            now(),
+        );
+        let range = agent
+            .shared
+            .append(vec![Event::MessagePosted(message)])
+            .await;
+        let seq = range.unwrap().first;
+        TurnRequest {
+            seq,
+            id,
+            progress: None,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_turn_runs_as_plain_functions_and_the_next_one_is_a_delta() {
+        let dir = tempfile::tempdir().unwrap();
+        let provider =
+            ScriptedProvider::new(ScriptedConfig::new(History::Session { resumable: true }));
+        let agent = Agent {
+            shared: shared(dir.path(), provider.clone()),
+            conversation: ConversationKey::new("t:1").unwrap(),
+            name: AgentName::new("lead").unwrap(),
+            route: Arc::new(Nowhere),
+        };
+        let mut state = TurnState::default();
+        let first = post(&agent, "hello").await;
+        let reply = run(&agent, &mut state, first).await;
+        let answer = reply.outcome.expect("a reply");
+        assert_eq!(
+            answer.seq,
+            Seq(4),
+            "message, opened, delivered, then the reply"
+        );
+        let second = post(&agent, "again").await;
+        let reply = run(&agent, &mut state, second).await;
+        assert!(reply.outcome.is_ok(), "{reply:?}");
+        let modes: Vec<DeliveryMode> = provider.requests().iter().map(|r| r.plan.mode).collect();
+        assert_eq!(modes, [DeliveryMode::Bootstrap, DeliveryMode::Delta]);
+        assert!(state.live_session.is_some());
+    }
+}

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::turns::conversation_key;
 
 /// The query of a history request.

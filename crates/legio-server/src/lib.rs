@@ -6,11 +6,13 @@
 mod auth;
 mod dashboard;
 mod error;
+mod exporter;
 mod history;
 mod meta;
 mod metrics;
 mod operator;
 mod server;
+mod state;
 mod turns;
 
 pub use error::{ApiError, ServeError};

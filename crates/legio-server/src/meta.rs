@@ -8,7 +8,7 @@ use legio_core::History;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The history views the server serves (seed 002's `capabilities.history`).
 pub(crate) const HISTORY_VIEWS: [&str; 2] = ["compacted", "full"];

@@ -1,21 +1,14 @@
-//! Metrics: the Prometheus recorder (installed once per process, histogram buckets set), its
-//! upkeep, `GET /metrics` rendered by axum, and the gauges only the server samples (log size).
+//! Metrics: the Prometheus recorder (installed once per process, histogram buckets set) and the
+//! gauges only the server samples (log size). Its route and upkeep are in exporter.rs.
 
-use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::sync::OnceLock;
 
-use axum::extract::State;
-use axum::http::header;
-use axum::response::IntoResponse;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::error::ServeError;
-use crate::server::AppState;
 
 /// Bytes the log occupies on disk (gauge), sampled by the server's upkeep.
 pub const STORE_SIZE: &str = "legio_store_size_bytes";
-/// How often upkeep runs (histogram maintenance, the log size gauge).
-const UPKEEP: Duration = Duration::from_secs(5);
 
 /// The installed Prometheus recorder's handle.
 #[derive(Clone, Debug)]
@@ -67,32 +60,9 @@ impl MetricsHandle {
     pub fn render(&self) -> String {
         self.0.render()
     }
-}
 
-pub(crate) async fn render(State(state): State<Arc<AppState>>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        state.metrics.render(),
-    )
-}
-
-/// Runs the recorder's upkeep (drains histogram buffers) and samples the log's size, every few
-/// seconds, until aborted.
-pub(crate) fn spawn_upkeep(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(UPKEEP);
-        loop {
-            ticker.tick().await;
-            state.metrics.0.run_upkeep();
-            let log = Arc::clone(state.runtime.log());
-            match tokio::task::spawn_blocking(move || log.size_on_disk()).await {
-                Ok(Ok(bytes)) => metrics::gauge!(STORE_SIZE).set(bytes as f64),
-                Ok(Err(e)) => tracing::debug!(error = %e, "cannot size the log"),
-                Err(_) => return,
-            }
-        }
-    })
+    /// Drains the recorder's histogram buffers.
+    pub(crate) fn run_upkeep(&self) {
+        self.0.run_upkeep();
+    }
 }

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 use crate::turns::conversation_key;
 
 /// Events per read while catching up.

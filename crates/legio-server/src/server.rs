@@ -17,56 +17,11 @@ use axum::{Json, Router};
 use legio_runtime::{Runtime, ServerSettings};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::AbortHandle;
 
 use crate::error::{ApiError, ServeError};
 use crate::metrics::MetricsHandle;
-use crate::{auth, dashboard, history, meta, metrics, operator, turns};
-
-/// What every handler shares.
-pub(crate) struct AppState {
-    pub(crate) runtime: Arc<Runtime>,
-    pub(crate) settings: ServerSettings,
-    pub(crate) metrics: MetricsHandle,
-    /// False once shutdown began (`/readyz` answers 503).
-    pub(crate) ready: AtomicBool,
-    /// Becomes true when shutdown begins: long-lived streams (follow) end.
-    pub(crate) stopping: watch::Receiver<bool>,
-    /// Streamed turns run on their own tasks (a client that goes away does not cancel a turn);
-    /// shutdown cancels those still running after the grace period.
-    turn_tasks: Mutex<HashMap<u64, AbortHandle>>,
-    next_task: AtomicU64,
-}
-
-impl AppState {
-    /// Spawns a streamed turn's task, tracked until it ends.
-    pub(crate) fn spawn_turn<F>(self: &Arc<Self>, future: F)
-    where
-        F: Future<Output = ()> + Send + 'static,
-    {
-        let id = self.next_task.fetch_add(1, Ordering::Relaxed);
-        let state = Arc::clone(self);
-        let mut tasks = self.turn_tasks.lock().unwrap_or_else(|p| p.into_inner());
-        let task = tokio::spawn(async move {
-            future.await;
-            state
-                .turn_tasks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
-        });
-        tasks.insert(id, task.abort_handle());
-    }
-
-    fn cancel_turns(&self) -> usize {
-        let mut tasks = self.turn_tasks.lock().unwrap_or_else(|p| p.into_inner());
-        let n = tasks.len();
-        for (_, task) in tasks.drain() {
-            task.abort();
-        }
-        n
-    }
-}
+use crate::state::AppState;
+use crate::{auth, dashboard, exporter, history, meta, operator, turns};
 
 /// How a shutdown went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,7 +122,7 @@ impl Server {
             state,
             stop,
         } = self;
-        let upkeep = metrics::spawn_upkeep(Arc::clone(&state));
+        let upkeep = exporter::spawn_upkeep(Arc::clone(&state));
         let app = router(Arc::clone(&state));
         let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<()>();
         let fired_at: Arc<Mutex<Option<Instant>>> = Arc::default();
@@ -263,7 +218,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/meta", get(meta::meta))
         .route("/sessions/{id}/turns", post(turns::post_turn))
         .route("/sessions/{id}/history", get(history::history))
-        .route("/metrics", get(metrics::render))
+        .route("/metrics", get(exporter::render))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard.js", get(dashboard::script))
         .route_layer(middleware::from_fn_with_state(

@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
-use crate::server::AppState;
+use crate::state::AppState;
 
 /// The body of a turn.
 #[derive(Debug, Deserialize)]

@@ -193,3 +193,23 @@ impl StoreError {
 
 /// The store's result type.
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind;
+
+    #[test]
+    fn an_io_failure_keeps_its_kind() {
+        let full = StoreError::io("appending", std::io::Error::from(ErrorKind::StorageFull));
+        assert_eq!(full.io_kind(), Some(ErrorKind::StorageFull));
+        let sled = sled::Error::Io(std::io::Error::from(ErrorKind::PermissionDenied));
+        assert_eq!(
+            StoreError::io("opening", sled).io_kind(),
+            Some(ErrorKind::PermissionDenied)
+        );
+        let other = StoreError::io("closing", "the committer thread panicked");
+        assert_eq!(other.io_kind(), Some(ErrorKind::Other));
+        assert_eq!(StoreError::Closed.io_kind(), None);
+    }
+}
