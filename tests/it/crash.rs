@@ -30,8 +30,10 @@ const CHILD_ENV: &str = "LEGIO_CRASH_CHILD_DB";
 const WRITERS: u64 = 8;
 /// The relaxed test's flush interval.
 const RELAXED_FLUSH: Duration = Duration::from_millis(100);
-/// What a loaded machine may add to the flush interval before a flush is durable.
-const RELAXED_SLACK: Duration = Duration::from_millis(1500);
+/// What a loaded machine may add to the flush interval before a flush is durable: the flush's
+/// own fsync. 1.5 s was exceeded once (1.75 s) while other builds kept both cores and the disk
+/// busy; an event minutes old, a gap or a torn batch still fails at once.
+const RELAXED_SLACK: Duration = Duration::from_secs(5);
 
 /// Which batch an event belongs to and where in it: (round, writer, i) and k.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
