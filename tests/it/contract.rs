@@ -390,3 +390,11 @@ contract_suite!(sled_relaxed, {
     let log = legio_store::SledLog::open(dir.path().join("db"), &options).unwrap();
     (Box::new(log) as Box<dyn EventLog>, dir)
 });
+contract_suite!(nats_one_server, {
+    // Skipped (returns) when no nats-server is installed outside CI; fails under CI=true.
+    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+        return;
+    };
+    let log = legio_store::NatsLog::open(&cluster.options(1)).unwrap();
+    (Box::new(log) as Box<dyn EventLog>, cluster)
+});

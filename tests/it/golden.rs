@@ -3,12 +3,19 @@
 //! `events-v1.bin` holds the first variants; `events-v1-memory.bin` the variants appended later
 //! (memory stores, heartbeats). To write a file after adding events to its samples (new variants
 //! only), run with `LEGIO_BLESS=1` and commit the file.
+//!
+//! Session states (the `sessions` index) have their own versions: `session-state-v1.bin` holds
+//! states as the builds before compaction wrote them (never rewritten: no build writes v1 now) and
+//! `session-state-v2.bin` the current version. Every sample event is also checked against
+//! `proto/events.schema.json` as its JSON line.
 
+use legio_core::AgentSessionState;
 use legio_core::{
     AgentFailed, BoundaryReason, DeliveryMode, DirectivePublished, DirectiveRevoked, Event,
     EventKind, HeartbeatRan, NoteWritten, NotebookEntryAppended, OpenReason, Seq, SessionStart,
     SummaryRecorded, TokenUsage, TurnFailed,
 };
+use legio_store::testing::{decode_session_state, encode_session_state, STATE_FORMAT_VERSION};
 use legio_store::{decode_event, encode_event, FORMAT_VERSION};
 use legio_tests::*;
 
@@ -17,9 +24,18 @@ const GOLDEN_MEMORY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/golden/events-v1-memory.bin"
 );
+const GOLDEN_STATE_V1: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/session-state-v1.bin"
+);
+const GOLDEN_STATE_V2: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/session-state-v2.bin"
+);
+const EVENTS_SCHEMA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/proto/events.schema.json");
 
 /// One sample of every event variant and every message part, with fixed values.
-fn samples() -> Vec<Event> {
+pub(crate) fn samples() -> Vec<Event> {
     let mut gen = TrafficGen::new(1, 3, 1, 0, 8);
     let Event::SessionOpened(mut resumed) = session_opened(5, "golden:1", "vorenus", 2) else {
         unreachable!()
@@ -84,7 +100,7 @@ fn samples() -> Vec<Event> {
 }
 
 /// One sample of every variant appended after `events-v1.bin` was written.
-fn memory_samples() -> Vec<Event> {
+pub(crate) fn memory_samples() -> Vec<Event> {
     vec![
         Event::DirectivePublished(DirectivePublished {
             id: "d1".into(),
@@ -253,4 +269,129 @@ fn every_event_round_trips_through_its_json_line() {
     );
     let bad = serde_json::json!({"seq": 1, "kind": "message_posted", "id": "nope"});
     assert!(legio_core::record_from_json(bad).is_err());
+}
+
+/// Session states folded from fixed events: fresh, with a live session and usage, closed and
+/// failed; and (version 2 only) with a summary.
+fn state_samples(with_summary: bool) -> Vec<AgentSessionState> {
+    let fold = |events: &[Event]| {
+        let mut state = AgentSessionState::new(conv("golden:1"), agent("vorenus"));
+        for (i, event) in events.iter().enumerate() {
+            state.apply(Seq(i as u64 + 1), event);
+        }
+        state
+    };
+    let live = [
+        session_opened(1, "golden:1", "vorenus", 1),
+        context_delivered(2, "golden:1", "vorenus", 1, 1),
+        turn_completed(3, "golden:1", "vorenus", 1, 1234),
+    ];
+    let mut failed = live.to_vec();
+    failed.push(session_closed(
+        4,
+        "golden:1",
+        "vorenus",
+        1,
+        BoundaryReason::Crashed,
+    ));
+    failed.push(Event::AgentFailed(AgentFailed {
+        conversation: conv("golden:1"),
+        agent: agent("vorenus"),
+        at: ts(5),
+        reason: "panicked".into(),
+        restarts: 3,
+    }));
+    let mut out = vec![fold(&[]), fold(&live), fold(&failed)];
+    if with_summary {
+        let mut summarized = live.to_vec();
+        summarized.push(Event::SummaryRecorded(SummaryRecorded {
+            conversation: conv("golden:1"),
+            agent: agent("vorenus"),
+            at: ts(4),
+            covers_up_to: Seq(2),
+            text: "decisions: ship it".into(),
+            tokens_before: 900,
+            tokens_after: 30,
+        }));
+        out.push(fold(&summarized));
+    }
+    out
+}
+
+/// Version-1 session states (before `latest_summary`) decode, upcast with no summary.
+#[test]
+fn v1_session_states_still_decode() {
+    let golden = std::fs::read(GOLDEN_STATE_V1).expect("session-state-v1.bin is committed");
+    let stored = unframe(&golden);
+    let samples = state_samples(false);
+    assert_eq!(stored.len(), samples.len());
+    for (i, (bytes, want)) in stored.iter().zip(samples).enumerate() {
+        assert_eq!(bytes[0], 1, "state {i} is not v1");
+        let state = decode_session_state(bytes, "golden:1", "vorenus")
+            .unwrap_or_else(|e| panic!("golden v1 state {i}: {e}"));
+        assert_eq!(state, want, "golden v1 state {i} decodes to something else");
+    }
+}
+
+/// Version-2 session states decode and encode to the same bytes.
+#[test]
+fn v2_session_states_still_decode_and_encode_identically() {
+    assert_eq!(
+        STATE_FORMAT_VERSION, 2,
+        "a new session-state version needs its own golden file and this test extended"
+    );
+    let samples = state_samples(true);
+    let encoded: Vec<Vec<u8>> = samples
+        .iter()
+        .map(|s| encode_session_state(s).unwrap())
+        .collect();
+    if std::env::var_os("LEGIO_BLESS").is_some() {
+        std::fs::write(GOLDEN_STATE_V2, frame(&encoded)).unwrap();
+    }
+    let golden = std::fs::read(GOLDEN_STATE_V2)
+        .expect("golden file missing: run once with LEGIO_BLESS=1 and commit it");
+    let stored = unframe(&golden);
+    assert_eq!(stored.len(), samples.len(), "re-bless with LEGIO_BLESS=1");
+    for (i, bytes) in stored.iter().enumerate() {
+        assert_eq!(bytes[0], 2, "state {i} is not v2");
+        let state = decode_session_state(bytes, "golden:1", "vorenus")
+            .unwrap_or_else(|e| panic!("golden v2 state {i}: {e}"));
+        assert_eq!(
+            state, samples[i],
+            "golden v2 state {i} decodes to something else"
+        );
+        assert_eq!(
+            &encoded[i], bytes,
+            "state {i} now encodes differently: that breaks stored session states"
+        );
+    }
+}
+
+/// Every event kind (and every message part) validates against `proto/events.schema.json` as
+/// its JSON line; the schema also refuses a line with an unknown field.
+#[test]
+fn every_event_kind_validates_against_the_schema() {
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(EVENTS_SCHEMA).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let mut kinds = std::collections::BTreeSet::new();
+    for (i, event) in samples().into_iter().chain(memory_samples()).enumerate() {
+        kinds.insert(event.kind());
+        let json = legio_core::record_to_json(&legio_core::Record {
+            seq: Seq(i as u64 + 1),
+            event,
+        });
+        let errors: Vec<String> = validator
+            .iter_errors(&json)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{json}: {errors:?}");
+        let mut extra = json.clone();
+        extra["unexpected"] = serde_json::json!(1);
+        assert!(
+            !validator.is_valid(&extra),
+            "the schema accepts an unknown field: {extra}"
+        );
+    }
+    assert_eq!(kinds.len(), EventKind::ALL.len(), "every kind is validated");
 }

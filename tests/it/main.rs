@@ -3,9 +3,12 @@
 mod contract;
 mod crash;
 mod golden;
+mod golden_log;
 mod memory;
 mod model;
+mod nats;
 mod runtime;
 mod sled_log;
 mod tidy;
 mod tool_links;
+mod verify;

@@ -5,8 +5,11 @@
 //! Checked after every call: the call succeeded exactly when the model says it may; no output
 //! (result or error) given to a specialist contains another specialist's notebook entry; the
 //! projection equals the model (so a refused call changed nothing and notebooks only grew); what a
-//! read returned holds what the model says the caller may see. At the end, a fresh fold of the log
-//! equals the executor's cached projection.
+//! read returned holds what the model says the caller may see, and leaves out what it must not
+//! show: revoked directives in the default list, earlier revisions of a note, other directives,
+//! notes and notebook entries than the one read. Every text ends in `-end`, so no text is a
+//! substring of another (`directive-1` used to match inside `directive-12`). At the end, a fresh
+//! fold of the log equals the executor's cached projection.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -59,6 +62,8 @@ struct Model {
     /// key -> (text, author, revisions)
     notes: BTreeMap<String, (String, String, u64)>,
     notebooks: BTreeMap<String, Vec<String>>,
+    /// Texts of notes rewritten since (no read may show them).
+    old_notes: Vec<String>,
 }
 
 fn role(name: &str) -> (AgentName, Role) {
@@ -74,8 +79,19 @@ fn role(name: &str) -> (AgentName, Role) {
 enum Expect {
     /// The call must fail.
     Refused,
-    /// The call must succeed and its output contain each of these.
-    Shows(Vec<String>),
+    /// The call must succeed and its output contain each of `shown` and none of `hidden`.
+    Shows {
+        shown: Vec<String>,
+        hidden: Vec<String>,
+    },
+}
+
+/// A successful call showing `shown`.
+fn shows(shown: Vec<String>) -> Expect {
+    Expect::Shows {
+        shown,
+        hidden: Vec::new(),
+    }
 }
 
 fn expect(model: &mut Model, caller: usize, op: &Op, n: usize) -> (String, Value, Expect) {
@@ -84,14 +100,14 @@ fn expect(model: &mut Model, caller: usize, op: &Op, n: usize) -> (String, Value
     let specialist = |i: usize| i != 0;
     match op {
         Op::Publish => {
-            let text = format!("directive-{n}");
+            let text = format!("directive-{n}-end");
             let args = json!({ "text": text });
             if !orchestrator {
                 return ("publish_directive".into(), args, Expect::Refused);
             }
             let id = format!("d{}", model.directives.len() + 1);
             model.directives.push((id.clone(), text, false));
-            ("publish_directive".into(), args, Expect::Shows(vec![id]))
+            ("publish_directive".into(), args, shows(vec![id]))
         }
         Op::Revoke(i) => {
             let id = format!("d{i}");
@@ -100,53 +116,82 @@ fn expect(model: &mut Model, caller: usize, op: &Op, n: usize) -> (String, Value
             match found {
                 Some(d) if orchestrator && !d.2 => {
                     d.2 = true;
-                    ("revoke_directive".into(), args, Expect::Shows(vec![id]))
+                    ("revoke_directive".into(), args, shows(vec![id]))
                 }
                 _ => ("revoke_directive".into(), args, Expect::Refused),
             }
         }
         Op::ListDirectives(all) => {
-            let shown = model
+            let (shown, hidden) = model
                 .directives
                 .iter()
-                .filter(|d| *all || !d.2)
-                .map(|d| d.1.clone())
-                .collect();
+                .partition::<Vec<_>, _>(|d| *all || !d.2);
+            let texts = |list: Vec<&(String, String, bool)>| {
+                list.into_iter().map(|d| d.1.clone()).collect()
+            };
             (
                 "list_directives".into(),
                 json!({ "include_revoked": all }),
-                Expect::Shows(shown),
+                Expect::Shows {
+                    shown: texts(shown),
+                    hidden: texts(hidden),
+                },
             )
         }
         Op::ReadDirective(i) => {
             let id = format!("d{i}");
             let expect = match model.directives.iter().find(|d| d.0 == id) {
-                Some(d) => Expect::Shows(vec![d.1.clone()]),
+                Some(d) => Expect::Shows {
+                    shown: vec![d.1.clone()],
+                    hidden: model
+                        .directives
+                        .iter()
+                        .filter(|o| o.0 != id)
+                        .map(|o| o.1.clone())
+                        .collect(),
+                },
                 None => Expect::Refused,
             };
             ("read_directive".into(), json!({ "id": id }), expect)
         }
         Op::WriteNote(k) => {
-            let text = format!("note-{n}");
+            let text = format!("note-{n}-end");
             let note =
                 model
                     .notes
                     .entry(KEYS[*k].to_owned())
                     .or_insert((String::new(), String::new(), 0));
-            *note = (text.clone(), me.to_owned(), note.2 + 1);
+            let old = std::mem::replace(&mut note.0, text.clone());
+            note.1 = me.to_owned();
+            note.2 += 1;
+            let revision = note.2;
+            if !old.is_empty() {
+                model.old_notes.push(old);
+            }
             (
                 "write_note".into(),
                 json!({ "key": KEYS[*k], "text": text }),
-                Expect::Shows(vec![format!("revision {}", note.2)]),
+                shows(vec![format!("revision {revision}")]),
             )
         }
         Op::ListNotes => {
             let shown = model.notes.values().map(|n| n.0.clone()).collect();
-            ("list_notes".into(), json!({}), Expect::Shows(shown))
+            let hidden = model.old_notes.clone();
+            (
+                "list_notes".into(),
+                json!({}),
+                Expect::Shows { shown, hidden },
+            )
         }
         Op::ReadNote(k) => {
             let expect = match model.notes.get(KEYS[*k]) {
-                Some((text, author, _)) => Expect::Shows(vec![text.clone(), author.clone()]),
+                Some((text, author, _)) => Expect::Shows {
+                    shown: vec![text.clone(), author.clone()],
+                    hidden: (model.notes.values().map(|n| n.0.clone()))
+                        .filter(|t| t != text)
+                        .chain(model.old_notes.iter().cloned())
+                        .collect(),
+                },
                 None => Expect::Refused,
             };
             ("read_note".into(), json!({ "key": KEYS[*k] }), expect)
@@ -185,22 +230,25 @@ fn expect(model: &mut Model, caller: usize, op: &Op, n: usize) -> (String, Value
                 .cloned()
                 .unwrap_or_default();
             let expect = match entry {
-                None => Expect::Shows(entries),
+                None => shows(entries),
                 Some(e) => match entries.get(e as usize - 1) {
-                    Some(text) => Expect::Shows(vec![text.clone()]),
+                    Some(text) => Expect::Shows {
+                        shown: vec![text.clone()],
+                        hidden: entries.iter().filter(|t| *t != text).cloned().collect(),
+                    },
                     None => Expect::Refused,
                 },
             };
             (tool.into(), args, expect)
         }
         Op::Append => {
-            let text = format!("nb-{me}-{n}");
+            let text = format!("nb-{me}-{n}-end");
             let args = json!({ "text": text });
             if orchestrator {
                 return ("append_notebook".into(), args, Expect::Refused);
             }
             model.notebooks.entry(me.to_owned()).or_default().push(text);
-            ("append_notebook".into(), args, Expect::Shows(vec![]))
+            ("append_notebook".into(), args, shows(vec![]))
         }
     }
 }
@@ -228,6 +276,7 @@ fn observed(state: &MemoryState) -> Model {
             .iter()
             .map(|(o, e)| (o.to_string(), e.iter().map(|e| e.text.clone()).collect()))
             .collect(),
+        old_notes: Vec::new(),
     }
 }
 
@@ -280,14 +329,21 @@ async fn run(calls: Vec<(usize, Op)>) {
                     );
                 }
             }
-            Expect::Shows(parts) => {
+            Expect::Shows { shown, hidden } => {
                 let text = result.unwrap_or_else(|e| {
                     panic!("{} {tool} {args} should succeed: {e}", AGENTS[caller])
                 });
-                for part in parts {
+                for part in shown {
                     assert!(
                         text.contains(&part),
                         "{} {tool} {args}: {part:?} missing from {text:?}",
+                        AGENTS[caller]
+                    );
+                }
+                for part in hidden {
+                    assert!(
+                        !text.contains(&part),
+                        "{} {tool} {args}: {part:?} must not be in {text:?}",
                         AGENTS[caller]
                     );
                 }

@@ -2,7 +2,8 @@
 //! written to a sled log as messages with tool-call and tool-result parts, every result stays
 //! linked to its call by id after a reopen (a process restart), and compaction's boundary never
 //! separates a call from its result, for every prefix of every conversation and every
-//! `keep_recent` from 1 to 8. Skips with a message when the data folder is absent.
+//! `keep_recent` from 1 to 8. Without the data folder (beside the clone, as in CI) it fails under
+//! `CI=true` and skips with a message elsewhere.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -17,7 +18,10 @@ fn conversations() -> Option<Vec<Vec<Message>>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/data/tau-bench-airline/gpt-4o-airline.json");
     let Ok(text) = std::fs::read_to_string(&path) else {
-        eprintln!("skipped: {} is absent", path.display());
+        legio_tests::component_missing(
+            &path.display().to_string(),
+            "put the shared data folder (with tau-bench-airline/) beside the clone, as ../shared/data",
+        );
         return None;
     };
     let runs: Vec<serde_json::Value> = serde_json::from_str(&text).unwrap();

@@ -4,6 +4,7 @@
 //! the dashboard in headless Chromium where it is installed. (The file lives in the top-level
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
+mod behaviours;
 mod openapi;
 
 use std::collections::HashMap;
@@ -40,12 +41,18 @@ struct Harness {
 }
 
 fn write_config(dir: &Path, server: &str, runtime: &str) -> RuntimeConfig {
+    write_config_with_store(dir, server, runtime, "")
+}
+
+/// Like [`write_config`], with extra lines for the `[store]` table.
+fn write_config_with_store(dir: &Path, server: &str, runtime: &str, store: &str) -> RuntimeConfig {
     std::fs::write(dir.join("lead.md"), "You lead.").unwrap();
     std::fs::write(dir.join("spec.md"), "You help.").unwrap();
     let text = format!(
         r#"
 [store]
 path = "db"
+{store}
 [runtime]
 {runtime}
 [server]
@@ -96,8 +103,13 @@ impl Harness {
 
     /// A server whose `[server]` and `[runtime]` sections hold `server` and `runtime`.
     async fn start_config(server: &str, runtime: &str, latency: Duration) -> Self {
+        Self::start_full(server, runtime, "", latency).await
+    }
+
+    /// Like [`Harness::start_config`], with extra lines for the `[store]` table.
+    async fn start_full(server: &str, runtime: &str, store: &str, latency: Duration) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let config = write_config(dir.path(), server, runtime);
+        let config = write_config_with_store(dir.path(), server, runtime, store);
         let mut providers = HashMap::new();
         let mut overrides: HashMap<String, Arc<dyn Provider>> = HashMap::new();
         for (name, history) in [
@@ -1353,16 +1365,14 @@ async fn shutdown_cancels_what_outlives_the_grace_period() {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let started = Instant::now();
-    let report = h.stop().await;
+    // The hanging turn is cancelled once the grace period is over (a generous deadline: without
+    // the cancel, stop would wait for the provider's 30 s).
+    let report = tokio::time::timeout(Duration::from_secs(25), h.stop())
+        .await
+        .expect("shutdown waited for the hanging turn");
     assert!(
         !report.drained && report.cancelled_turns == 1 && !report.suspended,
         "{report:?}"
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        started.elapsed()
     );
     let body = tokio::time::timeout(Duration::from_secs(10), request)
         .await
@@ -1386,7 +1396,10 @@ async fn the_dashboard_draws_live_charts_in_headless_chromium() {
                 .is_ok_and(|o| o.status.success())
         })
     else {
-        println!("skipped: no chromium on PATH (`.ci/run` installs Debian's chromium package; apt-get install chromium to run this here)");
+        legio_tests::component_missing(
+            "chromium (or chromium-browser, google-chrome) on PATH",
+            "apt-get install chromium (`.ci/run` installs it)",
+        );
         return;
     };
     let h = Harness::start_with(&format!("token = \"{TOKEN}\""), Duration::from_millis(2)).await;

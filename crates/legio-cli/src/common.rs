@@ -6,20 +6,53 @@ use std::io::IsTerminal;
 use anyhow::{Context as _, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use legio_core::{ConversationKey, Record, Seq};
+use legio_runtime::StoreBackend;
 use legio_runtime::{Runtime, RuntimeConfig};
-use legio_store::{EventLog, SledLog};
+use legio_store::{EventLog, NatsLog, NatsOptions, SledLog};
 
 use crate::invocation::Context;
 
 /// How many events a command reads from the log at a time.
 pub const CHUNK: usize = 10_000;
 
-/// Opens an existing log for an offline command.
-pub fn open_log(context: &Context) -> Result<SledLog> {
+/// Opens an existing log for an offline command: the sled database, or with `--nats` (or
+/// `store.backend = "nats"`) the cluster's stream, read-only.
+pub fn open_log(context: &Context) -> Result<Box<dyn EventLog>> {
+    if let Some(options) = nats_options(context)? {
+        return Ok(Box::new(NatsLog::open_read_only(&options)?));
+    }
     let store = context.store()?;
     let mut options = store.options.clone();
     options.create_if_missing = false;
-    Ok(SledLog::open(&store.path, &options)?)
+    Ok(Box::new(SledLog::open(&store.path, &options)?))
+}
+
+/// The cluster to read, if any: `--nats` URLs over the configuration's `[store.nats]` (or its
+/// defaults), or the configuration's own when its backend is nats.
+pub fn nats_options(context: &Context) -> Result<Option<NatsOptions>> {
+    let configured = match context.store()?.backend {
+        StoreBackend::Nats(options) => Some(*options),
+        StoreBackend::Sled => None,
+    };
+    Ok(match (&context.nats, configured) {
+        (Some(servers), configured) => Some(NatsOptions {
+            servers: servers.clone(),
+            ..configured.unwrap_or_default()
+        }),
+        (None, configured) => configured,
+    })
+}
+
+/// Where the log is, in words, for a command's summary line.
+pub fn log_location(context: &Context) -> Result<String> {
+    Ok(match nats_options(context)? {
+        Some(options) => format!(
+            "stream {} on {}",
+            options.stream,
+            options.servers.join(", ")
+        ),
+        None => context.store()?.path.display().to_string(),
+    })
 }
 
 /// Opens an existing log, or creates it (import, post, chat).

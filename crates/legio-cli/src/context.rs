@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use anyhow::{bail, Context as _, Result};
 use legio_core::{ConversationKey, Seq};
 use legio_runtime::{context_report, preview_turn, ContextReport, TurnInputs};
-use legio_store::EventLog;
 
 use crate::common;
 use crate::invocation::Context;
@@ -104,7 +103,7 @@ fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
         live_session: None,
         new_message: at,
     };
-    let preview = preview_turn(&log, inputs, at)?;
+    let preview = preview_turn(&*log, inputs, at)?;
     Ok(Some(context_report(
         &preview,
         &conversation,

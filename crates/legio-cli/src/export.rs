@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 use legio_core::{ConversationKey, Seq};
-use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
 use crate::invocation::Context;
@@ -14,7 +13,7 @@ use crate::replay::{write_record, Format};
 /// Arguments of `legio export`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Write to this file instead of standard output.
+    /// Write to this file instead of standard output (`-` is standard output).
     #[arg(long, short)]
     output: Option<std::path::PathBuf>,
     /// Only this conversation (its seqs are kept; an import renumbers them).
@@ -26,7 +25,9 @@ pub struct Args {
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let conversation = args.conversation.map(ConversationKey::new).transpose()?;
     let log = common::open_log(context)?;
-    let sink: Box<dyn Write> = match &args.output {
+    // `-o -` means standard output, as in every Unix tool.
+    let output = args.output.filter(|path| path.as_os_str() != "-");
+    let sink: Box<dyn Write> = match &output {
         Some(path) => Box::new(
             std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?,
@@ -37,7 +38,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let last = log.last_seq();
     let bar = common::progress(last.get(), "export", true);
     let mut written = 0u64;
-    for_each_record(&log, conversation.as_ref(), Seq::FIRST, last, |record| {
+    for_each_record(&*log, conversation.as_ref(), Seq::FIRST, last, |record| {
         bar.set_position(record.seq.get());
         write_record(&mut out, &record, Format::Jsonl, false)?;
         written += 1;
@@ -45,7 +46,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     })?;
     out.flush()?;
     bar.finish_and_clear();
-    if let Some(path) = &args.output {
+    if let Some(path) = &output {
         eprintln!("exported {written} events to {}", path.display());
     }
     Ok(ExitCode::SUCCESS)

@@ -90,7 +90,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             }
             let state: legio_core::MemoryState = match context.remote()? {
                 Some(remote) => serde_json::from_value(remote.get_json("/operator/memory", &[])?)?,
-                None => legio_runtime::read_memory(&common::open_log(context)?)?,
+                None => legio_runtime::read_memory(&*common::open_log(context)?)?,
             };
             if args.format == TableFormat::Json {
                 println!("{}", serde_json::to_string_pretty(&state)?);
@@ -116,7 +116,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         None => {
             let log = common::open_log(context)?;
             let only = args.conversation.map(ConversationKey::new).transpose()?;
-            legio_runtime::inspect(&log, kind, only.as_ref())?
+            legio_runtime::inspect(&*log, kind, only.as_ref())?
         }
     };
     let header: Vec<&str> = table.header.iter().map(String::as_str).collect();

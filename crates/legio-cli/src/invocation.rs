@@ -9,6 +9,8 @@ use std::path::PathBuf;
 pub struct Context {
     /// `--db`, if given.
     pub db: Option<PathBuf>,
+    /// `--nats`, if given: the cluster's server URLs.
+    pub nats: Option<Vec<String>>,
     /// The configuration file.
     pub config: PathBuf,
     /// Whether `--config` or `LEGIO_CONFIG` named it; the default file may be absent, and then
@@ -57,6 +59,7 @@ impl Context {
                     .clone()
                     .unwrap_or_else(|| PathBuf::from("data/legio")),
                 options: legio_store::StoreOptions::default(),
+                backend: legio_runtime::StoreBackend::Sled,
             });
         }
         Ok(self.runtime_config()?.store)

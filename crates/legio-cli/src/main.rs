@@ -10,6 +10,7 @@ mod export;
 mod import;
 mod inspect;
 mod invocation;
+mod migrate;
 mod post;
 mod remote;
 mod render;
@@ -49,6 +50,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   legio context --conversation cli:local --agent vorenus   # what vorenus's model gets next
 ///   legio inspect agents                         # sessions, tokens, checkpoints per agent
 ///   legio stats   |   legio verify               # sizes; integrity (exit 3 if anything is wrong)
+///   legio migrate                                # rewrite an older stored layout (v1) to v2
 ///
 /// Move it:
 ///   legio export --output log.jsonl   then   legio --db ./copy import log.jsonl
@@ -73,6 +75,11 @@ pub struct Cli {
     /// The event log's folder; overrides store.path from the configuration.
     #[arg(long, global = true)]
     db: Option<PathBuf>,
+    /// Read a NATS JetStream cluster's log instead of --db (replay, inspect, verify, export,
+    /// context, stats): server URLs, comma-separated; stream, credentials and TLS come from
+    /// [store.nats] when the configuration has it. No legio node needs to run.
+    #[arg(long, global = true, value_name = "URL", env = "LEGIO_NATS_URL")]
+    nats: Option<String>,
     /// Live mode: ask the `legio serve` at this URL instead of opening the log (replay, inspect,
     /// context, verify, reset), so the service can keep the database.
     #[arg(long, global = true, value_name = "URL")]
@@ -103,6 +110,8 @@ enum Command {
     Stats(stats::Args),
     /// Check the log and its indexes: exit 0 when clean, 3 when anything is wrong.
     Verify(verify::Args),
+    /// Rewrite a log of an older stored layout to the current one (opening it does this too).
+    Migrate(migrate::Args),
     /// Write the log (or one conversation) as JSON lines.
     Export(export::Args),
     /// Append an export into an empty log; a malformed line stops it with nothing kept.
@@ -125,6 +134,9 @@ fn main() -> ExitCode {
         || std::env::args().any(|a| a == "--config" || a.starts_with("--config="));
     let context = Context {
         db: cli.db,
+        nats: cli
+            .nats
+            .map(|urls| urls.split(',').map(|u| u.trim().to_owned()).collect()),
         config: cli.config,
         config_explicit,
         server: cli.server,
@@ -139,6 +151,20 @@ fn main() -> ExitCode {
             | Command::Reset(_)
             | Command::Completions(_)
     );
+    let reads_the_log = matches!(
+        cli.command,
+        Command::Replay(_)
+            | Command::Inspect(_)
+            | Command::Context(_)
+            | Command::Verify(_)
+            | Command::Export(_)
+            | Command::Stats(_)
+            | Command::Completions(_)
+    );
+    if context.nats.is_some() && !reads_the_log {
+        eprintln!("legio: --nats works with replay, inspect, context, verify, export and stats (it reads the cluster's log); other commands run through a legio node");
+        return ExitCode::from(2);
+    }
     if context.server.is_some() && !live {
         eprintln!("legio: --server works with replay, inspect, context, verify and reset; this command opens the log or the legion itself");
         return ExitCode::from(2);
@@ -152,6 +178,7 @@ fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&context, args),
         Command::Stats(args) => stats::run(&context, args),
         Command::Verify(args) => verify::run(&context, args),
+        Command::Migrate(args) => migrate::run(&context, args),
         Command::Export(args) => export::run(&context, args),
         Command::Import(args) => import::run(&context, args),
         Command::Reset(args) => reset::run(&context, args),

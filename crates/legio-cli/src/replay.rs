@@ -226,7 +226,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         !to_terminal,
     );
     let mut printed = Seq::ZERO;
-    for_each_record(&log, filter.conversation.as_ref(), from, last, |record| {
+    for_each_record(&*log, filter.conversation.as_ref(), from, last, |record| {
         bar.set_position(record.seq.get() - from.get() + 1);
         printed = record.seq;
         if filter.matches(&record) {
@@ -238,7 +238,13 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     out.flush()?;
     if args.follow && to == Seq(u64::MAX) {
         drop(out);
-        follow(&log, printed.max(last).next(), &filter, args.format, colour)?;
+        follow(
+            &*log,
+            printed.max(last).next(),
+            &filter,
+            args.format,
+            colour,
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use legio_core::{manual_reset, ConversationKey, Timestamp};
-use legio_store::EventLog;
 
 use crate::common;
 use crate::invocation::Context;

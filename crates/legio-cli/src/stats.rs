@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use legio_core::{EventKind, Seq};
-use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
 use crate::invocation::Context;
@@ -21,7 +20,7 @@ pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
     let bar = common::progress(last.get(), "stats", true);
     let mut kinds: BTreeMap<EventKind, u64> = BTreeMap::new();
     let mut conversations: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    for_each_record(&log, None, Seq::FIRST, last, |record| {
+    for_each_record(&*log, None, Seq::FIRST, last, |record| {
         bar.inc(1);
         *kinds.entry(record.event.kind()).or_default() += 1;
         let entry = conversations

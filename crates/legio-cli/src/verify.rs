@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use legio_store::{EventLog, SledLog};
+
+use crate::common;
 
 use crate::invocation::Context;
 
@@ -29,16 +30,13 @@ pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
         }
         return Ok(ExitCode::from(3));
     }
-    let store = context.store()?;
-    let mut options = store.options.clone();
-    options.create_if_missing = false;
-    let log = SledLog::open(&store.path, &options)?;
+    let log = common::open_log(context)?;
     let report = log.verify(&mut |_| {})?;
     println!(
         "verified {} events up to seq {} in {}",
         report.events,
         report.last_seq,
-        store.path.display()
+        common::log_location(context)?
     );
     if report.is_clean() {
         println!("clean: no gaps, every record decodes, indexes agree with the events");

@@ -1,14 +1,17 @@
-//! Opt-in tests against a real endpoint; skipped (with a line saying how to run them) unless
-//! `LEGIO_LIVE_BASE_URL` is set. Examples:
+//! Opt-in tests against a real endpoint: `#[ignore]`d (reported as ignored, never as passed), run
+//! with `--ignored` and these variables: `LEGIO_LIVE_BASE_URL` (required: the endpoint, or the
+//! executable for `claude-code`), `LEGIO_LIVE_KIND` (default `openai-chat`), `LEGIO_LIVE_MODEL`,
+//! `LEGIO_LIVE_KEY_ENV` (the name of the variable holding the key). Run with `--ignored` but
+//! without `LEGIO_LIVE_BASE_URL`, the test fails saying so. Examples:
 //!
 //! ```text
 //! LEGIO_LIVE_KIND=openai-chat LEGIO_LIVE_BASE_URL=http://127.0.0.1:11434/v1 LEGIO_LIVE_MODEL=llama3.2 \
-//!     cargo test -p legio-llm --test live -- --nocapture
+//!     cargo test -p legio-llm --test live -- --ignored --nocapture
 //! LEGIO_LIVE_KIND=openai-responses LEGIO_LIVE_BASE_URL=https://api.openai.com/v1 \
-//!     LEGIO_LIVE_MODEL=gpt-4o-mini LEGIO_LIVE_KEY_ENV=OPENAI_API_KEY cargo test -p legio-llm --test live
+//!     LEGIO_LIVE_MODEL=gpt-4o-mini LEGIO_LIVE_KEY_ENV=OPENAI_API_KEY cargo test -p legio-llm --test live -- --ignored
 //! LEGIO_LIVE_KIND=anthropic-messages LEGIO_LIVE_BASE_URL=https://api.anthropic.com/v1 \
-//!     LEGIO_LIVE_MODEL=claude-haiku-4-5 LEGIO_LIVE_KEY_ENV=ANTHROPIC_API_KEY cargo test -p legio-llm --test live
-//! LEGIO_LIVE_KIND=claude-code LEGIO_LIVE_BASE_URL=claude cargo test -p legio-llm --test live
+//!     LEGIO_LIVE_MODEL=claude-haiku-4-5 LEGIO_LIVE_KEY_ENV=ANTHROPIC_API_KEY cargo test -p legio-llm --test live -- --ignored
+//! LEGIO_LIVE_KIND=claude-code LEGIO_LIVE_BASE_URL=claude cargo test -p legio-llm --test live -- --ignored
 //! ```
 //! (for `claude-code`, `LEGIO_LIVE_BASE_URL` is the executable).
 
@@ -58,11 +61,11 @@ fn request(mode: DeliveryMode, new: ContextItem, resume: Option<String>) -> Prov
 }
 
 #[tokio::test]
+#[ignore = "needs a real endpoint: set LEGIO_LIVE_BASE_URL (and LEGIO_LIVE_KIND, LEGIO_LIVE_MODEL, LEGIO_LIVE_KEY_ENV), then run with --ignored"]
 async fn a_real_endpoint_answers_and_a_stateful_one_resumes() {
-    let Ok(base_url) = std::env::var("LEGIO_LIVE_BASE_URL") else {
-        eprintln!("skipped: set LEGIO_LIVE_KIND, LEGIO_LIVE_BASE_URL, LEGIO_LIVE_MODEL (and LEGIO_LIVE_KEY_ENV) to run against a real endpoint");
-        return;
-    };
+    let base_url = std::env::var("LEGIO_LIVE_BASE_URL").expect(
+        "LEGIO_LIVE_BASE_URL is not set: set it (and LEGIO_LIVE_KIND, LEGIO_LIVE_MODEL, LEGIO_LIVE_KEY_ENV) to run this test",
+    );
     let kind = std::env::var("LEGIO_LIVE_KIND").unwrap_or_else(|_| "openai-chat".into());
     let model = std::env::var("LEGIO_LIVE_MODEL").unwrap_or_default();
     let mut http = HttpSettings::new(base_url.clone(), model.clone());

@@ -39,6 +39,9 @@ struct StoreSection {
     durability: Option<String>,
     max_message_bytes: Option<usize>,
     cache_capacity_mb: Option<u64>,
+    /// `sled` (default) or `nats`: see store_backend.rs.
+    backend: Option<String>,
+    nats: Option<crate::store_backend::NatsSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -88,6 +91,8 @@ pub struct StoreSettings {
     pub path: PathBuf,
     /// Options for opening it.
     pub options: StoreOptions,
+    /// Which log: the sled database at `path` (default) or a NATS JetStream cluster.
+    pub backend: crate::store_backend::StoreBackend,
 }
 
 /// How a failed agent actor is restarted.
@@ -328,6 +333,13 @@ impl RuntimeConfig {
             }
             options.cache_capacity_bytes = mb.saturating_mul(1024 * 1024);
         }
+        let backend = crate::store_backend::parse_backend(
+            parsed.store.backend.as_deref(),
+            parsed.store.nats.as_ref(),
+            &base,
+            options.max_message_bytes,
+        )
+        .map_err(&invalid)?;
 
         let r = &parsed.runtime;
         let mut runtime = RuntimeSettings::default();
@@ -461,7 +473,11 @@ impl RuntimeConfig {
         agents.sort_by_key(|a| (a.role != Role::Orchestrator, a.name.clone()));
         Ok(Self {
             source: Some(file.to_owned()),
-            store: StoreSettings { path, options },
+            store: StoreSettings {
+                path,
+                options,
+                backend,
+            },
             runtime,
             agents,
             providers,

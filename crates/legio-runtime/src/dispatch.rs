@@ -14,6 +14,7 @@ use tokio::sync::oneshot;
 use crate::messages::{ConversationMsg, Job};
 use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, TurnErrorKind};
+use crate::shared::DispatchTicket;
 
 /// A future that says whether a message was delivered.
 pub(crate) type Sent<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
@@ -33,13 +34,16 @@ impl Route for ActorRef<ConversationMsg> {
 }
 
 /// Sends `job` to each of `targets` and waits up to `wait` for each reply, in order. With a
-/// `progress` listener, each agent's `AgentDone` goes out as soon as its reply is in.
+/// `progress` listener, each agent's `AgentDone` goes out as soon as its reply is in. The
+/// `ticket` of the message the job answers (see `Shared::append_for_dispatch`) is dropped once
+/// every job is sent, so the conversation's next message may send its own.
 pub(crate) async fn gather(
     route: &dyn Route,
     job: Job,
     targets: &[AgentName],
     wait: Duration,
     progress: Option<&ProgressSink>,
+    ticket: Option<DispatchTicket>,
 ) -> Vec<AgentReply> {
     let mut pending = Vec::with_capacity(targets.len());
     for agent in targets {
@@ -65,6 +69,7 @@ pub(crate) async fn gather(
             None => Pending::Inline(Box::pin(reply)),
         });
     }
+    drop(ticket);
     let mut replies = Vec::with_capacity(pending.len());
     for (pending, agent) in pending.into_iter().zip(targets) {
         replies.push(match pending {

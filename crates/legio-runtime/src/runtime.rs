@@ -14,7 +14,9 @@ use legio_core::{
     MessageId, Participant, Record, Seq, Viewer,
 };
 use legio_llm::Provider;
-use legio_store::{EventLog, SledLog};
+use legio_store::{EventLog, NatsLog, SledLog, StoreError};
+
+use crate::store_backend::StoreBackend;
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
@@ -30,7 +32,7 @@ use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::ProgressSink;
 use crate::registry::ToolRegistry;
 use crate::reply::{AgentReply, Posted, TurnErrorKind};
-use crate::shared::Shared;
+use crate::shared::{DispatchTicket, Shared};
 use crate::status::{Activity, StatusBoard};
 use crate::supervisor::RootSupervisor;
 
@@ -137,14 +139,18 @@ impl RuntimeBuilder {
             Some(log) => log,
             None => {
                 let store = self.config.store.clone();
-                let log =
-                    tokio::task::spawn_blocking(move || SledLog::open(&store.path, &store.options))
-                        .await
-                        .map_err(|e| RuntimeError::Cancelled {
-                            what: "opening the log",
-                            reason: e.to_string(),
-                        })??;
-                Arc::new(log) as Arc<dyn EventLog>
+                tokio::task::spawn_blocking(move || -> Result<Arc<dyn EventLog>, StoreError> {
+                    Ok(match &store.backend {
+                        StoreBackend::Sled => Arc::new(SledLog::open(&store.path, &store.options)?),
+                        // Phase 1 of issue 12: the log only; ownership (leases) comes next.
+                        StoreBackend::Nats(options) => Arc::new(NatsLog::open(options)?),
+                    })
+                })
+                .await
+                .map_err(|e| RuntimeError::Cancelled {
+                    what: "opening the log",
+                    reason: e.to_string(),
+                })??
             }
         };
         Runtime::launch(self.config, log, self.providers, self.tools).await
@@ -187,6 +193,7 @@ impl Runtime {
             memory,
             tools,
             prompts: Default::default(),
+            dispatch_tails: Default::default(),
         });
         let root = RootSupervisor {
             shared: Arc::clone(&shared),
@@ -393,16 +400,27 @@ impl Runtime {
         let (audience, targets, unknown_mentions) = self.address(&sender, text)?;
         let id = MessageId(fresh_uuid());
         let message = Message::text(id, key.clone(), sender, audience, text, now());
-        let range = self
+        if targets.is_empty() {
+            self.shared
+                .append(vec![Event::MessagePosted(message)])
+                .await?;
+            return Ok(Posted {
+                replies: Vec::new(),
+                unknown_mentions,
+            });
+        }
+        let (range, ticket) = self
             .shared
-            .append(vec![Event::MessagePosted(message)])
+            .append_for_dispatch(&key, vec![Event::MessagePosted(message)])
             .await?;
         let request = TurnRequest {
             seq: range.first,
             id,
             progress,
         };
-        let replies = self.dispatch(&key, Job::Turn(request), &targets).await;
+        let replies = self
+            .dispatch(&key, Job::Turn(request), &targets, Some(ticket))
+            .await;
         Ok(Posted {
             replies,
             unknown_mentions,
@@ -450,6 +468,7 @@ impl Runtime {
         key: &ConversationKey,
         job: Job,
         targets: &[AgentName],
+        ticket: Option<DispatchTicket>,
     ) -> Vec<AgentReply> {
         if targets.is_empty() {
             return Vec::new();
@@ -459,7 +478,15 @@ impl Runtime {
             Job::Heartbeat { .. } => None,
         };
         let route = ConversationRoute { runtime: self, key };
-        gather(&route, job, targets, self.reply_wait(), progress.as_ref()).await
+        gather(
+            &route,
+            job,
+            targets,
+            self.reply_wait(),
+            progress.as_ref(),
+            ticket,
+        )
+        .await
     }
 
     /// A heartbeat: `agent` answers `text` with no history. Its provider gets only the system
@@ -482,7 +509,9 @@ impl Runtime {
         let job = Job::Heartbeat {
             text: text.to_owned(),
         };
-        let mut replies = self.dispatch(&key, job, std::slice::from_ref(&agent)).await;
+        let mut replies = self
+            .dispatch(&key, job, std::slice::from_ref(&agent), None)
+            .await;
         Ok(replies.pop().unwrap_or_else(|| {
             AgentReply::failed(&agent, TurnErrorKind::Runtime, "no reply to the heartbeat")
         }))

@@ -8,6 +8,7 @@ use std::time::SystemTime;
 use legio_core::{AgentName, ConversationKey, Event, SeqRange};
 use legio_llm::Provider;
 use legio_store::EventLog;
+use tokio::sync::oneshot;
 
 use crate::clock::now;
 use crate::config::{AgentSpec, RuntimeConfig};
@@ -28,6 +29,16 @@ pub(crate) struct Shared {
     /// Composed prompts by file, valid while the file's modification time and length are the
     /// same (a stat per turn instead of a read and a hash).
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,
+    /// Per conversation, the signal of the last message appended for dispatch: set once its
+    /// turns are sent (see [`Shared::append_for_dispatch`]).
+    pub(crate) dispatch_tails: std::sync::Mutex<HashMap<ConversationKey, oneshot::Receiver<()>>>,
+}
+
+/// Held while the turns for a message are sent; dropping it lets the conversation's next message
+/// send its turns.
+#[derive(Debug)]
+pub(crate) struct DispatchTicket {
+    _done: oneshot::Sender<()>,
 }
 
 #[derive(Clone)]
@@ -61,6 +72,34 @@ impl Shared {
                 reason: e.to_string(),
             })?
             .map_err(RuntimeError::from)
+    }
+
+    /// Appends a message that starts turns, and waits until it is durable and every message
+    /// appended this way before it in the conversation has sent its turns. The caller sends its
+    /// turns, then drops the ticket. So one agent's turns reach its mailbox in log order even
+    /// under concurrent posts (the planner's redelivery rule relies on it), while concurrent
+    /// appends still share a commit group.
+    pub(crate) async fn append_for_dispatch(
+        &self,
+        conversation: &ConversationKey,
+        events: Vec<Event>,
+    ) -> Result<(SeqRange, DispatchTicket), RuntimeError> {
+        let (done, signal) = oneshot::channel();
+        let (handle, previous) = {
+            let mut tails = self
+                .dispatch_tails
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            // Under the lock, submit order (the seq order) is the order of the tails.
+            let handle = self.log.submit(events)?;
+            (handle, tails.insert(conversation.clone(), signal))
+        };
+        let range = handle.await?;
+        if let Some(previous) = previous {
+            // An error means the earlier post gave up (its append failed or it was dropped).
+            let _ = previous.await;
+        }
+        Ok((range, DispatchTicket { _done: done }))
     }
 
     /// Appends and waits until durable (awaiting the committer, never blocking a worker).

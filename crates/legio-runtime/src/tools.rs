@@ -368,9 +368,9 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
         now(),
     )
     .replying_to(ctx.call_message);
-    let range = ctx
+    let (range, ticket) = ctx
         .shared
-        .append(vec![Event::MessagePosted(message)])
+        .append_for_dispatch(&ctx.conversation, vec![Event::MessagePosted(message)])
         .await
         .map_err(|e| format!("cannot record the message: {e}"))?;
     let job = Job::Turn(TurnRequest {
@@ -379,7 +379,15 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
         progress: None,
     });
     let remaining = ctx.deadline.saturating_duration_since(Instant::now());
-    let replies = gather(ctx.route.as_ref(), job, &targets, remaining, None).await;
+    let replies = gather(
+        ctx.route.as_ref(),
+        job,
+        &targets,
+        remaining,
+        None,
+        Some(ticket),
+    )
+    .await;
     let answered = replies.iter().filter(|r| r.outcome.is_ok()).count();
     let result = replies
         .iter()

@@ -659,6 +659,7 @@ mod tests {
             memory,
             tools: Default::default(),
             prompts: Default::default(),
+            dispatch_tails: Default::default(),
         })
     }
 

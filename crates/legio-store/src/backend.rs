@@ -9,9 +9,8 @@ use crate::error::Result;
 /// The trees of the log (see `keys` for their layouts).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
 pub(crate) enum TreeId {
-    Events,
-    ByConv,
-    Visible,
+    Chunks,
+    Lists,
     Sessions,
     Meta,
 }
@@ -19,18 +18,20 @@ pub(crate) enum TreeId {
 impl TreeId {
     pub(crate) fn name(self) -> &'static str {
         match self {
-            Self::Events => "events",
-            Self::ByConv => "by_conv",
-            Self::Visible => "visible",
+            Self::Chunks => "chunks",
+            Self::Lists => "lists",
             Self::Sessions => "sessions",
             Self::Meta => "meta",
         }
     }
 }
 
-/// Writes for one commit: the backend applies the events first and the watermark in `meta` last.
+/// Writes for one commit. The backend applies `chunks` as one atomic batch first (a group's
+/// events are stored all or none), then `puts` and `removes` in order (the watermark is the last
+/// put).
 #[derive(Default, Debug)]
 pub(crate) struct WriteSet {
+    pub(crate) chunks: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) puts: Vec<(TreeId, Vec<u8>, Vec<u8>)>,
     pub(crate) removes: Vec<(TreeId, Vec<u8>)>,
     pub(crate) bytes: u64,
@@ -40,6 +41,11 @@ impl WriteSet {
     pub(crate) fn put(&mut self, tree: TreeId, key: Vec<u8>, value: Vec<u8>) {
         self.bytes += (key.len() + value.len()) as u64;
         self.puts.push((tree, key, value));
+    }
+
+    pub(crate) fn put_chunk(&mut self, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += (key.len() + value.len()) as u64;
+        self.chunks.push((key, value));
     }
 }
 
@@ -55,8 +61,19 @@ pub(crate) enum Direction {
 
 /// An ordered key-value store with named trees.
 pub(crate) trait Backend: Send + Sync + 'static {
+    /// A stored value, shared rather than copied where the backend can.
+    type Value: AsRef<[u8]> + Clone + Send + Sync + std::fmt::Debug;
+
     /// Reads one key.
-    fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Self::Value>>;
+
+    /// The last entry whose key is at most `key`, if its key starts with `prefix`.
+    fn floor(
+        &self,
+        tree: TreeId,
+        prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Self::Value)>>;
 
     /// Visits keys in `[start, end)` in `direction` until `visit` breaks.
     fn scan(
@@ -69,7 +86,7 @@ pub(crate) trait Backend: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// The last key and value of a tree.
-    fn last(&self, tree: TreeId) -> Result<Option<(Vec<u8>, Vec<u8>)>>;
+    fn last(&self, tree: TreeId) -> Result<Option<(Vec<u8>, Self::Value)>>;
 
     /// Applies a write set (not yet durable).
     fn apply(&self, writes: WriteSet) -> Result<()>;

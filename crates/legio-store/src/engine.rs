@@ -1,23 +1,25 @@
-//! The log's logic over any [`Backend`]: validating and encoding appends, assigning seqs, writing
-//! the indexes, recovering them from the watermark on open, and every read.
+//! The log's logic over any [`Backend`] (layout v2): validating and encoding appends, assigning
+//! seqs, packing a group's events into chunks and its index entries into lists, re-deriving them
+//! from the watermark on open, and every read.
 //!
 //! Readers never see an event that is not yet acknowledged: every read is capped at the
 //! `committed` seq, which only moves after a group is durable (or applied, in relaxed mode).
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
 use std::sync::Mutex;
 
 use legio_core::{
-    visibility_keys, AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, SeqRange,
-    Viewer, VisibilityKey,
+    AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, SeqRange, Viewer,
+    VisibilityKey,
 };
 use tokio::sync::watch;
 
 use crate::backend::{Backend, Direction, TreeId, WriteSet};
-use crate::codec::{decode_event, decode_state, encode_event, encode_state};
+use crate::codec::{decode_event, decode_state, encode_event};
 use crate::error::{Result, StoreError};
+use crate::group::{self, GroupIndex, States};
 use crate::keys;
+use crate::layout::{decode_list, Chunk};
 use crate::metrics as m;
 
 /// How many events before the watermark are re-indexed on open, as a margin against a recovered
@@ -57,16 +59,24 @@ impl<B: Backend> std::fmt::Debug for Engine<B> {
     }
 }
 
+/// The last seq stored in `backend` (from its last chunk).
+pub(crate) fn last_stored_seq<B: Backend>(backend: &B) -> Result<Seq> {
+    Ok(match backend.last(TreeId::Chunks)? {
+        Some((key, value)) => {
+            let first = keys::seq_suffix(&key).unwrap_or(Seq::ZERO);
+            Seq(Chunk::parse(first, value.as_ref())?.end_seq().0 - 1)
+        }
+        None => Seq::ZERO,
+    })
+}
+
 impl<B: Backend> Engine<B> {
     /// Opens the log over `backend`, re-deriving indexes past the watermark.
     pub(crate) fn open(backend: B, limits: Limits) -> Result<Self> {
         let _span = tracing::info_span!("recovery").entered();
-        let last = match backend.last(TreeId::Events)? {
-            Some((key, _)) => keys::seq_suffix(&key).unwrap_or(Seq::ZERO),
-            None => Seq::ZERO,
-        };
+        let last = last_stored_seq(&backend)?;
         let watermark = match backend.get(TreeId::Meta, keys::META_INDEXED_THROUGH)? {
-            Some(v) => keys::seq_suffix(&v).unwrap_or(Seq::ZERO),
+            Some(v) => keys::seq_suffix(v.as_ref()).unwrap_or(Seq::ZERO),
             None => Seq::ZERO,
         };
         let engine = Self {
@@ -83,24 +93,48 @@ impl<B: Backend> Engine<B> {
         Ok(engine)
     }
 
-    /// Re-derives every index entry for events in `from..=to`; idempotent.
+    /// Re-derives the list entries and session states of every group from the one holding
+    /// `from` to the one holding `to`; idempotent (a group's entries are rewritten identically).
     fn reindex(&self, from: Seq, to: Seq) -> Result<u64> {
+        let start = match self
+            .backend
+            .floor(TreeId::Chunks, &[], &keys::seq_key(from))?
+        {
+            Some((key, value)) => {
+                let first = keys::seq_suffix(&key).unwrap_or(Seq::ZERO);
+                Chunk::parse(first, value.as_ref())?.group_first
+            }
+            None => Seq::FIRST,
+        };
         let mut ws = WriteSet::default();
-        let mut states = HashMap::new();
+        let mut states = States::new();
+        let mut index = GroupIndex::default();
+        let mut group = None;
         let mut count = 0;
         let mut failure = None;
         self.backend.scan(
-            TreeId::Events,
-            &keys::seq_key(from),
-            Some(&keys::seq_key(to.next())),
+            TreeId::Chunks,
+            &keys::seq_key(start),
+            None,
             Direction::Forward,
             &mut |key, value| {
-                let Some(seq) = keys::seq_suffix(key) else {
+                let first = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
+                // A chunk that does not parse cannot be indexed; verify reports it.
+                let Ok(chunk) = Chunk::parse(first, value) else {
                     return ControlFlow::Continue(());
                 };
-                // An undecodable record cannot be indexed; verify reports it.
-                if let Ok(event) = decode_event(seq, value) {
-                    if let Err(e) = self.index_writes(seq, &event, &mut ws, &mut states) {
+                if group != Some(chunk.group_first) {
+                    group::put_lists(&mut ws, &std::mem::take(&mut index));
+                    group = Some(chunk.group_first);
+                }
+                for (seq, record) in chunk.iter() {
+                    // An undecodable record cannot be indexed; verify reports it.
+                    let Ok(event) = record.and_then(|bytes| decode_event(seq, bytes)) else {
+                        continue;
+                    };
+                    index.add(seq, &event);
+                    let mut load = |key: &[u8]| self.load_state_key(key);
+                    if let Err(e) = group::fold_state(&mut states, seq, &event, &mut load) {
                         failure = Some(e);
                         return ControlFlow::Break(());
                     }
@@ -112,12 +146,8 @@ impl<B: Backend> Engine<B> {
         if let Some(e) = failure {
             return Err(e);
         }
-        self.finish_states(&mut ws, states)?;
-        ws.put(
-            TreeId::Meta,
-            keys::META_INDEXED_THROUGH.to_vec(),
-            keys::seq_key(to).to_vec(),
-        );
+        group::put_lists(&mut ws, &index);
+        group::put_states_and_watermark(&mut ws, &states, to)?;
         self.backend.apply(ws)?;
         Ok(count)
     }
@@ -156,14 +186,17 @@ impl<B: Backend> Engine<B> {
         let mut next = self.next_seq.lock().map_err(|_| StoreError::Closed)?;
         let start = *next;
         let mut seq = start;
-        let mut ws = WriteSet::default();
-        let mut states = HashMap::new();
+        let mut index = GroupIndex::default();
+        let mut states = States::new();
+        let mut records = Vec::new();
         let mut ranges = Vec::with_capacity(batches.len());
-        for batch in batches {
+        for batch in &batches {
             let first = seq;
             for encoded in batch {
-                self.index_writes(seq, &encoded.event, &mut ws, &mut states)?;
-                ws.put(TreeId::Events, keys::seq_key(seq).to_vec(), encoded.bytes);
+                index.add(seq, &encoded.event);
+                let mut load = |key: &[u8]| self.load_state_key(key);
+                group::fold_state(&mut states, seq, &encoded.event, &mut load)?;
+                records.push(&encoded.bytes[..]);
                 seq = seq.next();
             }
             ranges.push(SeqRange {
@@ -172,12 +205,10 @@ impl<B: Backend> Engine<B> {
             });
         }
         let last = Seq(seq.0 - 1);
-        self.finish_states(&mut ws, states)?;
-        ws.put(
-            TreeId::Meta,
-            keys::META_INDEXED_THROUGH.to_vec(),
-            keys::seq_key(last).to_vec(),
-        );
+        let mut ws = WriteSet::default();
+        group::put_chunks(&mut ws, start, &records);
+        group::put_lists(&mut ws, &index);
+        group::put_states_and_watermark(&mut ws, &states, last)?;
         let bytes = ws.bytes;
         self.backend.apply(ws)?;
         *next = seq;
@@ -204,48 +235,12 @@ impl<B: Backend> Engine<B> {
         self.committed.subscribe()
     }
 
-    fn index_writes(
-        &self,
-        seq: Seq,
-        event: &Event,
-        ws: &mut WriteSet,
-        states: &mut HashMap<Vec<u8>, AgentSessionState>,
-    ) -> Result<()> {
-        let conv = event.conversation();
-        ws.put(TreeId::ByConv, keys::conv_key(conv, seq), Vec::new());
-        if let Event::MessagePosted(message) = event {
-            for key in visibility_keys(message) {
-                ws.put(
-                    TreeId::Visible,
-                    keys::visible_key(conv, &key, seq),
-                    Vec::new(),
-                );
-            }
-        }
-        if let Some(agent) = event.session_agent() {
-            let key = keys::session_key(conv, agent);
-            if !states.contains_key(&key) {
-                let state = self
-                    .load_state(conv, agent)?
-                    .unwrap_or_else(|| AgentSessionState::new(conv.clone(), agent.clone()));
-                states.insert(key.clone(), state);
-            }
-            if let Some(state) = states.get_mut(&key) {
-                state.apply(seq, event);
-            }
-        }
-        Ok(())
-    }
-
-    fn finish_states(
-        &self,
-        ws: &mut WriteSet,
-        states: HashMap<Vec<u8>, AgentSessionState>,
-    ) -> Result<()> {
-        for (key, state) in states {
-            ws.put(TreeId::Sessions, key, encode_state(&state)?);
-        }
-        Ok(())
+    fn load_state_key(&self, key: &[u8]) -> Result<Option<AgentSessionState>> {
+        let what = String::from_utf8_lossy(key);
+        self.backend
+            .get(TreeId::Sessions, key)?
+            .map(|bytes| decode_state(bytes.as_ref(), &what, ""))
+            .transpose()
     }
 
     fn load_state(
@@ -255,22 +250,18 @@ impl<B: Backend> Engine<B> {
     ) -> Result<Option<AgentSessionState>> {
         self.backend
             .get(TreeId::Sessions, &keys::session_key(conv, agent))?
-            .map(|bytes| decode_state(&bytes, conv.as_str(), agent.as_str()))
+            .map(|bytes| decode_state(bytes.as_ref(), conv.as_str(), agent.as_str()))
             .transpose()
     }
 
     // ---- reads ----
 
-    fn get_record(&self, seq: Seq) -> Result<Option<Record>> {
-        Ok(
-            match self.backend.get(TreeId::Events, &keys::seq_key(seq))? {
-                Some(bytes) => Some(Record {
-                    seq,
-                    event: decode_event(seq, &bytes)?,
-                }),
-                None => None,
-            },
-        )
+    /// The chunk holding `seq` (its key's seq and value), if any.
+    fn chunk_at(&self, seq: Seq) -> Result<Option<(Seq, B::Value)>> {
+        Ok(self
+            .backend
+            .floor(TreeId::Chunks, &[], &keys::seq_key(seq))?
+            .map(|(key, value)| (keys::seq_suffix(&key).unwrap_or(Seq::ZERO), value)))
     }
 
     /// Events with `from <= seq <= to`, at most `limit`, capped at the acknowledged seq.
@@ -288,22 +279,104 @@ impl<B: Backend> Engine<B> {
         if from > to || limit == 0 {
             return Ok(out);
         }
+        let start = self.chunk_at(from)?.map_or(from, |(first, _)| first);
         let mut failure = None;
         self.backend.scan(
-            TreeId::Events,
-            &keys::seq_key(from),
+            TreeId::Chunks,
+            &keys::seq_key(start),
             Some(&keys::seq_key(to.next())),
             Direction::Forward,
             &mut |key, value| {
-                let seq = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
-                match decode_event(seq, value) {
-                    Ok(event) => out.push(Record { seq, event }),
+                let first = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
+                let result = Chunk::parse(first, value).and_then(|chunk| {
+                    for (seq, record) in chunk.iter() {
+                        if seq < from || seq > to || out.len() >= limit {
+                            continue;
+                        }
+                        let event = decode_event(seq, record?)?;
+                        out.push(Record { seq, event });
+                    }
+                    Ok(())
+                });
+                match result {
+                    Err(e) => {
+                        failure = Some(e);
+                        ControlFlow::Break(())
+                    }
+                    Ok(()) if out.len() >= limit => ControlFlow::Break(()),
+                    Ok(()) => ControlFlow::Continue(()),
+                }
+            },
+        )?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Seqs listed in the list at `prefix` (the conversation list when `conversation_list`, then
+    /// only messages if `messages_only`), newest first when `direction` is backward, at most
+    /// `limit`, only those `> after`, `< before` and `<= committed`.
+    fn list_seqs(
+        &self,
+        list: ListRef<'_>,
+        (after, before): (Seq, Seq),
+        direction: Direction,
+        limit: usize,
+    ) -> Result<Vec<Seq>> {
+        let end_seq = before.min(self.committed().next());
+        let mut out = Vec::new();
+        if limit == 0 || after.next() >= end_seq {
+            return Ok(out);
+        }
+        let start = match direction {
+            // The entry holding `after + 1` may start at or before it.
+            Direction::Forward => self
+                .backend
+                .floor(
+                    TreeId::Lists,
+                    list.prefix,
+                    &keys::list_key(list.prefix, after.next()),
+                )?
+                .map(|(key, _)| key),
+            Direction::Backward => None,
+        };
+        let start = start.unwrap_or_else(|| keys::list_key(list.prefix, Seq::ZERO));
+        let end = keys::list_key(list.prefix, end_seq);
+        let mut failure = None;
+        self.backend.scan(
+            TreeId::Lists,
+            &start,
+            Some(&end),
+            direction,
+            &mut |key, value| {
+                let first = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
+                let items = match decode_list(first, value, list.conversation) {
+                    Ok(items) => items,
                     Err(e) => {
                         failure = Some(e);
                         return ControlFlow::Break(());
                     }
+                };
+                let wanted = |&&(seq, is_message): &&(Seq, bool)| {
+                    seq > after && seq < end_seq && (is_message || !list.messages_only)
+                };
+                let room = limit - out.len();
+                match direction {
+                    Direction::Forward => {
+                        out.extend(items.iter().filter(wanted).take(room).map(|(s, _)| *s))
+                    }
+                    Direction::Backward => out.extend(
+                        items
+                            .iter()
+                            .rev()
+                            .filter(wanted)
+                            .take(room)
+                            .map(|(s, _)| *s),
+                    ),
                 }
-                if out.len() >= limit {
+                let below_after = direction == Direction::Backward && first <= after;
+                if out.len() >= limit || below_after {
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
@@ -316,54 +389,29 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Seqs listed under `prefix` in `tree` (index keys end in a seq), newest first when
-    /// `direction` is backward, at most `limit`, only those `> after`, `< before` and
-    /// `<= committed`.
-    fn index_seqs(
-        &self,
-        tree: TreeId,
-        prefix: &[u8],
-        (after, before): (Seq, Seq),
-        direction: Direction,
-        limit: usize,
-    ) -> Result<Vec<Seq>> {
-        let end_seq = before.min(self.committed().next());
-        let mut start = prefix.to_vec();
-        start.extend_from_slice(&keys::seq_key(after.next()));
-        let mut end = prefix.to_vec();
-        end.extend_from_slice(&keys::seq_key(end_seq));
-        let mut out = Vec::new();
-        if limit == 0 || after.next() >= end_seq {
-            return Ok(out);
-        }
-        self.backend
-            .scan(tree, &start, Some(&end), direction, &mut |key, _| {
-                if key.len() == prefix.len() + 8 {
-                    if let Some(seq) = keys::seq_suffix(key) {
-                        out.push(seq);
-                    }
-                }
-                if out.len() >= limit {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            })?;
-        Ok(out)
-    }
-
-    fn records(&self, seqs: impl IntoIterator<Item = Seq>) -> Result<Vec<Record>> {
-        let mut out = Vec::new();
-        for seq in seqs {
-            match self.get_record(seq)? {
-                Some(record) => out.push(record),
-                None => {
-                    return Err(StoreError::Corrupt {
-                        what: format!("index entry for seq {seq}"),
-                        reason: "the index names an event the log does not have".into(),
-                    })
-                }
+    /// The records at `seqs` (ascending), reading each chunk once.
+    fn records(&self, seqs: &[Seq]) -> Result<Vec<Record>> {
+        let mut out = Vec::with_capacity(seqs.len());
+        let mut current: Option<(Seq, B::Value)> = None;
+        for &seq in seqs {
+            let held = match &current {
+                Some((first, value)) => Chunk::parse(*first, value.as_ref())?.contains(seq),
+                None => false,
+            };
+            if !held {
+                current = self.chunk_at(seq)?;
             }
+            let missing = || StoreError::Corrupt {
+                what: format!("index entry for seq {seq}"),
+                reason: "the index names an event the log does not have".into(),
+            };
+            let (first, value) = current.as_ref().ok_or_else(missing)?;
+            let chunk = Chunk::parse(*first, value.as_ref())?;
+            if !chunk.contains(seq) {
+                return Err(missing());
+            }
+            let event = decode_event(seq, chunk.record(seq)?)?;
+            out.push(Record { seq, event });
         }
         Ok(out)
     }
@@ -376,14 +424,14 @@ impl<B: Backend> Engine<B> {
         limit: usize,
     ) -> Result<Vec<Record>> {
         m::read("conversation");
-        let seqs = self.index_seqs(
-            TreeId::ByConv,
-            &keys::conv_prefix(conv),
-            (after, Seq(u64::MAX)),
-            Direction::Forward,
-            limit,
-        )?;
-        self.records(seqs)
+        let prefix = keys::list_prefix(conv, None);
+        let list = ListRef {
+            prefix: &prefix,
+            conversation: true,
+            messages_only: false,
+        };
+        let seqs = self.list_seqs(list, (after, Seq(u64::MAX)), Direction::Forward, limit)?;
+        self.records(&seqs)
     }
 
     /// The seqs of the messages `viewer` may see, merged from the viewer's index lists.
@@ -397,8 +445,14 @@ impl<B: Backend> Engine<B> {
     ) -> Result<Vec<Seq>> {
         let mut seqs = Vec::new();
         for key in VisibilityKey::for_viewer(viewer) {
-            let prefix = keys::visible_prefix(conv, &key);
-            seqs.extend(self.index_seqs(TreeId::Visible, &prefix, bounds, direction, limit)?);
+            let everything = key == VisibilityKey::Everything;
+            let prefix = keys::list_prefix(conv, (!everything).then_some(&key));
+            let list = ListRef {
+                prefix: &prefix,
+                conversation: everything,
+                messages_only: everything,
+            };
+            seqs.extend(self.list_seqs(list, bounds, direction, limit)?);
         }
         seqs.sort_unstable();
         seqs.dedup();
@@ -428,7 +482,7 @@ impl<B: Backend> Engine<B> {
             Direction::Backward,
             limit,
         )?;
-        self.records(seqs)
+        self.records(&seqs)
     }
 
     /// The messages `viewer` may see with seq after `after`, in log order, at most `limit`.
@@ -447,7 +501,7 @@ impl<B: Backend> Engine<B> {
             Direction::Forward,
             limit,
         )?;
-        self.records(seqs)
+        self.records(&seqs)
     }
 
     /// The session state of `agent` in `conv`.
@@ -502,7 +556,7 @@ impl<B: Backend> Engine<B> {
         loop {
             let mut found = None;
             self.backend.scan(
-                TreeId::ByConv,
+                TreeId::Lists,
                 &start,
                 None,
                 Direction::Forward,
@@ -522,4 +576,13 @@ impl<B: Backend> Engine<B> {
         }
         Ok(out)
     }
+}
+
+/// One index list to read: its prefix, whether it is a conversation list (flagged items), and
+/// whether only its messages are wanted (the `*` view).
+#[derive(Clone, Copy, Debug)]
+struct ListRef<'a> {
+    prefix: &'a [u8],
+    conversation: bool,
+    messages_only: bool,
 }

@@ -38,6 +38,16 @@ pub enum StoreError {
         /// The limit.
         limit: usize,
     },
+    /// A batch larger than the backend can append atomically.
+    #[error(
+        "a batch of {events} events is over the limit of {limit} events of this log; split it"
+    )]
+    BatchTooLarge {
+        /// Events in the batch.
+        events: usize,
+        /// The limit.
+        limit: usize,
+    },
     /// An append of no events.
     #[error("an append needs at least one event")]
     EmptyBatch,
@@ -72,6 +82,47 @@ pub enum StoreError {
     /// The log was closed (its committer stopped).
     #[error("the event log is closed")]
     Closed,
+    /// The cluster refused an append because the conversation's last seq was not the one this
+    /// node expected: another node appended to it since (it took the conversation over). Nothing
+    /// of the batch was stored; this node must stop writing to the conversation.
+    #[error("append to conversation {conversation} refused: it expected the conversation's last seq to be {expected}, but another writer appended since; nothing was stored (this node no longer owns the conversation)")]
+    Fenced {
+        /// The conversation.
+        conversation: String,
+        /// The conversation's last seq this node expected (0: no event yet).
+        expected: u64,
+    },
+    /// No server of the cluster could be reached.
+    #[error("cannot reach the NATS servers {servers}: {reason}; check store.nats.servers (or --nats) and that the servers run")]
+    Unreachable {
+        /// The URLs tried.
+        servers: String,
+        /// What the client said.
+        reason: String,
+    },
+    /// The cluster answered a request with an error or not in time.
+    #[error("NATS JetStream failure during {during}: {reason}")]
+    Cluster {
+        /// What the log was doing.
+        during: &'static str,
+        /// What the cluster or client said.
+        reason: String,
+    },
+    /// The log's stream does not exist and a read-only open may not create it.
+    #[error("no JetStream stream {stream} on the cluster; check store.nats.stream (or --stream), or start a node that creates it")]
+    StreamNotFound {
+        /// The stream's name.
+        stream: String,
+    },
+    /// The log was opened read-only (operator commands) and was asked to append.
+    #[error("this event log was opened read-only; appends go through a running legio node")]
+    ReadOnly,
+    /// Options that cannot work.
+    #[error("invalid store options: {reason}")]
+    BadOptions {
+        /// What is wrong, naming the key.
+        reason: String,
+    },
     /// A filesystem or database failure.
     #[error("storage failure during {during}: {reason}")]
     Io {
@@ -127,6 +178,15 @@ impl StoreError {
         match self {
             Self::Io { kind, .. } => Some(*kind),
             _ => None,
+        }
+    }
+}
+
+impl StoreError {
+    pub(crate) fn cluster(during: &'static str, err: impl std::fmt::Display) -> Self {
+        Self::Cluster {
+            during,
+            reason: err.to_string(),
         }
     }
 }

@@ -1,19 +1,25 @@
-//! Key layouts of the log's trees. Every index key ends with the event's seq, big endian, so keys
-//! sort in log order within their prefix. Strings are length-prefixed (one byte; names and keys are
-//! at most 128 bytes), so no prefix is ambiguous.
+//! Key layouts of the log's trees (layout v2). Every chunk and list key ends with a seq, big
+//! endian, so keys sort in log order within their prefix. Strings are length-prefixed (one byte;
+//! names and keys are at most 128 bytes), so no prefix is ambiguous.
 //!
-//! | tree       | key                                     | value                      |
-//! |------------|-----------------------------------------|----------------------------|
-//! | `events`   | seq                                     | versioned event record     |
-//! | `by_conv`  | conv · seq                              | empty                      |
-//! | `visible`  | conv · visibility key · seq             | empty                      |
-//! | `sessions` | conv · agent                            | versioned session state    |
-//! | `meta`     | `indexed_through`                       | seq: indexes cover up to it|
+//! | tree       | key                                     | value                              |
+//! |------------|-----------------------------------------|------------------------------------|
+//! | `chunks`   | first seq                               | events of one chunk (`layout.rs`)  |
+//! | `lists`    | conv · list name · first seq            | seqs of one list in one group      |
+//! | `sessions` | conv · agent                            | versioned session state            |
+//! | `meta`     | `indexed_through`, `format`             | seq; the layout version            |
+//!
+//! The conversation list (every event, each flagged whether it is a message) has the empty name;
+//! a named list (`all`, a participant) holds the messages listed under that visibility key.
+//! Layout v1's trees (`events`, `by_conv`, `visible`) are read only by the migration.
 
 use legio_core::{AgentName, ConversationKey, Seq, VisibilityKey};
 
 /// The meta key holding the index watermark.
 pub(crate) const META_INDEXED_THROUGH: &[u8] = b"indexed_through";
+
+/// The meta key holding the layout version (absent in layout v1).
+pub(crate) const META_FORMAT: &[u8] = b"format";
 
 pub(crate) fn seq_key(seq: Seq) -> [u8; 8] {
     seq.0.to_be_bytes()
@@ -38,22 +44,24 @@ pub(crate) fn conv_prefix(conv: &ConversationKey) -> Vec<u8> {
     out
 }
 
-pub(crate) fn conv_key(conv: &ConversationKey, seq: Seq) -> Vec<u8> {
+/// The prefix of a list's entries: the conversation list for `None`, else the named list.
+pub(crate) fn list_prefix(conv: &ConversationKey, name: Option<&VisibilityKey>) -> Vec<u8> {
     let mut out = conv_prefix(conv);
+    push_str(&mut out, name.map_or(&[][..], |k| k.as_bytes()));
+    out
+}
+
+/// The key of a list entry under `prefix` whose first item is `seq`.
+pub(crate) fn list_key(prefix: &[u8], seq: Seq) -> Vec<u8> {
+    let mut out = Vec::with_capacity(prefix.len() + 8);
+    out.extend_from_slice(prefix);
     out.extend_from_slice(&seq_key(seq));
     out
 }
 
-pub(crate) fn visible_prefix(conv: &ConversationKey, key: &VisibilityKey) -> Vec<u8> {
-    let mut out = conv_prefix(conv);
-    push_str(&mut out, key.as_bytes());
-    out
-}
-
-pub(crate) fn visible_key(conv: &ConversationKey, key: &VisibilityKey, seq: Seq) -> Vec<u8> {
-    let mut out = visible_prefix(conv, key);
-    out.extend_from_slice(&seq_key(seq));
-    out
+/// Whether a list key (conv · name · seq) is a conversation list's, by its name's length.
+pub(crate) fn is_conversation_list(key: &[u8]) -> bool {
+    split_str(key).is_some_and(|(_, rest)| rest.first() == Some(&0))
 }
 
 pub(crate) fn session_key(conv: &ConversationKey, agent: &AgentName) -> Vec<u8> {

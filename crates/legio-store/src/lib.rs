@@ -2,25 +2,39 @@
 //!
 //! [`EventLog`] is the contract; [`SledLog`] is the durable implementation (the only code in legio
 //! that names sled) and [`MemoryLog`] the in-memory one for tests. Both share one engine: seqs,
-//! indexes, reads and verify are written once. See `docs/storage.md` for the write path and what a
+//! indexes, reads and verify are written once. [`NatsLog`] keeps the log on a NATS JetStream
+//! cluster instead (its own write path and projections; `docs/cluster.md`), and [`Leases`] keeps
+//! who owns which conversation there. See `docs/storage.md` for the write path and what a
 //! crash can lose.
 
 mod backend;
 mod codec;
+mod damage;
 mod engine;
 mod error;
+mod group;
 mod keys;
+mod layout;
 mod log;
 mod memory;
 pub mod metrics;
+mod migrate;
+mod nats;
 mod options;
 mod sled_log;
+#[doc(hidden)]
+pub mod testing;
 mod verify;
 
 pub use codec::{decode_event, encode_event, FORMAT_VERSION};
 pub use error::{Result, StoreError};
+pub use layout::LAYOUT_VERSION;
 pub use log::{AppendHandle, EventLog, Subscription};
 pub use memory::MemoryLog;
+pub use migrate::{MigrateProgress, Migration};
+pub use nats::{
+    Lease, LeaseError, Leases, NatsAuth, NatsLog, NatsOptions, NatsTls, MAX_BATCH_EVENTS,
+};
 pub use options::{Durability, StoreOptions};
 pub use sled_log::SledLog;
 pub use verify::{Finding, VerifyProgress, VerifyReport, MAX_FINDINGS};

@@ -14,7 +14,7 @@ use crate::log::{AppendHandle, EventLog, Subscription};
 use crate::options::StoreOptions;
 use crate::verify::{self, VerifyProgress, VerifyReport};
 
-type Trees = [BTreeMap<Vec<u8>, Vec<u8>>; 5];
+type Trees = [BTreeMap<Vec<u8>, Arc<[u8]>>; 4];
 
 #[derive(Default)]
 pub(crate) struct MemoryBackend {
@@ -22,13 +22,7 @@ pub(crate) struct MemoryBackend {
 }
 
 fn index(tree: TreeId) -> usize {
-    match tree {
-        TreeId::Events => 0,
-        TreeId::ByConv => 1,
-        TreeId::Visible => 2,
-        TreeId::Sessions => 3,
-        TreeId::Meta => 4,
-    }
+    tree as usize
 }
 
 impl MemoryBackend {
@@ -40,8 +34,24 @@ impl MemoryBackend {
 }
 
 impl Backend for MemoryBackend {
-    fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    type Value = Arc<[u8]>;
+
+    fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Self::Value>> {
         Ok(self.read()?[index(tree)].get(key).cloned())
+    }
+
+    fn floor(
+        &self,
+        tree: TreeId,
+        prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Self::Value)>> {
+        let trees = self.read()?;
+        let found = trees[index(tree)]
+            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
+            .next_back()
+            .filter(|(k, _)| k.starts_with(prefix));
+        Ok(found.map(|(k, v)| (k.clone(), v.clone())))
     }
 
     fn scan(
@@ -55,7 +65,7 @@ impl Backend for MemoryBackend {
         let trees = self.read()?;
         let upper = end.map_or(Bound::Unbounded, Bound::Excluded);
         let range = trees[index(tree)].range::<[u8], _>((Bound::Included(start), upper));
-        let mut step = |(k, v): (&Vec<u8>, &Vec<u8>)| visit(k, v);
+        let mut step = |(k, v): (&Vec<u8>, &Arc<[u8]>)| visit(k, v);
         match direction {
             Direction::Forward => {
                 for kv in range {
@@ -75,7 +85,7 @@ impl Backend for MemoryBackend {
         Ok(())
     }
 
-    fn last(&self, tree: TreeId) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn last(&self, tree: TreeId) -> Result<Option<(Vec<u8>, Self::Value)>> {
         Ok(self.read()?[index(tree)]
             .iter()
             .next_back()
@@ -87,11 +97,14 @@ impl Backend for MemoryBackend {
             .trees
             .write()
             .map_err(|_| StoreError::io("writing memory", "lock poisoned"))?;
-        for (tree, key) in writes.removes {
-            trees[index(tree)].remove(&key);
+        for (key, value) in writes.chunks {
+            trees[index(TreeId::Chunks)].insert(key, value.into());
         }
         for (tree, key, value) in writes.puts {
-            trees[index(tree)].insert(key, value);
+            trees[index(tree)].insert(key, value.into());
+        }
+        for (tree, key) in writes.removes {
+            trees[index(tree)].remove(&key);
         }
         Ok(())
     }

@@ -25,6 +25,7 @@ use crate::engine::{Encoded, Engine, Limits};
 use crate::error::{Result, StoreError};
 use crate::log::{AppendHandle, EventLog, Subscription};
 use crate::metrics as m;
+use crate::migrate::{self, MigrateProgress, Migration};
 use crate::options::{Durability, StoreOptions};
 use crate::verify::{self, VerifyProgress, VerifyReport};
 
@@ -33,7 +34,7 @@ const MAX_GROUP_EVENTS: usize = 4096;
 
 pub(crate) struct SledBackend {
     db: sled::Db,
-    trees: [sled::Tree; 5],
+    trees: [sled::Tree; 4],
     path: PathBuf,
     data_file: File,
     synced_blobs: Mutex<HashSet<OsString>>,
@@ -47,7 +48,7 @@ impl std::fmt::Debug for SledBackend {
     }
 }
 
-fn sled_err(during: &'static str) -> impl Fn(sled::Error) -> StoreError {
+pub(crate) fn sled_err(during: &'static str) -> impl Fn(sled::Error) -> StoreError {
     move |e| StoreError::io(during, e)
 }
 
@@ -69,9 +70,8 @@ impl SledBackend {
         let db = open_with_lock_grace(&config, path)?;
         let tree = |id: TreeId| db.open_tree(id.name()).map_err(sled_err("opening a tree"));
         let trees = [
-            tree(TreeId::Events)?,
-            tree(TreeId::ByConv)?,
-            tree(TreeId::Visible)?,
+            tree(TreeId::Chunks)?,
+            tree(TreeId::Lists)?,
             tree(TreeId::Sessions)?,
             tree(TreeId::Meta)?,
         ];
@@ -90,13 +90,17 @@ impl SledBackend {
         Ok(backend)
     }
 
-    fn tree(&self, id: TreeId) -> &sled::Tree {
+    pub(crate) fn tree(&self, id: TreeId) -> &sled::Tree {
         &self.trees[id as usize]
+    }
+
+    pub(crate) fn db(&self) -> &sled::Db {
+        &self.db
     }
 
     /// Makes everything applied so far durable: sled's flush, then a real fdatasync of the data
     /// file, then fsync of blob files sled wrote since the last sync (sled never fsyncs them).
-    fn sync(&self) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         self.db.flush().map_err(sled_err("flushing"))?;
         self.data_file
             .sync_data()
@@ -171,12 +175,27 @@ fn sync_dir(path: &Path) -> Result<()> {
 }
 
 impl Backend for SledBackend {
-    fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self
+    type Value = sled::IVec;
+
+    fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Self::Value>> {
+        self.tree(tree).get(key).map_err(sled_err("reading"))
+    }
+
+    fn floor(
+        &self,
+        tree: TreeId,
+        prefix: &[u8],
+        key: &[u8],
+    ) -> Result<Option<(Vec<u8>, Self::Value)>> {
+        let found = self
             .tree(tree)
-            .get(key)
-            .map_err(sled_err("reading"))?
-            .map(|v| v.to_vec()))
+            .range::<&[u8], _>(..=key)
+            .next_back()
+            .transpose()
+            .map_err(sled_err("reading"))?;
+        Ok(found
+            .filter(|(k, _)| k.starts_with(prefix))
+            .map(|(k, v)| (k.to_vec(), v)))
     }
 
     fn scan(
@@ -215,48 +234,37 @@ impl Backend for SledBackend {
         Ok(())
     }
 
-    fn last(&self, tree: TreeId) -> Result<Option<(Vec<u8>, Vec<u8>)>> {
+    fn last(&self, tree: TreeId) -> Result<Option<(Vec<u8>, Self::Value)>> {
         Ok(self
             .tree(tree)
             .last()
             .map_err(sled_err("reading"))?
-            .map(|(k, v)| (k.to_vec(), v.to_vec())))
+            .map(|(k, v)| (k.to_vec(), v)))
     }
 
     fn apply(&self, writes: WriteSet) -> Result<()> {
-        // One sled batch for the events: a group's events are stored all or none. Index entries,
+        // One sled batch for the chunks: a group's events are stored all or none. List entries,
         // session states and the watermark are plain writes after them, in that order: sled's
-        // log keeps writes in order, and recovery re-derives every index entry past the
-        // watermark, so they need no batch of their own (each sled batch costs a manifest and a
-        // transaction; five per group made the committer CPU-bound).
-        let mut events = sled::Batch::default();
-        let mut rest = Vec::with_capacity(writes.puts.len());
+        // log keeps writes in order, and recovery re-derives every group past the watermark, so
+        // they need no batch of their own (each sled batch costs a manifest and a transaction).
+        if !writes.chunks.is_empty() {
+            let mut chunks = sled::Batch::default();
+            for (key, value) in writes.chunks {
+                chunks.insert(key, value);
+            }
+            self.tree(TreeId::Chunks)
+                .apply_batch(chunks)
+                .map_err(sled_err("applying a batch"))?;
+        }
         for (tree, key, value) in writes.puts {
-            if tree == TreeId::Events {
-                events.insert(key, value);
-            } else {
-                rest.push((tree, key, value));
-            }
-        }
-        let events_tree = self.tree(TreeId::Events);
-        for (tree, key) in writes.removes {
-            if tree == TreeId::Events {
-                events.remove(key);
-            } else {
-                self.tree(tree)
-                    .remove(key)
-                    .map_err(sled_err("removing a key"))?;
-            }
-        }
-        events_tree
-            .apply_batch(events)
-            .map_err(sled_err("applying a batch"))?;
-        // Meta (the watermark) last.
-        rest.sort_by_key(|(tree, _, _)| *tree == TreeId::Meta);
-        for (tree, key, value) in rest {
             self.tree(tree)
                 .insert(key, value)
                 .map_err(sled_err("writing an index entry"))?;
+        }
+        for (tree, key) in writes.removes {
+            self.tree(tree)
+                .remove(key)
+                .map_err(sled_err("removing a key"))?;
         }
         Ok(())
     }
@@ -280,6 +288,7 @@ pub struct SledLog {
     sender: Mutex<Option<mpsc::Sender<Request>>>,
     committer: Mutex<Option<JoinHandle<()>>>,
     durability: Durability,
+    migration: Migration,
 }
 
 impl std::fmt::Debug for SledLog {
@@ -293,11 +302,25 @@ impl std::fmt::Debug for SledLog {
 }
 
 impl SledLog {
-    /// Opens (or creates) the log in the folder `path`.
+    /// Opens (or creates) the log in the folder `path`. A log in layout v1 is migrated to v2
+    /// first (crash-safe; see [`SledLog::open_with_progress`]).
     pub fn open(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self> {
+        Self::open_with_progress(path, options, &mut |_| {})
+    }
+
+    /// Opens (or creates) the log in the folder `path`, migrating a layout-v1 log to v2 first
+    /// and reporting the migration's progress. A migration stopped half way (a crash, a kill)
+    /// starts again on the next open: the v1 data is removed only after v2 is complete and
+    /// durable.
+    pub fn open_with_progress(
+        path: impl AsRef<Path>,
+        options: &StoreOptions,
+        progress: &mut dyn FnMut(MigrateProgress),
+    ) -> Result<Self> {
         let path = path.as_ref();
         let _span = tracing::info_span!("open", path = %path.display()).entered();
         let backend = SledBackend::open(path, options)?;
+        let migration = migrate::run(&backend, progress)?;
         let limits = Limits {
             max_message_bytes: options.max_message_bytes,
         };
@@ -319,7 +342,13 @@ impl SledLog {
             sender: Mutex::new(Some(sender)),
             committer: Mutex::new(Some(committer)),
             durability: options.durability,
+            migration,
         })
+    }
+
+    /// What opening did to the stored layout (`from == to` when nothing needed migrating).
+    pub fn migration(&self) -> Migration {
+        self.migration
     }
 
     /// The database folder.
@@ -341,32 +370,28 @@ impl SledLog {
         self.engine.backend.sync()
     }
 
+    /// The backend, for the test-support damage helpers (`crate::testing`).
+    pub(crate) fn backend(&self) -> &SledBackend {
+        &self.engine.backend
+    }
+
     #[doc(hidden)]
-    /// Test support: overwrites the stored bytes of one event, bypassing every check, to simulate
-    /// corruption on disk. Never use this outside tests.
+    /// Test support: overwrites the stored bytes of one event (its record inside its chunk),
+    /// bypassing every check, to simulate corruption on disk. Never use this outside tests.
     pub fn overwrite_raw_record_for_tests(&self, seq: Seq, bytes: &[u8]) -> Result<()> {
-        let mut ws = WriteSet::default();
-        ws.put(
-            TreeId::Events,
-            crate::keys::seq_key(seq).to_vec(),
-            bytes.to_vec(),
-        );
-        self.engine.backend.apply(ws)?;
+        crate::damage::overwrite_record(&self.engine, seq, bytes)?;
         self.engine.backend.sync()
     }
 
     #[doc(hidden)]
-    /// Test support: removes every index entry of one conversation's event at `seq` from the
-    /// `by_conv` index, to simulate an index that disagrees with the log.
+    /// Test support: removes the event at `seq` from its conversation's list (the `by_conv`
+    /// index), to simulate an index that disagrees with the log. Never use this outside tests.
     pub fn remove_conversation_index_entry_for_tests(
         &self,
         conversation: &ConversationKey,
         seq: Seq,
     ) -> Result<()> {
-        let mut ws = WriteSet::default();
-        ws.removes
-            .push((TreeId::ByConv, crate::keys::conv_key(conversation, seq)));
-        self.engine.backend.apply(ws)?;
+        crate::damage::remove_from_conversation_list(&self.engine, conversation, seq)?;
         self.engine.backend.sync()
     }
 }

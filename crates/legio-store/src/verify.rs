@@ -6,13 +6,15 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::ops::ControlFlow;
 
-use legio_core::{visibility_keys, AgentSessionState, Event, MessageId, Seq};
+use legio_core::{Event, MessageId, Seq};
 
 use crate::backend::{Backend, Direction, TreeId};
 use crate::codec::{decode_event, decode_state};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::group::{self, GroupIndex, States};
 use crate::keys;
+use crate::layout::{decode_list, Chunk, ListItems};
 use crate::metrics as m;
 
 /// At most this many findings are kept in a report; the rest are only counted.
@@ -46,14 +48,15 @@ pub enum Finding {
     },
     /// An index entry the event calls for is absent.
     MissingIndexEntry {
-        /// The index tree.
+        /// The index: `by_conv` (the conversation list) or `visible` (a visibility list, or the
+        /// message flag of the conversation list).
         index: &'static str,
         /// The event.
         seq: Seq,
     },
     /// An index entry that no event calls for.
     StrayIndexEntry {
-        /// The index tree.
+        /// The index: `by_conv` or `visible`, as for `MissingIndexEntry`.
         index: &'static str,
         /// The seq the entry names.
         seq: Seq,
@@ -164,7 +167,7 @@ impl VerifyReport {
         self.counts.values().sum()
     }
 
-    fn add(&mut self, finding: Finding) {
+    pub(crate) fn add(&mut self, finding: Finding) {
         m::verify_finding(finding.kind());
         *self.counts.entry(finding.kind()).or_default() += 1;
         if self.findings.len() < MAX_FINDINGS {
@@ -173,17 +176,29 @@ impl VerifyReport {
     }
 }
 
-/// Expected index keys of one event.
-fn expected_keys(seq: Seq, event: &Event) -> (Vec<u8>, Vec<Vec<u8>>) {
-    let conv = event.conversation();
-    let visible = match event {
-        Event::MessagePosted(message) => visibility_keys(message)
-            .iter()
-            .map(|k| keys::visible_key(conv, k, seq))
-            .collect(),
-        _ => Vec::new(),
-    };
-    (keys::conv_key(conv, seq), visible)
+/// The index names findings use: the conversation list stands for v1's `by_conv`, the named
+/// lists (and the conversation list's message flags) for `visible`.
+const BY_CONV: &str = "by_conv";
+const VISIBLE: &str = "visible";
+
+/// The walk's state between chunks.
+struct Walk<'a, B: Backend> {
+    backend: &'a B,
+    last: Seq,
+    report: VerifyReport,
+    expected: Seq,
+    /// After a chunk whose framing is corrupt, where the next chunk starts is unknown.
+    lost_track: bool,
+    seen_ids: HashSet<MessageId>,
+    states: States,
+    /// The group being walked: its first seq, its end, its index, its undecodable seqs.
+    group: Option<(Seq, Seq)>,
+    index: GroupIndex,
+    undecodable: HashSet<Seq>,
+    /// List keys accounted for by some group (the rest are strays).
+    accounted: HashSet<Vec<u8>>,
+    /// Every undecodable seq (already reported; its list entries are not strays).
+    all_undecodable: HashSet<Seq>,
 }
 
 pub(crate) fn verify<B: Backend>(
@@ -191,179 +206,56 @@ pub(crate) fn verify<B: Backend>(
     progress: &mut dyn FnMut(VerifyProgress),
 ) -> Result<VerifyReport> {
     let _span = tracing::info_span!("verify").entered();
-    let backend = &engine.backend;
     let last = engine.committed();
-    let mut report = VerifyReport {
-        last_seq: last,
-        ..Default::default()
+    let mut walk = Walk {
+        backend: &engine.backend,
+        last,
+        report: VerifyReport {
+            last_seq: last,
+            ..Default::default()
+        },
+        expected: Seq::FIRST,
+        lost_track: false,
+        seen_ids: HashSet::new(),
+        states: States::new(),
+        group: None,
+        index: GroupIndex::default(),
+        undecodable: HashSet::new(),
+        accounted: HashSet::new(),
+        all_undecodable: HashSet::new(),
     };
-    let mut expected = Seq::FIRST;
-    let mut seen_ids: HashSet<MessageId> = HashSet::new();
-    let mut states: HashMap<Vec<u8>, AgentSessionState> = HashMap::new();
-    let (mut conv_expected, mut visible_expected) = (0u64, 0u64);
-    let mut missing = false;
     let mut failure = None;
-
-    backend.scan(
-        TreeId::Events,
+    engine.backend.scan(
+        TreeId::Chunks,
         &keys::seq_key(Seq::FIRST),
         Some(&keys::seq_key(last.next())),
         Direction::Forward,
-        &mut |key, value| {
-            let Some(seq) = keys::seq_suffix(key).filter(|_| key.len() == 8) else {
-                return ControlFlow::Continue(());
-            };
-            if seq > expected {
-                report.add(Finding::Gap {
-                    from: expected,
-                    to: Seq(seq.0 - 1),
-                });
+        &mut |key, value| match walk.chunk(key, value, progress) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(e) => {
+                failure = Some(e);
+                ControlFlow::Break(())
             }
-            expected = seq.next();
-            report.events += 1;
-            if report.events.is_multiple_of(10_000) {
-                progress(VerifyProgress {
-                    done: report.events,
-                    total: last.0,
-                });
-            }
-            let event = match decode_event(seq, value) {
-                Ok(event) => event,
-                Err(e) => {
-                    report.add(Finding::Undecodable {
-                        seq,
-                        reason: e.to_string(),
-                    });
-                    return ControlFlow::Continue(());
-                }
-            };
-            let (conv_key, visible_keys) = expected_keys(seq, &event);
-            let check = |tree: TreeId, key: &[u8]| backend.get(tree, key).map(|v| v.is_some());
-            match check(TreeId::ByConv, &conv_key) {
-                Ok(true) => {}
-                Ok(false) => {
-                    missing = true;
-                    report.add(Finding::MissingIndexEntry {
-                        index: TreeId::ByConv.name(),
-                        seq,
-                    });
-                }
-                Err(e) => {
-                    failure = Some(e);
-                    return ControlFlow::Break(());
-                }
-            }
-            conv_expected += 1;
-            for key in &visible_keys {
-                match check(TreeId::Visible, key) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        missing = true;
-                        report.add(Finding::MissingIndexEntry {
-                            index: TreeId::Visible.name(),
-                            seq,
-                        });
-                    }
-                    Err(e) => {
-                        failure = Some(e);
-                        return ControlFlow::Break(());
-                    }
-                }
-                visible_expected += 1;
-            }
-            if let Event::MessagePosted(message) = &event {
-                if let Some(reply_to) = message.reply_to {
-                    if !seen_ids.contains(&reply_to) {
-                        report.add(Finding::ReplyToUnknown { seq, reply_to });
-                    }
-                }
-                if !seen_ids.insert(message.id) {
-                    report.add(Finding::DuplicateMessageId {
-                        seq,
-                        id: message.id,
-                    });
-                }
-            }
-            if let Some(agent) = event.session_agent() {
-                let conv = event.conversation();
-                states
-                    .entry(keys::session_key(conv, agent))
-                    .or_insert_with(|| AgentSessionState::new(conv.clone(), agent.clone()))
-                    .apply(seq, &event);
-            }
-            ControlFlow::Continue(())
         },
     )?;
     if let Some(e) = failure {
         return Err(e);
     }
-    if expected <= last {
-        report.add(Finding::Gap {
-            from: expected,
+    walk.finish_group()?;
+    if walk.expected <= last && !walk.lost_track {
+        walk.report.add(Finding::Gap {
+            from: walk.expected,
             to: last,
         });
     }
     progress(VerifyProgress {
-        done: report.events,
+        done: walk.report.events,
         total: last.0,
     });
-
-    // Stray entries: count the index entries up to `last`; walk them only if the counts disagree.
-    for (tree, want) in [
-        (TreeId::ByConv, conv_expected),
-        (TreeId::Visible, visible_expected),
-    ] {
-        let mut have = 0u64;
-        backend.scan(tree, &[], None, Direction::Forward, &mut |key, _| {
-            if keys::seq_suffix(key).is_some_and(|s| s <= last) {
-                have += 1;
-            }
-            ControlFlow::Continue(())
-        })?;
-        if have != want || missing {
-            find_strays(backend, tree, last, &mut report)?;
-        }
-    }
-
-    // Session states: the stored projection must equal a fresh fold.
-    let mut stored: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
-    backend.scan(
-        TreeId::Sessions,
-        &[],
-        None,
-        Direction::Forward,
-        &mut |key, value| {
-            stored.insert(key.to_vec(), value.to_vec());
-            ControlFlow::Continue(())
-        },
-    )?;
-    for (key, state) in &states {
-        let who = format!("{}/{}", state.conversation, state.agent);
-        match stored
-            .remove(key)
-            .map(|bytes| decode_state(&bytes, state.conversation.as_str(), state.agent.as_str()))
-        {
-            Some(Ok(found)) if found.last_seq > last => {} // written after the walk began
-            Some(Ok(found)) if &found == state => {}
-            _ => report.add(Finding::SessionStateMismatch { who }),
-        }
-    }
-    for key in stored.keys() {
-        report.add(Finding::SessionStateMismatch {
-            who: format!("stray entry {}", String::from_utf8_lossy(key)),
-        });
-    }
-
-    let watermark = backend
-        .get(TreeId::Meta, keys::META_INDEXED_THROUGH)?
-        .and_then(|v| keys::seq_suffix(&v))
-        .unwrap_or(Seq::ZERO);
-    if watermark < last {
-        report.add(Finding::Watermark {
-            indexed_through: watermark,
-            last,
-        });
-    }
+    walk.strays()?;
+    walk.sessions()?;
+    walk.watermark()?;
+    let report = walk.report;
     tracing::info!(
         events = report.events,
         findings = report.total_findings(),
@@ -372,37 +264,247 @@ pub(crate) fn verify<B: Backend>(
     Ok(report)
 }
 
-/// Walks an index and reports every entry up to `last` that no event calls for.
-fn find_strays<B: Backend>(
-    backend: &B,
-    tree: TreeId,
-    last: Seq,
-    report: &mut VerifyReport,
-) -> Result<()> {
-    let mut entries = Vec::new();
-    backend.scan(tree, &[], None, Direction::Forward, &mut |key, _| {
-        if let Some(seq) = keys::seq_suffix(key).filter(|s| *s <= last) {
-            entries.push((key.to_vec(), seq));
-        }
-        ControlFlow::Continue(())
-    })?;
-    for (key, seq) in entries {
-        let calls_for = match backend.get(TreeId::Events, &keys::seq_key(seq))? {
-            Some(bytes) => match decode_event(seq, &bytes) {
-                Ok(event) => {
-                    let (conv_key, visible_keys) = expected_keys(seq, &event);
-                    conv_key == key || visible_keys.contains(&key)
-                }
-                Err(_) => true, // already reported as undecodable
-            },
-            None => false,
+impl<B: Backend> Walk<'_, B> {
+    fn chunk(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        progress: &mut dyn FnMut(VerifyProgress),
+    ) -> Result<()> {
+        let Some(first) = keys::seq_suffix(key).filter(|_| key.len() == 8) else {
+            return Ok(());
         };
-        if !calls_for {
-            report.add(Finding::StrayIndexEntry {
-                index: tree.name(),
-                seq,
+        if first > self.expected && !self.lost_track {
+            self.report.add(Finding::Gap {
+                from: self.expected,
+                to: Seq(first.0 - 1),
             });
         }
+        let chunk = match Chunk::parse(first, value) {
+            Ok(chunk) => chunk,
+            Err(e) => {
+                self.report.add(Finding::Undecodable {
+                    seq: first,
+                    reason: e.to_string(),
+                });
+                self.lost_track = true;
+                self.expected = first.next();
+                return Ok(());
+            }
+        };
+        self.lost_track = false;
+        if self.group.map(|(g, _)| g) != Some(chunk.group_first) {
+            self.finish_group()?;
+            self.group = Some((chunk.group_first, chunk.first));
+        }
+        self.expected = chunk.end_seq();
+        if let Some((_, end)) = &mut self.group {
+            *end = chunk.end_seq();
+        }
+        for (seq, record) in chunk.iter() {
+            self.report.events += 1;
+            if self.report.events.is_multiple_of(10_000) {
+                progress(VerifyProgress {
+                    done: self.report.events,
+                    total: self.last.0,
+                });
+            }
+            match record.and_then(|bytes| decode_event(seq, bytes)) {
+                Ok(event) => self.event(seq, &event)?,
+                Err(e) => {
+                    self.undecodable.insert(seq);
+                    self.all_undecodable.insert(seq);
+                    self.report.add(Finding::Undecodable {
+                        seq,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
-    Ok(())
+
+    fn event(&mut self, seq: Seq, event: &Event) -> Result<()> {
+        self.index.add(seq, event);
+        if let Event::MessagePosted(message) = event {
+            if let Some(reply_to) = message.reply_to {
+                if !self.seen_ids.contains(&reply_to) {
+                    self.report.add(Finding::ReplyToUnknown { seq, reply_to });
+                }
+            }
+            if !self.seen_ids.insert(message.id) {
+                self.report.add(Finding::DuplicateMessageId {
+                    seq,
+                    id: message.id,
+                });
+            }
+        }
+        group::fold_state(&mut self.states, seq, event, &mut |_| Ok(None))
+    }
+
+    /// Compares the walked group's lists with the stored entries in the group's seq range.
+    fn finish_group(&mut self) -> Result<()> {
+        let index = std::mem::take(&mut self.index);
+        let undecodable = std::mem::take(&mut self.undecodable);
+        let Some((first, end)) = self.group.take() else {
+            return Ok(());
+        };
+        for (prefix, (conversation, want)) in &index.lists {
+            let have = self.stored_items(prefix, *conversation, (first, end))?;
+            self.compare(*conversation, want, &have, &undecodable);
+        }
+        Ok(())
+    }
+
+    /// The items of the stored entries of one list whose keys fall in `[first, end)`.
+    fn stored_items(
+        &mut self,
+        prefix: &[u8],
+        conversation: bool,
+        (first, end): (Seq, Seq),
+    ) -> Result<ListItems> {
+        let mut items = ListItems::new();
+        let mut keys_seen = Vec::new();
+        let mut bad = Vec::new();
+        self.backend.scan(
+            TreeId::Lists,
+            &keys::list_key(prefix, first),
+            Some(&keys::list_key(prefix, end)),
+            Direction::Forward,
+            &mut |key, value| {
+                let at = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
+                match decode_list(at, value, conversation) {
+                    Ok(found) => items.extend(found),
+                    Err(e) => bad.push((at, e.to_string())),
+                }
+                keys_seen.push(key.to_vec());
+                ControlFlow::Continue(())
+            },
+        )?;
+        self.accounted.extend(keys_seen);
+        for (seq, reason) in bad {
+            self.report.add(Finding::Undecodable { seq, reason });
+        }
+        Ok(items)
+    }
+
+    fn compare(
+        &mut self,
+        conversation: bool,
+        want: &ListItems,
+        have: &ListItems,
+        undecodable: &HashSet<Seq>,
+    ) {
+        let index = if conversation { BY_CONV } else { VISIBLE };
+        let have_map: HashMap<Seq, bool> = have.iter().copied().collect();
+        let want_map: HashMap<Seq, bool> = want.iter().copied().collect();
+        for &(seq, flag) in want {
+            match have_map.get(&seq) {
+                None => self.report.add(Finding::MissingIndexEntry { index, seq }),
+                Some(&stored) if stored != flag => {
+                    let finding = if flag {
+                        Finding::MissingIndexEntry {
+                            index: VISIBLE,
+                            seq,
+                        }
+                    } else {
+                        Finding::StrayIndexEntry {
+                            index: VISIBLE,
+                            seq,
+                        }
+                    };
+                    self.report.add(finding);
+                }
+                Some(_) => {}
+            }
+        }
+        for &(seq, _) in have {
+            if !want_map.contains_key(&seq) && !undecodable.contains(&seq) {
+                self.report.add(Finding::StrayIndexEntry { index, seq });
+            }
+        }
+    }
+
+    /// List entries up to the last seq that no group accounts for.
+    fn strays(&mut self) -> Result<()> {
+        let mut strays = Vec::new();
+        self.backend.scan(
+            TreeId::Lists,
+            &[],
+            None,
+            Direction::Forward,
+            &mut |key, value| {
+                let Some(first) = keys::seq_suffix(key) else {
+                    return ControlFlow::Continue(());
+                };
+                if first <= self.last && !self.accounted.contains(key) {
+                    let conversation = keys::is_conversation_list(key);
+                    let seqs = decode_list(first, value, conversation)
+                        .map(|items| items.into_iter().map(|(s, _)| s).collect())
+                        .unwrap_or_else(|_| vec![first]);
+                    strays.push((conversation, seqs));
+                }
+                ControlFlow::Continue(())
+            },
+        )?;
+        for (conversation, seqs) in strays {
+            let index = if conversation { BY_CONV } else { VISIBLE };
+            let (last, undecodable) = (self.last, &self.all_undecodable);
+            let seqs: Vec<Seq> = seqs
+                .into_iter()
+                .filter(|s| *s <= last && !undecodable.contains(s))
+                .collect();
+            for seq in seqs {
+                self.report.add(Finding::StrayIndexEntry { index, seq });
+            }
+        }
+        Ok(())
+    }
+
+    /// The stored session states must equal a fresh fold.
+    fn sessions(&mut self) -> Result<()> {
+        let mut stored: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        self.backend.scan(
+            TreeId::Sessions,
+            &[],
+            None,
+            Direction::Forward,
+            &mut |key, value| {
+                stored.insert(key.to_vec(), value.to_vec());
+                ControlFlow::Continue(())
+            },
+        )?;
+        for (key, state) in &self.states {
+            let who = format!("{}/{}", state.conversation, state.agent);
+            let found = stored.remove(key).map(|bytes| {
+                decode_state(&bytes, state.conversation.as_str(), state.agent.as_str())
+            });
+            match found {
+                Some(Ok(found)) if found.last_seq > self.last => {} // written after the walk began
+                Some(Ok(found)) if &found == state => {}
+                _ => self.report.add(Finding::SessionStateMismatch { who }),
+            }
+        }
+        for key in stored.keys() {
+            self.report.add(Finding::SessionStateMismatch {
+                who: format!("stray entry {}", String::from_utf8_lossy(key)),
+            });
+        }
+        Ok(())
+    }
+
+    fn watermark(&mut self) -> Result<()> {
+        let watermark = self
+            .backend
+            .get(TreeId::Meta, keys::META_INDEXED_THROUGH)?
+            .and_then(|v| keys::seq_suffix(v.as_ref()))
+            .unwrap_or(Seq::ZERO);
+        if watermark < self.last {
+            self.report.add(Finding::Watermark {
+                indexed_through: watermark,
+                last: self.last,
+            });
+        }
+        Ok(())
+    }
 }

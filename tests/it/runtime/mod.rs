@@ -1,6 +1,7 @@
 //! Runtime tests: scenarios for every session boundary, parallel dispatch with failures, restart
 //! intensity, and a property test of exactly-once context delivery.
 
+mod behaviours;
 mod compaction;
 mod exactly_once;
 mod heartbeat;
@@ -103,17 +104,33 @@ history = "{history_word}"
         legion
     }
 
+    /// Opens the runtime. A runtime just aborted in this process may still hold the database
+    /// for a moment (its aborted tasks and blocking reads drop their handles as they finish; a
+    /// crashed process would release it at once): a lock error is retried with a generous
+    /// deadline.
     pub async fn open(&mut self) {
-        let provider: Arc<dyn Provider> = Arc::new(self.provider.clone());
-        let overrides = HashMap::from([("local".to_owned(), provider)]);
-        self.rt = Some(
-            Runtime::builder(self.config.clone())
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let provider: Arc<dyn Provider> = Arc::new(self.provider.clone());
+            let overrides = HashMap::from([("local".to_owned(), provider)]);
+            let opened = Runtime::builder(self.config.clone())
                 .providers(overrides)
                 .tools(self.tools.clone())
                 .open()
-                .await
-                .unwrap(),
-        );
+                .await;
+            match opened {
+                Ok(rt) => {
+                    self.rt = Some(rt);
+                    return;
+                }
+                Err(legio_runtime::RuntimeError::Store(legio_store::StoreError::Locked {
+                    ..
+                })) if std::time::Instant::now() < deadline => {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await
+                }
+                Err(e) => panic!("opening the runtime: {e}"),
+            }
+        }
     }
 
     pub fn rt(&self) -> &Runtime {

@@ -41,7 +41,7 @@ fn results(legion: &Legion, call_id: &str) -> Vec<(String, bool)> {
         .collect()
 }
 
-fn result(legion: &Legion, call_id: &str) -> (String, bool) {
+pub(super) fn result(legion: &Legion, call_id: &str) -> (String, bool) {
     let mut found = results(legion, call_id);
     assert_eq!(found.len(), 1, "one result for {call_id}: {found:?}");
     found.remove(0)
@@ -522,7 +522,7 @@ async fn an_orphaned_result_is_dropped_from_the_context() {
 }
 
 /// A host tool that says it started, then never finishes.
-fn hanging_tool(started: Arc<tokio::sync::Notify>) -> ToolRegistry {
+pub(super) fn hanging_tool(started: Arc<tokio::sync::Notify>) -> ToolRegistry {
     let mut tools = ToolRegistry::new();
     tools
         .register(

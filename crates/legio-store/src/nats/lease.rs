@@ -1,0 +1,245 @@
+//! Leases: who owns what (a conversation) for how long, in a JetStream key-value bucket.
+//! Acquire is create-if-absent, renew is an update that states the revision it holds (the
+//! revision is the fencing token), release deletes by revision, and a lease nobody renews
+//! disappears after the bucket's max age (the lease TTL).
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, kv};
+use futures_util::TryStreamExt;
+use thiserror::Error;
+
+use super::options::NatsOptions;
+use super::subject::{decode_token, encode_token};
+use crate::error::StoreError;
+
+/// A lease held: what it guards, by whom, and the revision that proves it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// What the lease guards (a conversation key).
+    pub name: String,
+    /// Who holds it (a node id).
+    pub holder: String,
+    /// The bucket revision of the holder's last write: the fencing token. Every renewal gives a
+    /// new one; only the newest renews or releases.
+    pub revision: u64,
+}
+
+/// Why a lease operation did not succeed.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LeaseError {
+    /// Someone holds the lease (and it has not expired).
+    #[error("lease {name} is held by {holder} (revision {revision}); wait for its release or its expiry")]
+    Held {
+        /// The lease.
+        name: String,
+        /// Its holder.
+        holder: String,
+        /// The holder's revision.
+        revision: u64,
+    },
+    /// The revision presented is not the lease's latest: it expired and was taken, or was
+    /// released. The former holder must stop using what the lease guarded.
+    #[error("lease {name} is no longer held at revision {revision} (it expired, was released or was taken); stop using what it guarded")]
+    Lost {
+        /// The lease.
+        name: String,
+        /// The revision presented.
+        revision: u64,
+    },
+    /// The bucket holds a key that is no lease of ours.
+    #[error("lease bucket key {key} is not a lease name written by legio")]
+    BadKey {
+        /// The key.
+        key: String,
+    },
+    /// The cluster could not be reached or failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// The lease bucket `<stream>_leases` (see the module docs). Methods block, like the log's.
+pub struct Leases {
+    store: kv::Store,
+    ttl: Duration,
+    runtime: Option<tokio::runtime::Runtime>,
+}
+
+impl std::fmt::Debug for Leases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Leases {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+fn cluster(during: &'static str, err: impl std::fmt::Display) -> LeaseError {
+    LeaseError::Store(StoreError::cluster(during, err))
+}
+
+impl Leases {
+    /// Connects and opens (creating if need be) the lease bucket, with `options.lease_ttl` as
+    /// its max age and `options.replicas` copies.
+    pub fn open(options: &NatsOptions) -> Result<Self, LeaseError> {
+        options.validate()?;
+        let runtime = super::runtime::build(1)?;
+        let store = super::runtime::block_on(runtime.handle(), Self::bucket(options.clone()))?;
+        Ok(Self {
+            store,
+            ttl: options.lease_ttl,
+            runtime: Some(runtime),
+        })
+    }
+
+    async fn bucket(options: NatsOptions) -> Result<kv::Store, LeaseError> {
+        let client = options.connect().await?;
+        let js = jetstream::ContextBuilder::new()
+            .timeout(options.request_timeout)
+            .build(client);
+        let config = kv::Config {
+            bucket: format!("{}_leases", options.stream),
+            history: 1,
+            max_age: options.lease_ttl,
+            num_replicas: options.replicas,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        };
+        match js.create_key_value(config).await {
+            Ok(store) => Ok(store),
+            Err(create) => js
+                .get_key_value(format!("{}_leases", options.stream))
+                .await
+                .map_err(|_| cluster("creating the lease bucket", create)),
+        }
+    }
+
+    /// How long a lease lives without renewal.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn block_on<F>(&self, future: F) -> F::Output
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.runtime {
+            Some(runtime) => super::runtime::block_on(runtime.handle(), future),
+            None => unreachable!("the runtime lives as long as the leases"),
+        }
+    }
+
+    /// Takes the lease `name` for `holder` if nobody holds it.
+    pub fn acquire(&self, name: &str, holder: &str) -> Result<Lease, LeaseError> {
+        let key = encode_token(name);
+        let (store, name, holder) = (self.store.clone(), name.to_owned(), holder.to_owned());
+        self.block_on(async move {
+            match store.create(&key, holder.clone().into()).await {
+                Ok(revision) => Ok(Lease {
+                    name,
+                    holder,
+                    revision,
+                }),
+                Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
+                    let entry = store
+                        .entry(&key)
+                        .await
+                        .map_err(|e| cluster("reading a lease", e))?;
+                    let (holder, revision) = entry.map_or((String::new(), 0), |entry| {
+                        (
+                            String::from_utf8_lossy(&entry.value).into_owned(),
+                            entry.revision,
+                        )
+                    });
+                    Err(LeaseError::Held {
+                        name,
+                        holder,
+                        revision,
+                    })
+                }
+                Err(e) => Err(cluster("acquiring a lease", e)),
+            }
+        })
+    }
+
+    /// Renews a lease held: its TTL starts again, and it gets a new revision.
+    pub fn renew(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+        let key = encode_token(&lease.name);
+        let (store, lease) = (self.store.clone(), lease.clone());
+        self.block_on(async move {
+            match store
+                .update(&key, lease.holder.clone().into(), lease.revision)
+                .await
+            {
+                Ok(revision) => Ok(Lease { revision, ..lease }),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    Err(LeaseError::Lost {
+                        name: lease.name.clone(),
+                        revision: lease.revision,
+                    })
+                }
+                Err(e) => Err(cluster("renewing a lease", e)),
+            }
+        })
+    }
+
+    /// Gives a lease up so that another holder may take it at once.
+    pub fn release(&self, lease: Lease) -> Result<(), LeaseError> {
+        let key = encode_token(&lease.name);
+        let store = self.store.clone();
+        self.block_on(async move {
+            match store
+                .delete_expect_revision(&key, Some(lease.revision))
+                .await
+            {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                    Err(LeaseError::Lost {
+                        name: lease.name,
+                        revision: lease.revision,
+                    })
+                }
+                Err(e) => Err(cluster("releasing a lease", e)),
+            }
+        })
+    }
+
+    /// Every lease currently held, sorted by name.
+    pub fn list(&self) -> Result<Vec<Lease>, LeaseError> {
+        let store = self.store.clone();
+        self.block_on(async move {
+            let keys: Vec<String> = store
+                .keys()
+                .await
+                .map_err(|e| cluster("listing leases", e))?
+                .try_collect()
+                .await
+                .map_err(|e| cluster("listing leases", e))?;
+            let mut out = Vec::new();
+            for key in keys {
+                let name = decode_token(&key).ok_or(LeaseError::BadKey { key: key.clone() })?;
+                let entry = store
+                    .entry(&key)
+                    .await
+                    .map_err(|e| cluster("reading a lease", e))?;
+                if let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) {
+                    out.push(Lease {
+                        name,
+                        holder: String::from_utf8_lossy(&entry.value).into_owned(),
+                        revision: entry.revision,
+                    });
+                }
+            }
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(out)
+        })
+    }
+}

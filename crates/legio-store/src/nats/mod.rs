@@ -1,0 +1,19 @@
+//! The NATS JetStream backend: [`NatsLog`] (the event log on a replicated stream) and
+//! [`Leases`] (conversation ownership in a key-value bucket). The only code besides the sled log
+//! that names a storage engine. See `docs/cluster.md`.
+
+mod lease;
+mod log;
+mod options;
+mod projection;
+mod publish;
+mod reader;
+mod runtime;
+mod subject;
+mod verify;
+mod write;
+
+pub use lease::{Lease, LeaseError, Leases};
+pub use log::NatsLog;
+pub use options::{NatsAuth, NatsOptions, NatsTls};
+pub use write::MAX_BATCH_EVENTS;

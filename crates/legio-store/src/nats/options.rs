@@ -1,0 +1,150 @@
+//! How to reach a NATS JetStream cluster: servers, stream, replicas, credentials, TLS, lease TTL;
+//! and the one place that turns those options into a connected client.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::{Result, StoreError};
+
+/// How the client proves who it is to the NATS servers.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum NatsAuth {
+    /// No credentials (a local or trusted cluster).
+    #[default]
+    None,
+    /// A bearer token (`authorization { token: ... }` on the servers).
+    Token(String),
+    /// A `.creds` file (JWT and nkey seed, decentralized auth).
+    CredentialsFile(PathBuf),
+}
+
+impl std::fmt::Debug for NatsAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::None => f.write_str("None"),
+            // Never print the token itself.
+            Self::Token(_) => f.write_str("Token(..)"),
+            Self::CredentialsFile(path) => f.debug_tuple("CredentialsFile").field(path).finish(),
+        }
+    }
+}
+
+/// TLS towards the servers: a CA to trust and, for mutual TLS, a client certificate and key.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NatsTls {
+    /// PEM file of the CA that signed the servers' certificates.
+    pub ca_file: Option<PathBuf>,
+    /// PEM client certificate and its key, for servers that verify clients.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+}
+
+/// How to open a [`NatsLog`](super::NatsLog) or [`Leases`](super::Leases).
+#[derive(Clone, Debug)]
+pub struct NatsOptions {
+    /// Server URLs (`nats://127.0.0.1:4222`); the client connects to one and learns the rest.
+    pub servers: Vec<String>,
+    /// The JetStream stream that holds the log (default `legio`). Its subjects are
+    /// `<stream>.conv.<conversation>`; the lease bucket is `<stream>_leases`.
+    pub stream: String,
+    /// Copies of every event and lease: 1, or 3 for a cluster that survives losing a server.
+    pub replicas: usize,
+    /// Credentials.
+    pub auth: NatsAuth,
+    /// TLS, when the servers require it.
+    pub tls: Option<NatsTls>,
+    /// How long a lease lives without renewal (default 10 s).
+    pub lease_ttl: Duration,
+    /// The largest message content accepted, in bytes (default 1 MiB, as for sled).
+    pub max_message_bytes: usize,
+    /// How long one request to the cluster may take before it is retried (default 5 s).
+    pub request_timeout: Duration,
+    /// How long an append keeps retrying through a leader election or a lost connection before it
+    /// fails (default 30 s).
+    pub append_deadline: Duration,
+}
+
+impl Default for NatsOptions {
+    fn default() -> Self {
+        Self {
+            servers: vec!["nats://127.0.0.1:4222".into()],
+            stream: "legio".into(),
+            replicas: 1,
+            auth: NatsAuth::None,
+            tls: None,
+            lease_ttl: Duration::from_secs(10),
+            max_message_bytes: 1024 * 1024,
+            request_timeout: Duration::from_secs(5),
+            append_deadline: Duration::from_secs(30),
+        }
+    }
+}
+
+impl NatsOptions {
+    /// Options for these servers, every other field at its default.
+    pub fn for_servers(servers: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            servers: servers.into_iter().map(Into::into).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Checks what the servers would refuse later with a less helpful message.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |reason: String| Err(StoreError::BadOptions { reason });
+        if self.servers.is_empty() {
+            return bad("store.nats.servers is empty; name at least one server URL".into());
+        }
+        let name_ok = !self.stream.is_empty()
+            && self
+                .stream
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !name_ok {
+            return bad(format!(
+                "store.nats.stream {:?} is not a valid stream name; use letters, digits, '_' and '-'",
+                self.stream
+            ));
+        }
+        if self.replicas != 1 && self.replicas != 3 {
+            return bad(format!(
+                "store.nats.replicas is {}; use 1 (one server) or 3 (a cluster of at least three)",
+                self.replicas
+            ));
+        }
+        if self.lease_ttl < Duration::from_secs(1) {
+            return bad("store.nats.lease_ttl_seconds must be at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// Connects to the cluster with these options' credentials and TLS.
+    pub(crate) async fn connect(&self) -> Result<async_nats::Client> {
+        let mut options = async_nats::ConnectOptions::new()
+            .request_timeout(Some(self.request_timeout))
+            .connection_timeout(self.request_timeout);
+        options = match &self.auth {
+            NatsAuth::None => options,
+            NatsAuth::Token(token) => options.token(token.clone()),
+            NatsAuth::CredentialsFile(path) => options
+                .credentials_file(path)
+                .await
+                .map_err(|e| StoreError::cluster("reading the credentials file", e))?,
+        };
+        if let Some(tls) = &self.tls {
+            options = options.require_tls(true);
+            if let Some(ca) = &tls.ca_file {
+                options = options.add_root_certificates(ca.clone());
+            }
+            if let Some((cert, key)) = &tls.client_cert {
+                options = options.add_client_certificate(cert.clone(), key.clone());
+            }
+        }
+        options
+            .connect(self.servers.clone())
+            .await
+            .map_err(|e| StoreError::Unreachable {
+                servers: self.servers.join(", "),
+                reason: e.to_string(),
+            })
+    }
+}

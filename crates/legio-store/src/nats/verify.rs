@@ -1,0 +1,95 @@
+//! `verify` for [`NatsLog`](super::NatsLog): a walk of the stream that reports gaps,
+//! undecodable records, events on a wrong subject, replies to unknown messages and reused ids.
+
+use std::collections::HashSet;
+
+use legio_core::{Event, Record, Seq};
+
+use super::log::{NatsLog, READ_CHUNK};
+use super::reader::{scan, Scan};
+use crate::error::Result;
+use crate::log::EventLog;
+use crate::verify::{Finding, VerifyProgress, VerifyReport};
+
+/// Walks the stream: gaps, undecodable records, events on a wrong subject, replies to unknown
+/// messages, reused message ids.
+pub(super) fn verify_walk(
+    log: &NatsLog,
+    progress: &mut dyn FnMut(VerifyProgress),
+) -> Result<VerifyReport> {
+    let last = log.last_seq();
+    let mut report = VerifyReport {
+        last_seq: last,
+        ..Default::default()
+    };
+    let mut expected = Seq::FIRST;
+    let mut seen = HashSet::new();
+    while expected <= last {
+        let inner = log.inner.clone();
+        let next = Scan {
+            from: expected.0,
+            to: last.0,
+            filter: None,
+            limit: READ_CHUNK,
+        };
+        let stored = log.block_on(async move {
+            scan(&inner.publisher.stream, next, inner.options.request_timeout).await
+        })?;
+        if stored.is_empty() {
+            break;
+        }
+        for message in &stored {
+            let seq = Seq(message.seq);
+            if seq > expected {
+                report.add(Finding::Gap {
+                    from: expected,
+                    to: Seq(seq.0 - 1),
+                });
+            }
+            expected = seq.next();
+            report.events += 1;
+            match message.decode(&log.inner.subjects) {
+                Ok(record) => check_message(&mut report, &mut seen, &record),
+                Err(e) => report.add(Finding::Undecodable {
+                    seq,
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        progress(VerifyProgress {
+            done: report.events,
+            total: last.0,
+        });
+    }
+    if expected <= last {
+        report.add(Finding::Gap {
+            from: expected,
+            to: last,
+        });
+    }
+    Ok(report)
+}
+
+fn check_message(
+    report: &mut VerifyReport,
+    seen: &mut HashSet<legio_core::MessageId>,
+    record: &Record,
+) {
+    let Event::MessagePosted(message) = &record.event else {
+        return;
+    };
+    if let Some(reply_to) = message.reply_to {
+        if !seen.contains(&reply_to) {
+            report.add(Finding::ReplyToUnknown {
+                seq: record.seq,
+                reply_to,
+            });
+        }
+    }
+    if !seen.insert(message.id) {
+        report.add(Finding::DuplicateMessageId {
+            seq: record.seq,
+            id: message.id,
+        });
+    }
+}

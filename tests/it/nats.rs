@@ -1,0 +1,332 @@
+//! The JetStream backend against real nats-server processes: leases, fencing of a writer that
+//! lost a conversation, and a three-server cluster that loses a server and gets it back. (The
+//! `EventLog` contract and the model test run on `NatsLog` in contract.rs and model.rs.)
+
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use legio_core::Seq;
+use legio_store::{EventLog, LeaseError, Leases, NatsLog, StoreError};
+use legio_tests::nats::NatsCluster;
+use legio_tests::*;
+
+fn leases(cluster: &NatsCluster, ttl: Duration) -> Leases {
+    let options = legio_store::NatsOptions {
+        lease_ttl: ttl,
+        ..cluster.options(1)
+    };
+    Leases::open(&options).unwrap()
+}
+
+#[test]
+fn of_two_racing_clients_exactly_one_gets_the_lease() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let (a, b) = (
+        leases(&cluster, Duration::from_secs(30)),
+        leases(&cluster, Duration::from_secs(30)),
+    );
+    for round in 0..20 {
+        let name = format!("race:{round}");
+        let barrier = Barrier::new(2);
+        let (ra, rb) = std::thread::scope(|s| {
+            let ta = s.spawn(|| {
+                barrier.wait();
+                a.acquire(&name, "node-a")
+            });
+            let tb = s.spawn(|| {
+                barrier.wait();
+                b.acquire(&name, "node-b")
+            });
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        let (winner, loser) = match (ra, rb) {
+            (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
+            other => panic!("round {round}: exactly one must win, got {other:?}"),
+        };
+        assert_eq!(
+            loser,
+            LeaseError::Held {
+                name: name.clone(),
+                holder: winner.holder.clone(),
+                revision: winner.revision,
+            }
+        );
+    }
+    assert_eq!(a.list().unwrap().len(), 20);
+}
+
+#[test]
+fn a_stale_revision_can_neither_renew_nor_release() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let leases = leases(&cluster, Duration::from_secs(30));
+    let first = leases.acquire("t:1", "node-a").unwrap();
+    let renewed = leases.renew(&first).unwrap();
+    assert!(
+        renewed.revision > first.revision,
+        "a renewal is a new revision"
+    );
+    assert_eq!(
+        leases.renew(&first).unwrap_err(),
+        LeaseError::Lost {
+            name: "t:1".into(),
+            revision: first.revision
+        }
+    );
+    assert!(matches!(
+        leases.release(first.clone()),
+        Err(LeaseError::Lost { .. })
+    ));
+    assert_eq!(leases.list().unwrap(), vec![renewed.clone()]);
+    leases.renew(&renewed).unwrap();
+}
+
+#[test]
+fn a_lease_nobody_renews_expires_after_its_ttl() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let ttl = Duration::from_secs(1);
+    let (a, b) = (leases(&cluster, ttl), leases(&cluster, ttl));
+    let held = a.acquire("t:expiring", "node-a").unwrap();
+    let started = Instant::now();
+    assert!(matches!(
+        b.acquire("t:expiring", "node-b"),
+        Err(LeaseError::Held { .. })
+    ));
+    let taken = loop {
+        match b.acquire("t:expiring", "node-b") {
+            Ok(lease) => break lease,
+            Err(LeaseError::Held { .. }) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the lease never expired"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(
+        started.elapsed() >= ttl / 2,
+        "taken after {:?}, before the TTL could pass",
+        started.elapsed()
+    );
+    assert_eq!(taken.holder, "node-b");
+    assert!(matches!(a.renew(&held), Err(LeaseError::Lost { .. })));
+}
+
+#[test]
+fn a_released_lease_is_free_at_once() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let (a, b) = (
+        leases(&cluster, Duration::from_secs(60)),
+        leases(&cluster, Duration::from_secs(60)),
+    );
+    let held = a.acquire("t:handover", "node-a").unwrap();
+    assert!(matches!(
+        b.acquire("t:handover", "node-b"),
+        Err(LeaseError::Held { .. })
+    ));
+    a.release(held).unwrap();
+    let taken = b.acquire("t:handover", "node-b").unwrap();
+    assert_eq!(a.list().unwrap(), vec![taken]);
+}
+
+/// Reads every event of the log.
+fn all_seqs_and_texts(log: &dyn EventLog) -> Vec<(u64, String)> {
+    log.read_range(Seq(1), Seq(u64::MAX), 100_000)
+        .unwrap()
+        .into_iter()
+        .map(|r| {
+            let text = r
+                .event
+                .as_message()
+                .map(|m| m.text_content())
+                .unwrap_or_default();
+            (r.seq.0, text)
+        })
+        .collect()
+}
+
+#[test]
+fn a_writer_that_lost_the_conversation_is_refused_and_stores_nothing() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let old_owner = NatsLog::open(&cluster.options(1)).unwrap();
+    let new_owner = NatsLog::open(&cluster.options(1)).unwrap();
+    old_owner
+        .append(vec![text_message(1, "t:f", "user", "lead", "old 1")])
+        .unwrap();
+    // The new owner takes over: it reads the conversation, then appends.
+    new_owner.refresh(&conv("t:f")).unwrap();
+    new_owner
+        .append(vec![text_message(2, "t:f", "user", "lead", "new 1")])
+        .unwrap();
+    // The old owner still believes seq 1 is the last: its batch (and a single event) is refused.
+    let refused = old_owner
+        .append(vec![
+            text_message(3, "t:f", "user", "lead", "stale a"),
+            text_message(4, "t:f", "user", "lead", "stale b"),
+            text_message(5, "t:other", "user", "lead", "stale c"),
+        ])
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        StoreError::Fenced {
+            conversation: "t:f".into(),
+            expected: 1
+        }
+    );
+    // The stale conversation second in a batch, after a conversation whose expectation holds.
+    let refused = old_owner
+        .append(vec![
+            text_message(9, "t:fresh", "user", "lead", "stale e"),
+            text_message(10, "t:f", "user", "lead", "stale f"),
+        ])
+        .unwrap_err();
+    assert!(matches!(refused, StoreError::Fenced { .. }), "{refused}");
+    let again = old_owner
+        .append(vec![text_message(6, "t:f", "user", "lead", "stale d")])
+        .unwrap_err();
+    assert!(matches!(again, StoreError::Fenced { .. }), "{again}");
+    assert_eq!(
+        all_seqs_and_texts(&new_owner),
+        vec![(1, "old 1".to_owned()), (2, "new 1".to_owned())],
+        "nothing of a refused append is stored"
+    );
+    // The new owner goes on; the old one only after it takes the conversation back.
+    new_owner
+        .append(vec![text_message(7, "t:f", "user", "lead", "new 2")])
+        .unwrap();
+    old_owner.refresh(&conv("t:f")).unwrap();
+    let r = old_owner
+        .append(vec![text_message(8, "t:f", "user", "lead", "old again")])
+        .unwrap();
+    assert_eq!(r.first, Seq(4));
+    assert!(old_owner.verify(&mut |_| {}).unwrap().is_clean());
+}
+
+#[test]
+fn a_single_event_from_a_stale_writer_is_refused_too() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let a = NatsLog::open(&cluster.options(1)).unwrap();
+    let b = NatsLog::open(&cluster.options(1)).unwrap();
+    // Both load the empty conversation; b appends first, so a's expectation (empty) fails.
+    assert!(a.session_states(&conv("t:s")).unwrap().is_empty());
+    assert!(b.session_states(&conv("t:s")).unwrap().is_empty());
+    b.append(vec![text_message(1, "t:s", "user", "lead", "b wins")])
+        .unwrap();
+    let refused = a
+        .append(vec![text_message(2, "t:s", "user", "lead", "a loses")])
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        StoreError::Fenced {
+            conversation: "t:s".into(),
+            expected: 0
+        }
+    );
+    assert_eq!(all_seqs_and_texts(&b), vec![(1, "b wins".to_owned())]);
+}
+
+#[test]
+fn a_three_server_cluster_keeps_appending_through_the_loss_of_a_server() {
+    let Some(mut cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let log = NatsLog::open(&cluster.options(3)).unwrap();
+    let mut n = 0u64;
+    let mut append_round = |log: &NatsLog, round: &str| {
+        for i in 0..30u64 {
+            n += 1;
+            let conversation = format!("c:{}", i % 5);
+            let events = if i % 3 == 0 {
+                vec![
+                    text_message(n * 2, &conversation, "user", "lead", round),
+                    text_message(n * 2 + 1, &conversation, "lead", "user", round),
+                ]
+            } else {
+                vec![text_message(n * 2, &conversation, "user", "lead", round)]
+            };
+            log.append(events).unwrap();
+        }
+    };
+    append_round(&log, "all three");
+    cluster.kill(0);
+    append_round(&log, "n1 down");
+    cluster.restart(0);
+    cluster.kill(1);
+    append_round(&log, "n2 down");
+    cluster.restart(1);
+    append_round(&log, "all back");
+    let events = 4 * 40;
+    assert_eq!(log.last_seq(), Seq(events));
+    let all = log.read_range(Seq(1), Seq(u64::MAX), 10_000).unwrap();
+    assert!(all.iter().enumerate().all(|(i, r)| r.seq.0 == i as u64 + 1));
+    assert!(log.verify(&mut |_| {}).unwrap().is_clean());
+    // A fresh reader sees each conversation's events from the stream, in order.
+    let reader = NatsLog::open_read_only(&cluster.options(3)).unwrap();
+    let per_conversation: u64 = (0..5)
+        .map(|c| {
+            let events = reader
+                .conversation_events(&conv(&format!("c:{c}")), Seq::ZERO, 10_000)
+                .unwrap();
+            assert!(events.windows(2).all(|w| w[0].seq < w[1].seq));
+            events.len() as u64
+        })
+        .sum();
+    assert_eq!(per_conversation, events);
+}
+
+#[test]
+fn a_read_only_log_refuses_appends_and_needs_an_existing_stream() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let missing = NatsLog::open_read_only(&cluster.options(1)).unwrap_err();
+    assert_eq!(
+        missing,
+        StoreError::StreamNotFound {
+            stream: "legio".into()
+        }
+    );
+    let writer = NatsLog::open(&cluster.options(1)).unwrap();
+    writer
+        .append(vec![text_message(1, "t:r", "user", "lead", "hello")])
+        .unwrap();
+    let reader = NatsLog::open_read_only(&cluster.options(1)).unwrap();
+    assert_eq!(
+        reader
+            .append(vec![text_message(2, "t:r", "user", "lead", "no")])
+            .unwrap_err(),
+        StoreError::ReadOnly
+    );
+    assert_eq!(reader.conversations().unwrap(), vec![conv("t:r")]);
+    // Read-only reads catch up with appends made after the first read.
+    assert_eq!(
+        reader
+            .conversation_events(&conv("t:r"), Seq::ZERO, 10)
+            .unwrap()
+            .len(),
+        1
+    );
+    writer
+        .append(vec![text_message(3, "t:r", "lead", "user", "again")])
+        .unwrap();
+    assert_eq!(
+        reader
+            .conversation_events(&conv("t:r"), Seq::ZERO, 10)
+            .unwrap()
+            .len(),
+        2
+    );
+}
