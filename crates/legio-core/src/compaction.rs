@@ -9,7 +9,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::context::ContextItem;
+use crate::context_item::ContextItem;
 use crate::message::Part;
 use crate::seq::Seq;
 use crate::tokens::{estimate_message_tokens, estimate_tokens};

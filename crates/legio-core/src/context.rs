@@ -23,6 +23,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::compaction::{summary_tokens, ContextSummary};
+pub use crate::context_item::ContextItem;
 use crate::event::{DeliveryMode, Record};
 use crate::lifecycle::Delivery;
 use crate::message::{Audience, Message, MessageId};
@@ -30,17 +31,6 @@ use crate::name::{AgentName, Participant};
 use crate::seq::Seq;
 use crate::tokens::estimate_message_tokens;
 use crate::tool_calls::{has_tool_result, settle_tool_calls};
-
-/// One message in a context.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-pub struct ContextItem {
-    /// Its seq in the log.
-    pub seq: Seq,
-    /// The message.
-    pub message: Message,
-    /// The provider may have received it already (see the module docs).
-    pub redelivered: bool,
-}
 
 /// What one turn sends to an agent's provider.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]

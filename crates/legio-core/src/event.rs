@@ -9,7 +9,9 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::memory::{DirectivePublished, DirectiveRevoked, NoteWritten, NotebookEntryAppended};
+use crate::memory_event::{
+    DirectivePublished, DirectiveRevoked, NoteWritten, NotebookEntryAppended,
+};
 use crate::message::{Message, MessageId};
 use crate::name::{AgentName, ConversationKey};
 use crate::seq::Seq;

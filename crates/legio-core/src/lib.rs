@@ -5,11 +5,13 @@
 
 mod compaction;
 mod context;
+mod context_item;
 mod error;
 mod event;
 mod event_json;
 mod lifecycle;
 mod memory;
+mod memory_event;
 mod mention;
 mod message;
 mod name;

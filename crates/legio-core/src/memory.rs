@@ -28,64 +28,15 @@ use crate::name::AgentName;
 use crate::seq::Seq;
 use crate::timestamp::Timestamp;
 
-/// The reserved conversation key every memory event belongs to. Hosts cannot post to it.
-pub const MEMORY_CONVERSATION: &str = "legio:memory";
-/// The prefix of conversation keys legio reserves for itself.
-pub const RESERVED_CONVERSATION_PREFIX: &str = "legio:";
+pub use crate::name::{MEMORY_CONVERSATION, RESERVED_CONVERSATION_PREFIX};
 /// The largest directive, note or notebook entry, in bytes.
 pub const MAX_MEMORY_TEXT_BYTES: usize = 64 * 1024;
 /// The longest note key, in bytes.
 pub const MAX_NOTE_KEY_LEN: usize = 64;
 
-/// The orchestrator published a directive.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-pub struct DirectivePublished {
-    /// The directive's id (`d1`, `d2`, ...; assigned by [`MemoryState::decide`]).
-    pub id: String,
-    /// Who published it.
-    pub by: AgentName,
-    /// When.
-    pub at: Timestamp,
-    /// The directive.
-    pub text: String,
-}
-
-/// The orchestrator revoked a directive.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-pub struct DirectiveRevoked {
-    /// The directive's id.
-    pub id: String,
-    /// Who revoked it.
-    pub by: AgentName,
-    /// When.
-    pub at: Timestamp,
-    /// Why, if given.
-    pub reason: Option<String>,
-}
-
-/// An agent wrote a shared note (a new key, or a new revision of an existing one).
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-pub struct NoteWritten {
-    /// The note's key, chosen by the writer.
-    pub key: String,
-    /// Who wrote this revision.
-    pub author: AgentName,
-    /// When.
-    pub at: Timestamp,
-    /// The note's text.
-    pub text: String,
-}
-
-/// A specialist appended an entry to its own notebook.
-#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
-pub struct NotebookEntryAppended {
-    /// The notebook's owner (the specialist that wrote the entry).
-    pub owner: AgentName,
-    /// When.
-    pub at: Timestamp,
-    /// The entry.
-    pub text: String,
-}
+pub use crate::memory_event::{
+    DirectivePublished, DirectiveRevoked, NoteWritten, NotebookEntryAppended,
+};
 
 /// Who is calling, with the role that decides its permissions.
 #[derive(Clone, PartialEq, Eq, Debug)]

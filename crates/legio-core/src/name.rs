@@ -6,6 +6,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::NameError;
 
+/// The reserved conversation key every memory event belongs to. Hosts cannot post to it.
+pub const MEMORY_CONVERSATION: &str = "legio:memory";
+/// The prefix of conversation keys legio reserves for itself.
+pub const RESERVED_CONVERSATION_PREFIX: &str = "legio:";
+
 /// The longest agent name, in bytes (all valid names are ASCII).
 pub const MAX_AGENT_NAME_LEN: usize = 32;
 /// The longest conversation key, in bytes (all valid keys are ASCII).
@@ -107,14 +112,13 @@ impl ConversationKey {
     /// is a valid key, so the log indexes memory events like any conversation's.
     pub fn memory() -> &'static ConversationKey {
         static MEMORY: std::sync::OnceLock<ConversationKey> = std::sync::OnceLock::new();
-        MEMORY.get_or_init(|| ConversationKey(crate::memory::MEMORY_CONVERSATION.to_owned()))
+        MEMORY.get_or_init(|| ConversationKey(MEMORY_CONVERSATION.to_owned()))
     }
 
     /// Whether legio reserves this key for itself (it starts with `legio:`): hosts cannot post to
     /// it, though the log accepts it.
     pub fn is_reserved(&self) -> bool {
-        self.0
-            .starts_with(crate::memory::RESERVED_CONVERSATION_PREFIX)
+        self.0.starts_with(RESERVED_CONVERSATION_PREFIX)
     }
 }
 

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use crate::context::ContextItem;
+use crate::context_item::ContextItem;
 use crate::message::{Audience, Message, Part};
 use crate::name::{AgentName, Participant};
 
