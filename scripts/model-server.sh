@@ -95,8 +95,12 @@ serve() {
   check || exit 1
   local port="${1:?serve needs a port}" gguf
   gguf="$(model)"
+  # LEGIO_MODEL_SERVER_CHAT_FORMAT: "chatml-function-calling" (tool calls; refuses streamed ones)
+  # or unset for the model's own template (streams; ignores tools).
+  local format=()
+  [ -n "${LEGIO_MODEL_SERVER_CHAT_FORMAT:-}" ] && format=(--chat_format "$LEGIO_MODEL_SERVER_CHAT_FORMAT")
   exec "$PY" -m llama_cpp.server --model "$gguf" --n_ctx "$NCTX" --host 127.0.0.1 --port "$port" \
-    --n_threads 2 --chat_format "${LEGIO_MODEL_SERVER_CHAT_FORMAT:-chatml-function-calling}"
+    --n_threads 2 "${format[@]}"
 }
 
 stop() {

@@ -336,7 +336,10 @@ impl AgentActor {
         // One hop to the blocking pool: the plan, the window it saves (for the metric), and
         // whether the context must be compacted first. After a compaction, a second hop plans
         // the turn on the compacted view.
-        let system_tokens = estimate_tokens(&system_prompt);
+        let fixed_tokens = estimate_tokens(&system_prompt) + crate::fit::tool_tokens(tools);
+        let calibration =
+            crate::fit::calibration(shared, &self.conversation, &spec, fixed_tokens).await?;
+        let question = request.seq;
         let mut compacted = false;
         let prepared = loop {
             let (shared_, spec_, conversation) =
@@ -346,7 +349,13 @@ impl AgentActor {
                 state.live_session,
                 prompt_hash.clone(),
             );
-            let (context_window, check) = (capabilities.context_window, !compacted);
+            let context_window = crate::fit::compaction_window(
+                shared,
+                &spec,
+                capabilities.context_window,
+                calibration,
+            );
+            let check = !compacted;
             let (prepared, window, job) = tokio::task::spawn_blocking(move || {
                 let inputs = TurnInputs {
                     spec: &spec_,
@@ -361,7 +370,14 @@ impl AgentActor {
                 let prepared = prepare_turn(log, inputs)?;
                 let window = window_tokens(log, &inputs, &prepared)?;
                 let job = if check {
-                    compaction_job(log, &inputs, &prepared, context_window, system_tokens)?
+                    compaction_job(
+                        log,
+                        &inputs,
+                        &prepared,
+                        context_window,
+                        fixed_tokens,
+                        question,
+                    )?
                 } else {
                     None
                 };
@@ -372,7 +388,8 @@ impl AgentActor {
             match job {
                 Some(job) => {
                     compacted = true;
-                    if !compact(shared, &self.conversation, &spec, job).await? {
+                    if let Err(why) = compact(shared, &self.conversation, &spec, job).await? {
+                        crate::fit::compaction_failed(request.progress.as_ref(), &self.agent, &why);
                         break (prepared, window);
                     }
                 }
@@ -383,10 +400,20 @@ impl AgentActor {
             PreparedTurn {
                 current,
                 decision,
-                plan,
+                mut plan,
             },
             window_tokens,
         ) = prepared;
+        let window = capabilities.context_window;
+        let fit = crate::fit::fit_request(
+            shared,
+            &spec,
+            window,
+            calibration,
+            fixed_tokens,
+            question,
+            &mut plan,
+        );
 
         // Boundaries first: end the old session, open the new one.
         let mut events = Vec::new();
@@ -448,6 +475,13 @@ impl AgentActor {
             shared.append(events).await?;
         }
         state.live_session = Some(session);
+        if let Err(e) = fit {
+            let error = format!("{} failed: {e}", self.agent);
+            shared
+                .append(vec![self.turn_failed(Some(session), error.clone())])
+                .await?;
+            return Ok(Step::Answered(AgentReply::failed(&self.agent, error)));
+        }
 
         let status = (first && spec.role == Role::Orchestrator)
             .then(|| shared.status_block(&self.conversation));
@@ -487,6 +521,8 @@ impl AgentActor {
         }
         match result {
             Ok(Ok(reply)) => {
+                let sent = fixed_tokens + plan.estimated_tokens;
+                crate::fit::learn(shared, &spec, sent, reply.usage.as_ref());
                 let reply_id = MessageId(fresh_uuid());
                 let calls = reply.tool_calls.clone();
                 let message = if calls.is_empty() {

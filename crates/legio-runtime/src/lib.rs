@@ -5,6 +5,7 @@ mod agent;
 mod compact;
 mod config;
 mod error;
+mod fit;
 mod heartbeat;
 mod memory;
 pub mod metrics;

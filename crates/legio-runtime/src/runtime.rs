@@ -138,6 +138,7 @@ impl Runtime {
             memory,
             tools,
             prompts: Default::default(),
+            calibrations: Default::default(),
         });
         let (root, _handle) = Actor::spawn(
             None,

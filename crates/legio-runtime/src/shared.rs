@@ -27,6 +27,8 @@ pub(crate) struct Shared {
     /// Composed prompts by file, valid while the file's modification time and length are the
     /// same (a stat per turn instead of a read and a hash).
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,
+    /// Each provider's token calibration (fit.rs), learned as turns go.
+    pub(crate) calibrations: crate::fit::Calibrations,
 }
 
 #[derive(Clone)]
