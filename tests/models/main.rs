@@ -386,10 +386,10 @@ fn read_until(
     let deadline = Instant::now() + within;
     let mut seen = String::new();
     while Instant::now() < deadline && !seen.contains(needle) {
-        let mut line = String::new();
-        match stream.read_line(&mut line) {
+        // Appends what it read even when a read times out mid-line.
+        match stream.read_line(&mut seen) {
             Ok(0) => break,
-            Ok(_) => seen.push_str(&line),
+            Ok(_) => {}
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     || e.kind() == std::io::ErrorKind::TimedOut => {}
@@ -447,7 +447,7 @@ fn an_interrupted_stream_is_an_error_never_a_reply() {
     )
     .unwrap();
     let mut turn = std::io::BufReader::new(turn);
-    let started = read_until(&mut turn, "event: delta", Duration::from_secs(300));
+    let started = read_until(&mut turn, "event: delta", Duration::from_secs(900));
     assert!(
         started.contains("event: delta"),
         "no fragment arrived: {started}"
@@ -467,7 +467,7 @@ fn an_interrupted_stream_is_an_error_never_a_reply() {
             let _ = s.read_to_string(&mut answer);
         }
     });
-    let rest = read_until(&mut turn, "event: replies", Duration::from_secs(300));
+    let rest = read_until(&mut turn, "event: replies", Duration::from_secs(900));
     interrupter.join().unwrap();
     let _ = serve.kill();
     let _ = serve.wait();
@@ -546,7 +546,11 @@ fn forty_turns_with_compaction_never_send_a_request_over_the_window() {
             max_output_tokens: 64,
         },
     );
-    let turns = 40;
+    // LEGIO_MODEL_TURNS shortens the run on a loaded machine; CI runs the forty.
+    let turns: usize = std::env::var("LEGIO_MODEL_TURNS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(40);
     let input: String = (0..turns).map(|i| turn_text(i) + "\n").collect();
     let started = Instant::now();
     let out = legio(
@@ -586,7 +590,7 @@ fn forty_turns_with_compaction_never_send_a_request_over_the_window() {
             .is_some_and(|m| m.sender == Participant::User)
     });
     eprintln!(
-        "40 turns in {:.0} s: {requests} requests sent (turn steps), {} failed, {summaries} summaries made; \
+        "{turns} turns in {:.0} s: {requests} requests sent (turn steps), {} failed, {summaries} summaries made; \
          largest request {largest} real tokens of a {WINDOW}-token window (output limit 64); \
          calibration over {} samples: mean error {:.1}% uncalibrated (chars/4), {:.1}% calibrated; \
          compaction warnings shown: {}",
@@ -613,7 +617,7 @@ fn forty_turns_with_compaction_never_send_a_request_over_the_window() {
         "{failures:?}"
     );
     assert!(largest + 64 <= WINDOW, "largest request {largest}");
-    assert!(summaries >= 1, "forty turns made no summary");
+    assert!(summaries >= 1, "{turns} turns made no summary");
     assert!(!samples.is_empty(), "no calibration line: {stderr}");
     assert!(
         after < before,

@@ -198,8 +198,10 @@ pub fn fit_to_window(
             summary_left_out: false,
         });
     }
+    // Only a message that cannot be left out makes the request impossible.
     if let Some(item) = plan
         .messages()
+        .filter(|i| i.seq >= protect_from || i.seq == plan.new_message.seq)
         .find(|i| cal.scale(estimate_message_tokens(&i.message)) > limit)
     {
         return Err(BudgetError::MessageTooLarge {
@@ -273,8 +275,9 @@ fn leave_out(
     }
 }
 
-/// Heuristic tokens a summarizer part may hold: the summarizer's window less its output limit,
-/// its instructions and the part's framing (`overhead_tokens`, estimated), by its calibration.
+/// Heuristic tokens a summarizer part may hold: at most half the summarizer's window, and never
+/// more than its window less its output limit, its instructions and the part's framing
+/// (`overhead_tokens`, estimated) hold by its calibration.
 pub fn summarizer_part_budget(
     context_window: u64,
     max_output_tokens: u64,
@@ -282,7 +285,9 @@ pub fn summarizer_part_budget(
     calibration: &Calibration,
 ) -> u64 {
     let room = calibration.unscale(context_window.saturating_sub(max_output_tokens));
-    room.saturating_sub(overhead_tokens).max(1)
+    room.saturating_sub(overhead_tokens)
+        .min(context_window / 2)
+        .max(1)
 }
 
 #[cfg(test)]
@@ -443,6 +448,10 @@ mod tests {
 
     #[test]
     fn a_single_message_over_the_window_is_an_error_naming_its_size() {
+        // An older one is left out like any other.
+        let mut p = plan(vec![item(1, 2_000), item(2, 10)], item(3, 10));
+        let fitted = fit_to_window(&mut p, 10, Seq(3), &exact(2048, 512)).unwrap();
+        assert_eq!(fitted.left_out, 1);
         let mut p = plan(vec![item(1, 10)], item(2, 2_000));
         let e = fit_to_window(&mut p, 10, Seq(2), &exact(2048, 512)).unwrap_err();
         let BudgetError::MessageTooLarge { seq, tokens, .. } = e else {
@@ -462,6 +471,11 @@ mod tests {
         };
         let budget = summarizer_part_budget(2048, 512, 100, &c);
         assert!(c.scale(budget + 100) + 512 <= 2048, "{budget}");
+        assert_eq!(
+            summarizer_part_budget(1000, 0, 100, &Calibration::exact()),
+            500,
+            "never more than half the window"
+        );
         assert_eq!(summarizer_part_budget(100, 200, 5, &c), 1);
     }
 }

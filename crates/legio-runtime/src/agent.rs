@@ -336,7 +336,10 @@ impl AgentActor {
         // One hop to the blocking pool: the plan, the window it saves (for the metric), and
         // whether the context must be compacted first. After a compaction, a second hop plans
         // the turn on the compacted view.
-        let fixed_tokens = estimate_tokens(&system_prompt) + crate::fit::tool_tokens(tools);
+        // The compaction trigger counts the system prompt (as the policy says); the check before
+        // the call counts the tools' schemas too.
+        let system_tokens = estimate_tokens(&system_prompt);
+        let fixed_tokens = system_tokens + crate::fit::tool_tokens(tools);
         let calibration =
             crate::fit::calibration(shared, &self.conversation, &spec, fixed_tokens).await?;
         let question = request.seq;
@@ -375,7 +378,7 @@ impl AgentActor {
                         &inputs,
                         &prepared,
                         context_window,
-                        fixed_tokens,
+                        system_tokens,
                         question,
                     )?
                 } else {

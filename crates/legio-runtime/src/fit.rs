@@ -122,8 +122,12 @@ fn seed(
             match &record.event {
                 Event::ContextDelivered(d) => pending = Some(d.estimated_tokens),
                 Event::TurnCompleted(t) => {
-                    if let Some(estimated) = pending.take() {
-                        calibration.observe(estimated + fixed_tokens, t.usage.input);
+                    // The log does not say whether usage was reported or estimated in its
+                    // place (the runtime's estimate of the messages alone, under the request's
+                    // own estimate): ratios under 1 are skipped here, never learned from.
+                    let estimated = pending.take().map(|e| e + fixed_tokens);
+                    if let Some(estimated) = estimated.filter(|e| t.usage.input >= *e) {
+                        calibration.observe(estimated, t.usage.input);
                     }
                 }
                 _ => {}
