@@ -377,6 +377,40 @@ fn a_tool_call_completes_end_to_end_non_streamed() {
         .contains("Automatic streaming tool choice"));
 }
 
+#[test]
+fn a_server_that_refuses_streamed_tool_calls_shows_its_own_error() {
+    if !enabled() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = ModelServer::start(dir.path(), Some("chatml-function-calling"));
+    legion(
+        dir.path(),
+        &Provider {
+            url: &server.url,
+            stream: true,
+            max_output_tokens: 32,
+        },
+    );
+    // stream_tools = true: the tools go with a streamed request, which this server refuses.
+    let config = dir.path().join("legio.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "stream_tools = false",
+        "stream_tools = true",
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    let (code, reply) = post(dir.path(), "Hello?");
+    assert_eq!(code, 1, "{reply}");
+    let error = reply["error"].as_str().unwrap();
+    assert!(
+        error.contains("Automatic streaming tool choice is not supported"),
+        "the server's own words: {error}"
+    );
+    assert!(stored_replies(&records(dir.path())).is_empty());
+    eprintln!("refused: {error}");
+}
+
 /// Reads `stream` until `needle` arrives or the deadline passes; everything read.
 fn read_until(
     stream: &mut std::io::BufReader<std::net::TcpStream>,
