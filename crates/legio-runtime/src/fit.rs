@@ -38,13 +38,12 @@ impl Calibrations {
         }
     }
 
-    /// Learns from one request; the ratio before and after, if the provider is known.
+    /// Learns from one request; the ratio before and after, if the sample was used.
     fn observe(&self, provider: &str, estimated: u64, reported: u64) -> Option<(f64, f64)> {
         let mut map = self.0.lock().ok()?;
         let c = map.get_mut(provider)?;
         let before = c.ratio;
-        c.observe(estimated, reported);
-        Some((before, c.ratio))
+        c.observe(estimated, reported).then_some((before, c.ratio))
     }
 }
 
