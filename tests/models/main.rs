@@ -378,7 +378,7 @@ fn a_tool_call_completes_end_to_end_non_streamed() {
 }
 
 #[test]
-fn a_server_that_refuses_streamed_tool_calls_shows_its_own_error() {
+fn a_server_that_refuses_streamed_tool_calls_gets_a_hint_that_names_the_setting() {
     if !enabled() {
         return;
     }
@@ -392,23 +392,30 @@ fn a_server_that_refuses_streamed_tool_calls_shows_its_own_error() {
             max_output_tokens: 32,
         },
     );
-    // stream_tools = true: the tools go with a streamed request, which this server refuses.
-    let config = dir.path().join("legio.toml");
-    let text = std::fs::read_to_string(&config).unwrap().replacen(
-        "stream_tools = false",
-        "stream_tools = true",
-        1,
-    );
-    std::fs::write(&config, text).unwrap();
+    // stream_tools = true: the tools go with a streamed request, which this server refuses
+    // after its headers (its words are only in its log): the error names the setting.
+    stream_tools(dir.path(), true);
     let (code, reply) = post(dir.path(), "Hello?");
     assert_eq!(code, 1, "{reply}");
     let error = reply["error"].as_str().unwrap();
-    assert!(
-        error.contains("Automatic streaming tool choice is not supported"),
-        "the server's own words: {error}"
-    );
+    assert!(error.contains("stream_tools = false"), "{error}");
+    assert!(server
+        .log_text()
+        .contains("Automatic streaming tool choice is not supported"));
     assert!(stored_replies(&records(dir.path())).is_empty());
     eprintln!("refused: {error}");
+}
+
+/// Sets `stream_tools` in the legion's provider (the model's own template ignores tools, so its
+/// requests with tools can stream).
+fn stream_tools(dir: &Path, on: bool) {
+    let config = dir.join("legio.toml");
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "stream_tools = false",
+        &format!("stream_tools = {on}"),
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
 }
 
 /// Reads `stream` until `needle` arrives or the deadline passes; everything read.
@@ -448,6 +455,7 @@ fn an_interrupted_stream_is_an_error_never_a_reply() {
             max_output_tokens: 400,
         },
     );
+    stream_tools(dir.path(), true);
     let mut serve = Command::new(env!("CARGO_BIN_EXE_legio"))
         .current_dir(dir.path())
         .env("LEGIO_CONFIG", dir.path().join("legio.toml"))

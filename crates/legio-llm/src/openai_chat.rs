@@ -400,7 +400,12 @@ async fn read_stream(
             }
         }
     }
-    Err(ended_early(http, events.seen, request_tokens))
+    Err(ended_early(
+        http,
+        events.seen,
+        request_tokens,
+        !request.tools.is_empty(),
+    ))
 }
 
 /// `[DONE]` without a `finish_reason`: the server stopped the reply (llama.cpp's server does when
@@ -421,9 +426,11 @@ fn stopped_early(http: &HttpClient, text: &str) -> ProviderError {
 
 /// A stream that closed before `[DONE]` with no error event: say so, with what the server
 /// likely refused when the request was large.
-fn ended_early(http: &HttpClient, seen: usize, request_tokens: u64) -> ProviderError {
+fn ended_early(http: &HttpClient, seen: usize, request_tokens: u64, tools: bool) -> ProviderError {
     let window = http.settings.context_window;
-    let hint = if request_tokens.saturating_mul(10) >= window.saturating_mul(7) {
+    let hint = if tools && seen == 0 {
+        "; the request offered tools and was streamed: a server that cannot stream tool calls (llama-cpp-python) ends such a stream at once, set stream_tools = false for this provider; see the server's log".to_owned()
+    } else if request_tokens.saturating_mul(10) >= window.saturating_mul(7) {
         format!(
             "; the request was large ({}), a server may abort a stream it cannot fit: see the server's log",
             http.overflow_hint(Some(request_tokens))

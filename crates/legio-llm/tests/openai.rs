@@ -944,6 +944,21 @@ async fn errors_name_the_cause_overflow_early_end_and_error_events() {
         "{e}"
     );
 
+    // A streamed request with tools that ends at once: the setting to change is named.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(sse_template(String::new()))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("local", settings(&server, true)).unwrap();
+    let mut req = request(DeliveryMode::Full, vec![], item(1, "user", "hi"));
+    req.tools = vec![lookup_tool()].into();
+    let e = provider.call(req).await.unwrap_err().to_string();
+    assert!(
+        e.contains("after 0 events") && e.contains("stream_tools = false"),
+        "{e}"
+    );
+
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(sse_template(
