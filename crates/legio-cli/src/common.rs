@@ -163,3 +163,25 @@ pub fn for_each_record(
         Ok(())
     })
 }
+
+/// Posts `text` as the user and prints a warning line on stderr for each compaction that failed
+/// during the turns (the turn goes on; older messages may be left out to fit the window).
+pub async fn post_with_warnings(
+    runtime: &Runtime,
+    conversation: &str,
+    text: &str,
+) -> std::result::Result<legio_runtime::Posted, legio_runtime::RuntimeError> {
+    let (sink, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let warnings = tokio::spawn(async move {
+        while let Some(step) = progress.recv().await {
+            if let legio_runtime::Progress::CompactionFailed { agent, reason } = step {
+                eprintln!("warning: {agent}: compacting the context failed ({reason}); the turn went on without a new summary");
+            }
+        }
+    });
+    let replies = runtime
+        .post_streaming(conversation, "user", text, sink)
+        .await;
+    let _ = warnings.await;
+    replies
+}

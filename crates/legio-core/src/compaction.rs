@@ -94,7 +94,22 @@ pub fn crosses_policy(
 ///   results right after it, ahead of messages logged in between; the summary covers a seq
 ///   range, so the cut must not fall inside such a reordering).
 pub fn summary_boundary(history: &[ContextItem], keep_recent: usize) -> usize {
-    let mut boundary = history.len().saturating_sub(keep_recent);
+    summary_boundary_before(history, keep_recent, Seq(u64::MAX))
+}
+
+/// [`summary_boundary`] that also stops before the first message at or after `protect_from`:
+/// the turn's question, so that compaction inside a tool loop never summarizes the question
+/// the loop answers, nor the loop itself.
+pub fn summary_boundary_before(
+    history: &[ContextItem],
+    keep_recent: usize,
+    protect_from: Seq,
+) -> usize {
+    let protected = history
+        .iter()
+        .position(|i| i.seq >= protect_from)
+        .unwrap_or(history.len());
+    let mut boundary = history.len().saturating_sub(keep_recent).min(protected);
     while boundary > 0 && !clean_cut(history, boundary) {
         boundary -= 1;
     }
@@ -106,7 +121,7 @@ pub fn covered_seq(history: &[ContextItem], boundary: usize) -> Option<Seq> {
     history[..boundary].iter().map(|i| i.seq).max()
 }
 
-fn clean_cut(history: &[ContextItem], boundary: usize) -> bool {
+pub(crate) fn clean_cut(history: &[ContextItem], boundary: usize) -> bool {
     let Some(covers) = covered_seq(history, boundary) else {
         return true;
     };
@@ -129,8 +144,8 @@ fn clean_cut(history: &[ContextItem], boundary: usize) -> bool {
     })
 }
 
-/// A message left out of the summarizer's input because it alone is larger than half the
-/// summarizer's window.
+/// A message left out of the summarizer's input because it alone is larger than a part's
+/// budget.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct LeftOut {
     /// Its seq.
@@ -141,7 +156,7 @@ pub struct LeftOut {
     pub tokens: u64,
 }
 
-/// The summarizer's input, split into parts that each fit half its window.
+/// The summarizer's input, split into parts that each fit a part's budget.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct SummaryJob {
     /// The parts, in log order (each non-empty); more than one means a merge call follows.
@@ -150,15 +165,16 @@ pub struct SummaryJob {
     pub left_out: Vec<LeftOut>,
 }
 
-/// Splits `items` (what is to be summarized) into parts of at most half of `summarizer_window`
-/// tokens each; a message larger than that on its own is left out and listed. The previous
-/// summary, if any, counts against the first part.
+/// Splits `items` (what is to be summarized) into parts of at most `part_budget` estimated
+/// tokens each (see [`crate::summarizer_part_budget`]: a part, the instructions and the output
+/// limit fit the summarizer's window); a message larger than that on its own is left out and
+/// listed. The previous summary, if any, counts against the first part.
 pub fn split_for_summarizer(
     items: &[ContextItem],
     previous: Option<&ContextSummary>,
-    summarizer_window: u64,
+    part_budget: u64,
 ) -> SummaryJob {
-    let budget = (summarizer_window / 2).max(1);
+    let budget = part_budget.max(1);
     let mut parts: Vec<Vec<ContextItem>> = Vec::new();
     let mut left_out = Vec::new();
     let mut current: Vec<ContextItem> = Vec::new();
@@ -414,10 +430,38 @@ mod tests {
     }
 
     #[test]
+    fn inside_a_tool_loop_the_question_and_the_loop_are_never_summarized() {
+        // The question at seq 5, then the loop: call, result, call, result (the new message
+        // of the step is the last result).
+        let history = vec![
+            text(1, 1),
+            text(2, 1),
+            text(3, 1),
+            text(4, 1),
+            text(5, 1),
+            call(6, "a"),
+            result(7, "a"),
+            call(8, "b"),
+        ];
+        assert_eq!(
+            summary_boundary(&history, 1),
+            7,
+            "unprotected, the question goes"
+        );
+        assert_eq!(summary_boundary_before(&history, 1, Seq(5)), 4);
+        assert_eq!(summary_boundary_before(&history, 1, Seq(1)), 0);
+        assert_eq!(
+            summary_boundary_before(&history, 6, Seq(5)),
+            2,
+            "keep_recent still holds"
+        );
+    }
+
+    #[test]
     fn parts_fit_half_the_window_and_oversized_messages_are_left_out_and_named() {
-        // ~258 tokens a message against a 2000-token window: 1000 per part, 3 messages a part.
+        // ~258 tokens a message, 1000 per part: 3 messages a part.
         let items: Vec<ContextItem> = (1..=7).map(|s| text(s, 200)).collect();
-        let job = split_for_summarizer(&items, None, 2_000);
+        let job = split_for_summarizer(&items, None, 1_000);
         assert_eq!(
             job.parts.iter().map(Vec::len).collect::<Vec<_>>(),
             [3, 3, 1]
@@ -425,7 +469,7 @@ mod tests {
         assert!(job.left_out.is_empty());
         let mut items = items;
         items.insert(2, text(99, 5_000));
-        let job = split_for_summarizer(&items, None, 2_000);
+        let job = split_for_summarizer(&items, None, 1_000);
         assert_eq!(job.left_out.len(), 1);
         assert_eq!(job.left_out[0].seq, Seq(99));
         assert_eq!(
@@ -440,7 +484,7 @@ mod tests {
             covers_up_to: Seq(0),
             text: "x ".repeat(2_000),
         };
-        let job = split_for_summarizer(&items[..3], Some(&previous), 2_000);
+        let job = split_for_summarizer(&items[..3], Some(&previous), 1_000);
         assert_eq!(job.parts[0].len(), 1);
         let prompt = part_prompt(Some(&previous), &job.parts[0], 0, job.parts.len());
         assert!(prompt.contains("<previous_summary") && prompt.contains("part 1 of"));

@@ -3,6 +3,7 @@
 //! stores (directives, notes, notebooks: events, projection and permissions). No IO, no clock or randomness reads, no async runtime: time and random
 //! bytes are passed in by the caller.
 
+mod budget;
 mod compaction;
 mod context;
 mod context_item;
@@ -25,10 +26,14 @@ mod visibility;
 #[cfg(test)]
 mod test_support;
 
+pub use budget::{
+    fit_to_window, summarizer_part_budget, Budget, BudgetError, Calibration, Fitted, MAX_RATIO,
+    MIN_RATIO, PRIOR_RATIO, SAFETY_MARGIN,
+};
 pub use compaction::{
     covered_seq, crosses_policy, finish_summary, merge_prompt, needs_compaction, part_prompt,
-    split_for_summarizer, summary_boundary, summary_tokens, CompactionPolicy, ContextSummary,
-    LeftOut, SummaryJob, SUMMARIZER_PROMPT,
+    split_for_summarizer, summary_boundary, summary_boundary_before, summary_tokens,
+    CompactionPolicy, ContextSummary, LeftOut, SummaryJob, SUMMARIZER_PROMPT,
 };
 pub use context::{
     plan_context, plan_context_with_summary, triggers_turn, ContextItem, ContextPlan,
@@ -59,7 +64,9 @@ pub use name::{
 pub use seq::{Seq, SeqRange};
 pub use session::{AgentSessionState, FailedInfo, SessionInfo, SessionStatus, SummaryRef};
 pub use timestamp::Timestamp;
-pub use tokens::{estimate_message_tokens, estimate_tokens, estimate_tokens_for_model};
+pub use tokens::{
+    estimate_message_tokens, estimate_tokens, estimate_tokens_for_model, exact_tokens_for_model,
+};
 pub use tool_calls::{
     has_tool_result, settle_tool_calls, tool_call_ids, INTERRUPTED, RESULTS_LEFT_OUT,
 };

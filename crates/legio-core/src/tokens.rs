@@ -23,13 +23,19 @@ pub fn estimate_tokens(text: &str) -> u64 {
 /// uses for that model, embedded in the binary; the first use of each vocabulary builds it),
 /// otherwise the [`estimate_tokens`] heuristic. Used when a provider reports no usage.
 pub fn estimate_tokens_for_model(model: &str, text: &str) -> u64 {
+    exact_tokens_for_model(model, text).unwrap_or_else(|| estimate_tokens(text))
+}
+
+/// Tokens of `text` counted with `model`'s own vocabulary, when it is one tiktoken knows
+/// (OpenAI-family models); `None` otherwise: the caller has no exact count.
+pub fn exact_tokens_for_model(model: &str, text: &str) -> Option<u64> {
     use tiktoken_rs::tokenizer::{get_tokenizer, Tokenizer};
     let bpe = match get_tokenizer(model) {
         Some(Tokenizer::O200kBase) => tiktoken_rs::o200k_base_singleton(),
         Some(Tokenizer::Cl100kBase) => tiktoken_rs::cl100k_base_singleton(),
-        _ => return estimate_tokens(text),
+        _ => return None,
     };
-    bpe.encode_with_special_tokens(text).len() as u64
+    Some(bpe.encode_with_special_tokens(text).len() as u64)
 }
 
 /// Estimated tokens of a message's parts, plus a few for its framing (sender, id).
@@ -69,6 +75,8 @@ mod tests {
         assert_eq!(estimate_tokens_for_model("gpt-4-0613", "hello world"), 2);
         assert_eq!(estimate_tokens_for_model("llama3.2", "hello world"), 3);
         assert_eq!(estimate_tokens_for_model("gpt-4o", ""), 0);
+        assert_eq!(exact_tokens_for_model("gpt-4o", "hello world"), Some(2));
+        assert_eq!(exact_tokens_for_model("smollm2", "hello world"), None);
     }
 
     #[test]

@@ -46,6 +46,23 @@ impl ProviderSettings {
         }
     }
 
+    /// The reply's output limit the provider sends (0: the kind sends none and the window
+    /// needs no reserve for it: `scripted`, `claude-code`).
+    pub fn max_output_tokens(&self) -> u64 {
+        match self {
+            Self::OpenAiChat(s) | Self::AnthropicMessages(s) | Self::OpenAiResponses(s) => {
+                u64::from(s.max_output_tokens)
+            }
+            Self::Scripted(_) | Self::ClaudeCode(_) => 0,
+        }
+    }
+
+    /// Whether the provider counts tokens with legio's own estimate (the scripted provider),
+    /// so estimates need no calibration.
+    pub fn counts_like_estimates(&self) -> bool {
+        matches!(self, Self::Scripted(_))
+    }
+
     /// The context window the settings claim.
     pub fn context_window(&self) -> u64 {
         match self {

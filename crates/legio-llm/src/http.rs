@@ -232,8 +232,20 @@ impl HttpClient {
 
     /// A failure as the error the runtime records, saying what to check.
     pub fn error(&self, failure: HttpFailure) -> ProviderError {
+        self.error_for(failure, None)
+    }
+
+    /// [`HttpClient::error`] for a request of about `request_tokens` tokens: a refusal that
+    /// names the context window gets a hint with the window and the request's size.
+    pub fn error_for(&self, failure: HttpFailure, request_tokens: Option<u64>) -> ProviderError {
         let s = &self.settings;
         let message = match failure {
+            HttpFailure::Status { status, body } if is_context_overflow(&body) => format!(
+                "{}: HTTP {status} from {}: the request is over the model's context window: {}: {body}",
+                self.name,
+                s.base_url,
+                self.overflow_hint(request_tokens)
+            ),
             HttpFailure::Status { status, body } => {
                 let hint = match status.as_u16() {
                     401 => match &s.api_key_env {
@@ -272,12 +284,41 @@ impl HttpClient {
         ProviderError::Failed { message }
     }
 
+    /// The window, the output limit and the request's estimated size, for an overflow.
+    pub fn overflow_hint(&self, request_tokens: Option<u64>) -> String {
+        let s = &self.settings;
+        let size = request_tokens.map_or_else(String::new, |t| {
+            format!("the request was about {t} tokens (estimated) plus ")
+        });
+        format!(
+            "{size}max_output_tokens {} against context_window {}; set context_window to the server's real window so that legio compacts before it is reached",
+            s.max_output_tokens, s.context_window
+        )
+    }
+
     /// A malformed reply.
     pub fn malformed(&self, what: impl std::fmt::Display) -> ProviderError {
         ProviderError::Failed {
             message: format!("{}: malformed reply: {what}", self.name),
         }
     }
+}
+
+/// Whether an error body says the request was over the model's window (OpenAI's and vLLM's
+/// `context_length_exceeded`, llama.cpp's "exceed context window", Anthropic's "prompt is too
+/// long", Ollama's "context length").
+pub fn is_context_overflow(body: &str) -> bool {
+    let body = body.to_ascii_lowercase();
+    [
+        "context_length_exceeded",
+        "exceed context window",
+        "exceeds the context window",
+        "maximum context length",
+        "context length",
+        "prompt is too long",
+    ]
+    .iter()
+    .any(|needle| body.contains(needle))
 }
 
 fn describe_transport(e: &reqwest::Error) -> String {
@@ -361,6 +402,8 @@ pub enum JsonEvent {
 /// error naming the provider.
 pub struct JsonEvents<'a> {
     http: &'a HttpClient,
+    /// How many events were read so far (for the error of a stream that ends early).
+    pub seen: usize,
     events: std::pin::Pin<Box<dyn Stream<Item = Result<SseEvent, HttpFailure>> + Send + 'a>>,
 }
 
@@ -377,6 +420,7 @@ impl<'a> JsonEvents<'a> {
     pub fn new(http: &'a HttpClient, response: reqwest::Response) -> Self {
         Self {
             http,
+            seen: 0,
             events: Box::pin(sse(response)),
         }
     }
@@ -386,12 +430,22 @@ impl<'a> JsonEvents<'a> {
     pub async fn next(&mut self) -> Result<Option<JsonEvent>, ProviderError> {
         while let Some(event) = self.events.next().await {
             let event = event.map_err(|f| self.http.error(f))?;
+            self.seen += 1;
             let data = event.data.trim();
             if data == "[DONE]" {
                 return Ok(Some(JsonEvent::Done));
             }
             if data.is_empty() {
                 continue;
+            }
+            if event.event == "error" && !data.starts_with('{') {
+                return Err(ProviderError::Failed {
+                    message: format!(
+                        "{}: the provider reported an error in the stream: {}",
+                        self.http.name,
+                        cut(data, 2000)
+                    ),
+                });
             }
             let value: serde_json::Value = serde_json::from_str(data).map_err(|e| {
                 self.http.malformed(format!(

@@ -27,4 +27,7 @@ pub use render::{
     ToolCallPart, ToolResultPart,
 };
 pub use scripted::{Fault, RecordedRequest, ScriptedConfig, ScriptedProvider};
-pub use settings::{ClaudeCodeSettings, HttpSettings, RetrySettings, KINDS};
+pub use settings::{
+    default_max_output_tokens, is_openai_api, ClaudeCodeSettings, HttpSettings, RetrySettings,
+    KINDS,
+};

@@ -5,7 +5,7 @@
 //! function`); the model's calls come back in `message.tool_calls`, or streamed as
 //! `delta.tool_calls` fragments accumulated by `index`.
 
-use legio_core::{estimate_tokens_for_model, History, TokenUsage};
+use legio_core::{estimate_tokens_for_model, exact_tokens_for_model, History, TokenUsage};
 use serde_json::{json, Value};
 
 use crate::http::{self, Auth, BuildError, HttpClient};
@@ -13,7 +13,7 @@ use crate::provider::{
     Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
 };
 use crate::render::{structured_turns, ChatRole, ToolCallPart};
-use crate::settings::HttpSettings;
+use crate::settings::{is_openai_api, HttpSettings};
 
 /// The Chat Completions provider.
 #[derive(Debug)]
@@ -31,24 +31,36 @@ impl OpenAiChat {
 
     async fn run(&self, request: ProviderRequest) -> Result<ProviderReply, ProviderError> {
         let body = request_body(&self.http.settings, &request);
+        let request_tokens = || request_tokens(&self.http.settings.model, &body);
         let response = self
             .http
             .post_json("chat/completions", &body)
             .await
-            .map_err(|f| self.http.error(f))?;
-        let (text, usage, tool_calls) = if self.http.settings.stream {
-            read_stream(&self.http, response, &request).await?
+            .map_err(|f| self.http.error_for(f, Some(request_tokens())))?;
+        let (text, usage, tool_calls) = if body["stream"] == Value::Bool(true) {
+            read_stream(&self.http, response, &request, request_tokens()).await?
         } else {
             let body = http::json_body(response)
                 .await
                 .map_err(|e| self.http.malformed(e))?;
             read_body(&self.http, &body)?
         };
+        if text.trim().is_empty() && tool_calls.is_empty() {
+            return Err(ProviderError::Failed {
+                message: format!(
+                    "{}: the reply is empty (no text and no tool call); nothing was recorded",
+                    self.http.name
+                ),
+            });
+        }
         self.http.record_ok();
-        let usage = usage.unwrap_or_else(|| estimate(&self.http.settings.model, &body, &text));
+        // A server that reports no usage (llama-cpp-python's streams): counted exactly where
+        // the model's vocabulary is known, otherwise none (the runtime estimates it, and never
+        // calibrates against its own estimate).
+        let usage = usage.or_else(|| exact_usage(&self.http.settings.model, &body, &text));
         Ok(ProviderReply {
             text,
-            usage: Some(usage),
+            usage,
             provider_session: None,
             tool_calls,
         })
@@ -71,8 +83,60 @@ impl Provider for OpenAiChat {
 
 /// The request body: the system prompt, then the plan's messages mapped to Chat Completions
 /// messages (the agent's own as `assistant` with its `tool_calls`, everyone else's as `user`
-/// with the sender's `name`, tool results as `tool` messages with their `tool_call_id`).
+/// with the sender's `name`, and with `[sender]: ` in front of the text when
+/// `sender_labels` is on; tool results as `tool` messages with their `tool_call_id`), the
+/// output limit, and the tools with `tool_choice: "auto"` (non-streamed when `stream_tools` is
+/// off).
 pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value {
+    let messages = messages(settings, request);
+    let stream = settings.stream && (settings.stream_tools || request.tools.is_empty());
+    let mut body = json!({
+        "model": settings.model,
+        "messages": messages,
+        "stream": stream,
+    });
+    // OpenAI's own API wants `max_completion_tokens` (its reasoning models refuse `max_tokens`);
+    // compatible servers (llama.cpp, Ollama, vLLM) read `max_tokens`.
+    let limit_field = if is_openai_api(&settings.base_url) {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    body[limit_field] = json!(settings.max_output_tokens);
+    if stream {
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    if !request.tools.is_empty() {
+        body["tools"] = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.parameters,
+                    },
+                })
+            })
+            .collect();
+        // Explicit: some servers read a missing `tool_choice` as "none".
+        body["tool_choice"] = json!("auto");
+    }
+    body
+}
+
+/// The user text of another sender's turn: labelled `[sender]: text` when asked (the user's
+/// own text goes as it is).
+fn labelled(settings: &HttpSettings, name: Option<&str>, text: &str) -> String {
+    match name {
+        Some(name) if settings.sender_labels && name != "user" => format!("[{name}]: {text}"),
+        _ => text.to_owned(),
+    }
+}
+
+fn messages(settings: &HttpSettings, request: &ProviderRequest) -> Vec<Value> {
     let mut messages = vec![json!({"role": "system", "content": request.system_prompt})];
     for turn in structured_turns(&request.agent, &request.plan, request.status.as_deref()) {
         for result in &turn.tool_results {
@@ -112,7 +176,8 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
                 if turn.text.is_empty() {
                     continue;
                 }
-                let mut message = json!({"role": "user", "content": turn.text});
+                let content = labelled(settings, turn.name.as_deref(), &turn.text);
+                let mut message = json!({"role": "user", "content": content});
                 if let Some(name) = &turn.name {
                     message["name"] = json!(name);
                 }
@@ -120,31 +185,7 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
             }
         }
     }
-    let mut body = json!({
-        "model": settings.model,
-        "messages": messages,
-        "stream": settings.stream,
-    });
-    if settings.stream {
-        body["stream_options"] = json!({"include_usage": true});
-    }
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": t.name,
-                        "description": t.description,
-                        "parameters": t.parameters,
-                    },
-                })
-            })
-            .collect();
-    }
-    body
+    messages
 }
 
 fn usage_of(value: &Value) -> Option<TokenUsage> {
@@ -313,15 +354,23 @@ async fn read_stream(
     http: &HttpClient,
     response: reqwest::Response,
     request: &ProviderRequest,
+    request_tokens: u64,
 ) -> Result<Read, ProviderError> {
     let mut events = http::JsonEvents::new(http, response);
     let (mut text, mut usage) = (String::new(), None);
     let mut calls: Vec<StreamedCall> = Vec::new();
+    let mut finished = false;
     while let Some(event) = events.next().await? {
         let chunk = match event {
-            http::JsonEvent::Done => return Ok((text, usage, finish_calls(http, calls)?)),
+            http::JsonEvent::Done if finished => {
+                return Ok((text, usage, finish_calls(http, calls)?))
+            }
+            http::JsonEvent::Done => return Err(stopped_early(http, &text)),
             http::JsonEvent::Json { value, .. } => value,
         };
+        finished |= chunk
+            .pointer("/choices/0/finish_reason")
+            .is_some_and(Value::is_string);
         if let Some(e) = api_error(http, &chunk) {
             return Err(e);
         }
@@ -352,21 +401,69 @@ async fn read_stream(
             }
         }
     }
-    Err(http.malformed("the stream ended before [DONE]"))
+    Err(ended_early(
+        http,
+        events.seen,
+        request_tokens,
+        !request.tools.is_empty(),
+    ))
 }
 
-/// A token estimate with the model's own vocabulary when it is an OpenAI model.
-fn estimate(model: &str, body: &Value, text: &str) -> TokenUsage {
-    let input: String = body["messages"]
+/// `[DONE]` without a `finish_reason`: the server stopped the reply (llama.cpp's server does when
+/// another request waits for the model); what arrived is not a reply.
+fn stopped_early(http: &HttpClient, text: &str) -> ProviderError {
+    let got = if text.is_empty() {
+        "no text".to_owned()
+    } else {
+        format!("{} characters of text", text.chars().count())
+    };
+    ProviderError::Failed {
+        message: format!(
+            "{}: the server ended the stream without finishing the reply (no finish_reason, {got}); it was interrupted, often because another request was waiting for the same model; nothing was recorded",
+            http.name
+        ),
+    }
+}
+
+/// A stream that closed before `[DONE]` with no error event: say so, with what the server
+/// likely refused when the request was large.
+fn ended_early(http: &HttpClient, seen: usize, request_tokens: u64, tools: bool) -> ProviderError {
+    let window = http.settings.context_window;
+    let hint = if tools && seen == 0 {
+        "; the request offered tools and was streamed: a server that cannot stream tool calls (llama-cpp-python) ends such a stream at once, set stream_tools = false for this provider; see the server's log".to_owned()
+    } else if request_tokens.saturating_mul(10) >= window.saturating_mul(7) {
+        format!(
+            "; the request was large ({}), a server may abort a stream it cannot fit: see the server's log",
+            http.overflow_hint(Some(request_tokens))
+        )
+    } else {
+        "; the server sent no error: see the server's log".to_owned()
+    };
+    http.malformed(format!(
+        "the stream ended before [DONE] after {seen} events{hint}"
+    ))
+}
+
+fn request_text(body: &Value) -> String {
+    body["messages"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(|m| m["content"].as_str())
         .collect::<Vec<_>>()
-        .join("\n");
-    TokenUsage {
-        input: estimate_tokens_for_model(model, &input),
-        output: estimate_tokens_for_model(model, text),
+        .join("\n")
+}
+
+/// A token estimate of the request, with the model's own vocabulary when it is an OpenAI model.
+fn request_tokens(model: &str, body: &Value) -> u64 {
+    estimate_tokens_for_model(model, &request_text(body))
+}
+
+/// Usage counted with the model's own vocabulary, when tiktoken knows it.
+fn exact_usage(model: &str, body: &Value, text: &str) -> Option<TokenUsage> {
+    Some(TokenUsage {
+        input: exact_tokens_for_model(model, &request_text(body))?,
+        output: exact_tokens_for_model(model, text)?,
         ..TokenUsage::default()
-    }
+    })
 }

@@ -133,6 +133,7 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
         "input": input,
         "store": true,
         "stream": settings.stream,
+        "max_output_tokens": settings.max_output_tokens,
     });
     if let Some(previous) = &request.resume {
         body["previous_response_id"] = json!(previous);

@@ -58,15 +58,39 @@ pub struct HttpSettings {
     pub retry: RetrySettings,
     /// The model's context window in tokens.
     pub context_window: u64,
-    /// The most tokens a reply may have (`max_tokens`; required by Anthropic).
+    /// The most tokens a reply may have, sent by every kind in the field its API expects
+    /// (`openai-chat`: `max_completion_tokens` to OpenAI, `max_tokens` elsewhere;
+    /// `openai-responses`: `max_output_tokens`; `anthropic-messages`: `max_tokens`). A reply cut
+    /// there is an error. See [`default_max_output_tokens`].
     pub max_output_tokens: u32,
+    /// Whether replies are streamed when tools are offered (`stream_tools`; `openai-chat` only).
+    /// Some local servers (llama-cpp-python) refuse a streamed request whose `tool_choice` is
+    /// `"auto"`: `false` sends such requests non-streamed.
+    pub stream_tools: bool,
+    /// Whether other senders' messages carry their name in the text (`[bob]: ...`), for chat
+    /// templates that drop the `name` field (`sender_labels`; `openai-chat` only). Default: on,
+    /// except for OpenAI's own API (see [`HttpSettings::new`]).
+    pub sender_labels: bool,
+}
+
+/// The output limit when the configuration sets none: 4096 tokens, or a quarter of a smaller
+/// window (a 2,048-token model gets 512), so a reply never takes the whole window.
+pub fn default_max_output_tokens(context_window: u64) -> u32 {
+    u32::try_from((context_window / 4).clamp(16, 4096)).unwrap_or(4096)
+}
+
+/// Whether `base_url` is OpenAI's own API (which reads `name` and wants `max_completion_tokens`).
+pub fn is_openai_api(base_url: &str) -> bool {
+    base_url.contains("://api.openai.com")
 }
 
 impl HttpSettings {
     /// Settings with the defaults for everything but where and which model.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
+        let base_url: String = base_url.into();
+        let sender_labels = !is_openai_api(&base_url);
         Self {
-            base_url: base_url.into(),
+            base_url,
             model: model.into(),
             api_key_env: None,
             stream: true,
@@ -74,7 +98,9 @@ impl HttpSettings {
             read_timeout: Duration::from_secs(120),
             retry: RetrySettings::default(),
             context_window: 128_000,
-            max_output_tokens: 4096,
+            max_output_tokens: default_max_output_tokens(128_000),
+            stream_tools: true,
+            sender_labels,
         }
     }
 

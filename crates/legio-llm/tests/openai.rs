@@ -85,6 +85,7 @@ fn chat_stream(parts: &[&str]) -> String {
         .iter()
         .map(|p| json!({"choices": [{"index": 0, "delta": {"content": p}}]}))
         .collect();
+    events.push(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}));
     events.push(json!({"choices": [], "usage": {"prompt_tokens": 42, "completion_tokens": 7, "prompt_tokens_details": {"cached_tokens": 40}}}));
     format!("{}data: [DONE]\n\n", sse(&events))
 }
@@ -184,6 +185,18 @@ async fn chat_request_has_roles_names_and_tool_ids_and_streams_with_usage() {
     assert_eq!(messages[3]["tool_call_id"], "call_1");
     assert_eq!(messages[3]["content"], "five messages");
     assert_eq!(messages[4]["name"], "bob");
+    assert_eq!(
+        messages[4]["content"], "[bob]: I agree",
+        "a local server gets the sender in the text too"
+    );
+    assert_eq!(
+        messages[1]["content"], "hello",
+        "the user's own text goes as it is"
+    );
+    assert_eq!(
+        body["max_tokens"], 4096,
+        "the output limit, as compatible servers read it"
+    );
     assert_eq!(messages[5]["content"], "@ann what now?");
 }
 
@@ -658,7 +671,8 @@ async fn chat_whole_reply_tool_calls_are_returned_and_no_tools_sends_no_tools_ke
         calls_of(&reply),
         [("call_z".into(), "lookup".into(), "{\"word\":\"z\"}".into())]
     );
-    assert!(bodies(&server).await[0].get("tools").is_none());
+    let body = &bodies(&server).await[0];
+    assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
 }
 
 #[tokio::test]
@@ -784,4 +798,187 @@ async fn a_cut_reply_or_an_out_of_range_tool_index_is_an_error() {
             "{e}"
         );
     }
+}
+
+/// The issue-17 wire shapes of `openai-chat`: the output limit in the field each API reads,
+/// `tool_choice` sent explicitly, tools sent non-streamed when `stream_tools` is off, sender
+/// labels as a setting, and `max_output_tokens` for `openai-responses`.
+#[test]
+fn output_limits_tool_choice_stream_tools_and_sender_labels() {
+    let (history, new) = history();
+    let mut req = request(DeliveryMode::Full, history, new);
+    let mut local = HttpSettings::new("http://127.0.0.1:8080/v1", "smol");
+    local.max_output_tokens = 300;
+    let body = legio_llm::openai_chat::request_body(&local, &req);
+    assert_eq!(body["max_tokens"], 300);
+    assert!(body.get("max_completion_tokens").is_none());
+    assert!(
+        body.get("tool_choice").is_none(),
+        "no tools, no tool_choice"
+    );
+
+    let mut openai = HttpSettings::new("https://api.openai.com/v1", "gpt-5-mini");
+    openai.max_output_tokens = 700;
+    let body = legio_llm::openai_chat::request_body(&openai, &req);
+    assert_eq!(body["max_completion_tokens"], 700);
+    assert!(body.get("max_tokens").is_none());
+    assert_eq!(
+        body["messages"][4]["content"], "I agree",
+        "OpenAI reads `name`: no label by default"
+    );
+    assert_eq!(body["messages"][4]["name"], "bob");
+
+    req.tools = vec![lookup_tool()].into();
+    let body = legio_llm::openai_chat::request_body(&local, &req);
+    assert_eq!(body["tool_choice"], "auto");
+    assert_eq!(body["stream"], true);
+    local.stream_tools = false;
+    let body = legio_llm::openai_chat::request_body(&local, &req);
+    assert_eq!(body["stream"], false, "tools with stream_tools = false");
+    assert!(body.get("stream_options").is_none());
+    req.tools = Default::default();
+    let body = legio_llm::openai_chat::request_body(&local, &req);
+    assert_eq!(
+        body["stream"], true,
+        "without tools the stream setting holds"
+    );
+    local.sender_labels = false;
+    let body = legio_llm::openai_chat::request_body(&local, &req);
+    assert_eq!(body["messages"][4]["content"], "I agree");
+
+    let mut responses = HttpSettings::new("https://api.openai.com/v1", "gpt-4o-mini");
+    responses.max_output_tokens = 900;
+    let body = legio_llm::openai_responses::request_body(&responses, &req);
+    assert_eq!(body["max_output_tokens"], 900);
+}
+
+/// llama.cpp's server ends an interrupted stream with the role chunk and `[DONE]`: no text, no
+/// finish_reason. That is an error, never an empty reply; so is a stream that stops mid-text
+/// without a finish_reason, and a finished reply with nothing in it.
+#[tokio::test]
+async fn an_interrupted_or_empty_stream_is_an_error_never_an_empty_reply() {
+    let role =
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": null}]});
+    let text = json!({"choices": [{"index": 0, "delta": {"content": "Once upon"}, "finish_reason": null}]});
+    let stop = json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]});
+    for (events, needle) in [
+        (vec![role.clone()], "no finish_reason, no text"),
+        (vec![role.clone(), text], "9 characters"),
+        (vec![role, stop], "the reply is empty"),
+    ] {
+        let server = MockServer::start().await;
+        Mock::given(method("POST"))
+            .respond_with(sse_template(format!("{}data: [DONE]\n\n", sse(&events))))
+            .mount(&server)
+            .await;
+        let provider = OpenAiChat::new("local", settings(&server, true)).unwrap();
+        let e = provider
+            .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(needle), "{needle}: {e}");
+    }
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}]
+        })))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("local", settings(&server, false)).unwrap();
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("the reply is empty"), "{e}");
+}
+
+/// Errors name the cause: a context overflow (llama.cpp's 400, OpenAI's code) gets the window
+/// and the request's size, not "check model"; a stream that closes early says how far it got;
+/// an error event with a plain-text payload is shown as the server's words.
+#[tokio::test]
+async fn errors_name_the_cause_overflow_early_end_and_error_events() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(400).set_body_json(json!({"error": {
+            "message": "Requested tokens (2055) exceed context window of 2048",
+            "type": "invalid_request_error", "code": "context_length_exceeded"}})))
+        .mount(&server)
+        .await;
+    let mut s = settings(&server, false);
+    s.context_window = 2048;
+    s.max_output_tokens = 512;
+    let provider = OpenAiChat::new("local", s).unwrap();
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("over the model's context window"), "{e}");
+    assert!(
+        e.contains("context_window 2048") && e.contains("max_output_tokens 512"),
+        "{e}"
+    );
+    assert!(
+        e.contains("Requested tokens (2055)"),
+        "the server's words: {e}"
+    );
+    assert!(!e.contains("check model"), "{e}");
+
+    let role = json!({"choices": [{"index": 0, "delta": {"role": "assistant"}}]});
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(sse_template(sse(&[role])))
+        .mount(&server)
+        .await;
+    let mut s = settings(&server, true);
+    s.context_window = 100;
+    s.max_output_tokens = 20;
+    let provider = OpenAiChat::new("local", s).unwrap();
+    let big = "many words of a long request ".repeat(40);
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", &big)))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("before [DONE] after 1 events"), "{e}");
+    assert!(
+        e.contains("context_window 100") && e.contains("server's log"),
+        "{e}"
+    );
+
+    // A streamed request with tools that ends at once: the setting to change is named.
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(sse_template(String::new()))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("local", settings(&server, true)).unwrap();
+    let mut req = request(DeliveryMode::Full, vec![], item(1, "user", "hi"));
+    req.tools = vec![lookup_tool()].into();
+    let e = provider.call(req).await.unwrap_err().to_string();
+    assert!(
+        e.contains("after 0 events") && e.contains("stream_tools = false"),
+        "{e}"
+    );
+
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(sse_template(
+            "event: error\ndata: Automatic streaming tool choice is not supported\n\n".into(),
+        ))
+        .mount(&server)
+        .await;
+    let provider = OpenAiChat::new("local", settings(&server, true)).unwrap();
+    let e = provider
+        .call(request(DeliveryMode::Full, vec![], item(1, "user", "hi")))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("error in the stream: Automatic streaming tool choice"),
+        "{e}"
+    );
 }

@@ -1,5 +1,5 @@
-//! Running a compaction before a turn: the summarizer calls (one per part that fits half the
-//! summarizer's window, then a merge), and the `SummaryRecorded` event. A failed or empty
+//! Running a compaction before a turn: the summarizer calls (one per part that fits the
+//! summarizer's window with its instructions and output limit, then a merge), and the `SummaryRecorded` event. A failed or empty
 //! summarization records nothing: the turn keeps its uncompacted context (never lose context
 //! because compaction failed), with a warning and a metric.
 
@@ -26,14 +26,15 @@ enum Failure {
     Empty,
 }
 
-/// Summarizes `job` for `agent` and records the summary. Returns whether a summary was recorded;
-/// `Err` only when the log itself fails.
+/// Summarizes `job` for `agent` and records the summary. Returns `Ok(Ok(()))` when a summary
+/// was recorded, `Ok(Err(why))` when none was (the turn goes on without it); `Err` only when
+/// the log itself fails.
 pub(crate) async fn compact(
     shared: &Shared,
     conversation: &ConversationKey,
     spec: &AgentSpec,
     job: CompactionJob,
-) -> Result<bool, RuntimeError> {
+) -> Result<Result<(), String>, RuntimeError> {
     let agent = &spec.name;
     let name = spec.summarizer.as_deref().unwrap_or(&spec.provider);
     let summarizer =
@@ -45,7 +46,7 @@ pub(crate) async fn compact(
                 agent: agent.to_string(),
                 provider: name.to_owned(),
             })?;
-    match summarize(shared, conversation, agent, summarizer.as_ref(), &job).await {
+    match summarize(shared, conversation, agent, name, summarizer.as_ref(), &job).await {
         Ok(text) => {
             let tokens_after = estimate_tokens(&text) + job.kept_tokens;
             shared
@@ -62,7 +63,7 @@ pub(crate) async fn compact(
             metrics::counter!(m::COMPACTIONS, "agent" => agent.to_string(), "outcome" => "ok")
                 .increment(1);
             tracing::info!(%agent, %conversation, covers_up_to = %job.covers_up_to, tokens_before = job.tokens_before, tokens_after, "context compacted");
-            Ok(true)
+            Ok(Ok(()))
         }
         Err(failure) => {
             let (outcome, reason) = match failure {
@@ -72,7 +73,7 @@ pub(crate) async fn compact(
             metrics::counter!(m::COMPACTIONS, "agent" => agent.to_string(), "outcome" => outcome)
                 .increment(1);
             tracing::warn!(%agent, %conversation, %reason, "compaction failed; the turn keeps its uncompacted context");
-            Ok(false)
+            Ok(Err(reason))
         }
     }
 }
@@ -81,11 +82,13 @@ async fn summarize(
     shared: &Shared,
     conversation: &ConversationKey,
     agent: &AgentName,
+    summarizer_name: &str,
     summarizer: &dyn Provider,
     job: &CompactionJob,
 ) -> Result<String, Failure> {
     let window = summarizer.capabilities().context_window;
-    let split = split_for_summarizer(&job.items, job.previous.as_ref(), window);
+    let budget = crate::fit::summarizer_budget(shared, summarizer_name, window);
+    let split = split_for_summarizer(&job.items, job.previous.as_ref(), budget);
     let count = split.parts.len();
     let mut partials = Vec::with_capacity(count);
     for (index, part) in split.parts.iter().enumerate() {

@@ -7,6 +7,7 @@ mod compact;
 mod config;
 mod dispatch;
 mod error;
+mod fit;
 mod heartbeat;
 mod memory;
 mod messages;

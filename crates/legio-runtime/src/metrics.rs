@@ -32,6 +32,8 @@ pub const COMPACTIONS: &str = "legio_compactions_total";
 
 /// Tool calls run in agent loops, labelled by `tool` and `outcome` (ok, error).
 pub const TOOL_CALLS: &str = "legio_tool_calls_total";
+/// Requests whose oldest messages were left out to fit the model's window, by agent.
+pub const CONTEXT_LEFT_OUT: &str = "legio_context_left_out_total";
 
 /// Explicit buckets for [`TURN_LATENCY`], in seconds.
 pub const TURN_LATENCY_BUCKETS: [f64; 14] = [
@@ -66,7 +68,11 @@ pub fn describe() {
     metrics::describe_counter!(REAPED, "Agent actors stopped by the idle reaper");
     metrics::describe_counter!(
         COMPACTIONS,
-        "Context compactions by agent and outcome (a failed one keeps the full context)"
+        "Context compactions by agent and outcome (after a failed one the turn goes on without a summary, cut to fit the window)"
+    );
+    metrics::describe_counter!(
+        CONTEXT_LEFT_OUT,
+        "Requests whose oldest messages were left out to fit the model's window"
     );
     metrics::describe_counter!(
         TOOL_CALLS,

@@ -3,7 +3,7 @@
 
 use legio_core::{
     covered_seq, crosses_policy, decide_session, estimate_message_tokens,
-    plan_context_with_summary, summary_boundary, triggers_turn, AgentSessionState, Audience,
+    plan_context_with_summary, summary_boundary_before, triggers_turn, AgentSessionState, Audience,
     ContextItem, ContextPlan, ContextSummary, ConversationKey, Delivery, Event, History, Message,
     MessageId, Participant, Record, Seq, SessionDecision, SessionFacts, SessionId, SessionInfo,
     SessionStatus, Timestamp,
@@ -177,14 +177,16 @@ pub struct CompactionJob {
 
 /// Whether `turn` (a full or bootstrap context) crosses the agent's compaction policy, and if so
 /// what to summarize: everything before the last `keep_recent` messages, with the boundary moved
-/// so that no tool call is separated from its result. `fixed_tokens`: the system prompt's.
-/// Blocks on a log read.
+/// so that no tool call is separated from its result, and never past `question` (the turn's
+/// message: inside a tool loop, the question and the loop are never summarized).
+/// `fixed_tokens`: the system prompt's and the tools'. Blocks on a log read.
 pub fn compaction_job(
     log: &dyn EventLog,
     inputs: &TurnInputs<'_>,
     turn: &PreparedTurn,
     context_window: u64,
     fixed_tokens: u64,
+    question: Seq,
 ) -> Result<Option<CompactionJob>, RuntimeError> {
     let plan = &turn.plan;
     if matches!(turn.decision.delivery, Delivery::Delta { .. }) {
@@ -196,7 +198,7 @@ pub fn compaction_job(
     if !crosses_policy(policy, plan.history.len(), tokens, context_window) {
         return Ok(None);
     }
-    let boundary = summary_boundary(&plan.history, policy.keep_recent);
+    let boundary = summary_boundary_before(&plan.history, policy.keep_recent, question);
     if boundary == 0 {
         return Ok(None);
     }

@@ -25,6 +25,14 @@ pub enum Progress {
         /// The fragment.
         text: String,
     },
+    /// Compacting the agent's context failed; the turn goes on without a new summary (older
+    /// messages may be left out to fit the window). A warning, not the turn's outcome.
+    CompactionFailed {
+        /// The agent.
+        agent: AgentName,
+        /// Why no summary was made.
+        reason: String,
+    },
     /// The agent's turn ended: its reply, or its error. Sent after every fragment of the turn.
     AgentDone {
         /// The reply (with `error` set if the turn failed).

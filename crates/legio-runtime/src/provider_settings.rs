@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use legio_core::History;
-use legio_llm::{ClaudeCodeSettings, HttpSettings, ProviderSettings, ScriptedConfig, KINDS};
+use legio_llm::{
+    default_max_output_tokens, ClaudeCodeSettings, HttpSettings, ProviderSettings, ScriptedConfig,
+    KINDS,
+};
 use serde::Deserialize;
 
 /// One `[providers.NAME]` table as written.
@@ -29,6 +32,8 @@ pub(crate) struct ProviderSection {
     retry_initial_ms: Option<u64>,
     retry_max_ms: Option<u64>,
     max_output_tokens: Option<u32>,
+    stream_tools: Option<bool>,
+    sender_labels: Option<bool>,
     // claude-code
     executable: Option<PathBuf>,
     extra_args: Option<Vec<String>>,
@@ -58,6 +63,8 @@ impl ProviderSection {
         check(self.retry_initial_ms.is_some(), "retry_initial_ms");
         check(self.retry_max_ms.is_some(), "retry_max_ms");
         check(self.max_output_tokens.is_some(), "max_output_tokens");
+        check(self.stream_tools.is_some(), "stream_tools");
+        check(self.sender_labels.is_some(), "sender_labels");
         check(self.executable.is_some(), "executable");
         check(self.extra_args.is_some(), "extra_args");
         keys
@@ -76,6 +83,8 @@ const HTTP_KEYS: &[&str] = &[
     "retry_initial_ms",
     "retry_max_ms",
     "max_output_tokens",
+    "stream_tools",
+    "sender_labels",
 ];
 const CLAUDE_CODE_KEYS: &[&str] = &["model", "read_timeout_seconds", "executable", "extra_args"];
 
@@ -194,11 +203,33 @@ pub(crate) fn validate(
                     "providers.{name}.retry_max_ms is below retry_initial_ms"
                 ));
             }
-            if let Some(v) = p.max_output_tokens {
-                s.max_output_tokens = v;
-            }
             if let Some(v) = p.context_window {
                 s.context_window = v;
+            }
+            s.max_output_tokens = p
+                .max_output_tokens
+                .unwrap_or_else(|| default_max_output_tokens(s.context_window));
+            if u64::from(s.max_output_tokens) >= s.context_window {
+                return Err(format!(
+                    "providers.{name}.max_output_tokens = {} leaves no room for the request in context_window {}",
+                    s.max_output_tokens, s.context_window
+                ));
+            }
+            if kind != "openai-chat" {
+                for (key, set) in [
+                    ("stream_tools", p.stream_tools.is_some()),
+                    ("sender_labels", p.sender_labels.is_some()),
+                ] {
+                    if set {
+                        return Err(format!(
+                            "providers.{name}.{key} applies only to kind \"openai-chat\""
+                        ));
+                    }
+                }
+            }
+            s.stream_tools = p.stream_tools.unwrap_or(true);
+            if let Some(v) = p.sender_labels {
+                s.sender_labels = v;
             }
             match kind {
                 "openai-chat" => ProviderSettings::OpenAiChat(s),
@@ -225,6 +256,17 @@ mod tests {
             panic!("{s:?}")
         };
         assert!(h.stream && h.api_key_env.is_none());
+        assert!(
+            h.stream_tools && h.sender_labels,
+            "labels on for a local server"
+        );
+        assert_eq!(h.max_output_tokens, 4096);
+        let s = parse("kind = \"openai-chat\"\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"gpt-4o\"\ncontext_window = 2048\nstream_tools = false").unwrap();
+        let ProviderSettings::OpenAiChat(h) = s else {
+            panic!("{s:?}")
+        };
+        assert!(!h.sender_labels && !h.stream_tools);
+        assert_eq!(h.max_output_tokens, 512, "a quarter of a small window");
         let s = parse("kind = \"openai-responses\"\nbase_url = \"https://api.openai.com/v1\"\nmodel = \"gpt-4o-mini\"\napi_key_env = \"OPENAI_API_KEY\"\nstream = false\nread_timeout_seconds = 30").unwrap();
         assert_eq!(s.history(), History::Session { resumable: true });
         let ProviderSettings::OpenAiResponses(h) = s else {
@@ -293,6 +335,8 @@ mod tests {
             ("kind = \"claude-code\"\napi_key_env = \"K\"", "api_key_env does not apply"),
             ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nread_timeout_seconds = -1", "read_timeout_seconds"),
             ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nmodle = \"m\"", "modle"),
+            ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nstream_tools = false", "stream_tools applies only"),
+            ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncontext_window = 1000\nmax_output_tokens = 1000", "leaves no room"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(needle), "{text:?}: {e}");

@@ -46,6 +46,9 @@ pub enum TurnErrorKind {
     Timeout,
     /// The model was still calling tools at `runtime.max_tool_steps`.
     ToolSteps,
+    /// The request cannot fit the model's window, even with the oldest messages left out (one
+    /// message, or the system prompt and tools, is larger than a request may hold).
+    ContextTooLarge,
     /// The agent's actor crashed during the turn (it is restarted).
     Crashed,
     /// The agent is restarting or could not be started; try again.

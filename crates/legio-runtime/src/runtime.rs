@@ -194,6 +194,7 @@ impl Runtime {
             tools,
             prompts: Default::default(),
             dispatch_tails: Default::default(),
+            calibrations: Default::default(),
         });
         let root = RootSupervisor {
             shared: Arc::clone(&shared),

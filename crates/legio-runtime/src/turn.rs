@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use legio_core::{
-    estimate_tokens, AgentName, Audience, BoundaryReason, ContextDelivered, ContextPlan,
-    ConversationKey, EndSession, Event, Message, MessageId, OpenReason, Part, Participant, Seq,
-    SessionEnded, SessionId, SessionOpened, SessionStart, Start, TokenUsage, TurnCompleted,
-    TurnFailed,
+    estimate_tokens, AgentName, Audience, BoundaryReason, BudgetError, Calibration,
+    ContextDelivered, ContextPlan, ConversationKey, EndSession, Event, Message, MessageId,
+    OpenReason, Part, Participant, Seq, SessionEnded, SessionId, SessionOpened, SessionStart,
+    Start, TokenUsage, TurnCompleted, TurnFailed,
 };
 use legio_llm::{Provider, ProviderError, ProviderReply, ProviderRequest, ToolCallPart};
 
@@ -23,6 +23,7 @@ use crate::compact::compact;
 use crate::config::{AgentSpec, Role};
 use crate::dispatch::Route;
 use crate::error::RuntimeError;
+use crate::fit;
 use crate::memory::ToolSpec;
 use crate::messages::TurnRequest;
 use crate::metrics as m;
@@ -202,11 +203,41 @@ async fn step(
     first: bool,
 ) -> Result<Step, RuntimeError> {
     let (system_prompt, prompt_hash) = agent.shared.system_prompt(&setup.spec)?;
+    // The compaction trigger counts the system prompt (as the policy says); the check before
+    // the call counts the tools' schemas too.
+    let fixed_tokens = estimate_tokens(&system_prompt) + fit::tool_tokens(&setup.tools);
+    let calibration = fit::calibration(
+        &agent.shared,
+        &agent.conversation,
+        &setup.spec,
+        fixed_tokens,
+    )
+    .await?;
+    let sizes = Sizes {
+        fixed_tokens,
+        calibration,
+    };
     let mut retry_lost = true;
     loop {
-        let (prepared, window) =
-            plan(agent, state, setup, answering, &system_prompt, &prompt_hash).await?;
+        let (mut prepared, window) = plan(
+            agent,
+            state,
+            setup,
+            request,
+            answering,
+            &system_prompt,
+            &prompt_hash,
+            sizes,
+        )
+        .await?;
+        let fitted = fit_to_window(agent, setup, request, sizes, &mut prepared);
         let (session, resume) = open_session(agent, state, setup, &prepared, &prompt_hash).await?;
+        if let Err(e) = fitted {
+            let error = format!("{} failed: {e}", agent.name);
+            return fail(agent, session, TurnErrorKind::ContextTooLarge, error)
+                .await
+                .map(Step::Answered);
+        }
         let status = (first && setup.spec.role == Role::Orchestrator)
             .then(|| agent.shared.status_block(&agent.conversation));
         let provider_request = ProviderRequest {
@@ -222,7 +253,11 @@ async fn step(
         let plan = &prepared.plan;
         let called = call_provider(setup, provider_request, request.progress.as_ref()).await;
         return match called {
-            Ok(Ok(reply)) => record_reply(agent, session, plan, window, request.id, reply).await,
+            Ok(Ok(reply)) => {
+                let sent = fixed_tokens + plan.estimated_tokens;
+                fit::learn(&agent.shared, &setup.spec, sent, reply.usage.as_ref());
+                record_reply(agent, session, plan, window, request.id, reply).await
+            }
             Ok(Err(ProviderError::SessionLost { session: lost })) if retry_lost => {
                 tracing::warn!(agent = %agent.name, session = %lost, "the provider lost the session; opening a new one from the log");
                 let end = EndSession {
@@ -253,16 +288,27 @@ async fn step(
 /// (for the tokens-avoided metric). One hop to the blocking pool decides the plan and whether
 /// the context must be compacted first; after a compaction, a second hop plans on the
 /// compacted view.
+#[allow(clippy::too_many_arguments)]
 async fn plan(
     agent: &Agent,
     state: &TurnState,
     setup: &Setup,
+    request: &TurnRequest,
     answering: Seq,
     system_prompt: &str,
     prompt_hash: &str,
+    sizes: Sizes,
 ) -> Result<(PreparedTurn, u64), RuntimeError> {
     let capabilities = setup.provider.capabilities();
     let system_tokens = estimate_tokens(system_prompt);
+    let context_window = fit::compaction_window(
+        &agent.shared,
+        &setup.spec,
+        capabilities.context_window,
+        sizes.calibration,
+    );
+    // Inside a tool loop, the turn's message and the loop after it are never summarized.
+    let question = request.seq;
     let mut check_compaction = true;
     loop {
         let (shared, spec) = (Arc::clone(&agent.shared), setup.spec.clone());
@@ -286,8 +332,9 @@ async fn plan(
                     log,
                     &inputs,
                     &prepared,
-                    capabilities.context_window,
+                    context_window,
                     system_tokens,
+                    question,
                 )?,
                 false => None,
             };
@@ -302,10 +349,40 @@ async fn plan(
             return Ok((prepared, window));
         };
         check_compaction = false;
-        if !compact(&agent.shared, &agent.conversation, &setup.spec, job).await? {
+        if let Err(why) = compact(&agent.shared, &agent.conversation, &setup.spec, job).await? {
+            fit::compaction_failed(request.progress.as_ref(), &agent.name, &why);
             return Ok((prepared, window));
         }
     }
+}
+
+/// What a step's request costs beyond its plan, and how the provider counts.
+#[derive(Clone, Copy)]
+struct Sizes {
+    /// The system prompt's and the tools' estimated tokens.
+    fixed_tokens: u64,
+    /// The provider's calibration (reported prompt tokens over estimated).
+    calibration: Calibration,
+}
+
+/// Checks the plan against the provider's window before it is sent, leaving out the oldest
+/// messages (never the turn's message nor the tool loop after it) when it does not fit.
+fn fit_to_window(
+    agent: &Agent,
+    setup: &Setup,
+    request: &TurnRequest,
+    sizes: Sizes,
+    prepared: &mut PreparedTurn,
+) -> Result<(), BudgetError> {
+    fit::fit_request(
+        &agent.shared,
+        &setup.spec,
+        setup.provider.capabilities().context_window,
+        sizes.calibration,
+        sizes.fixed_tokens,
+        request.seq,
+        &mut prepared.plan,
+    )
 }
 
 /// Records the decision's boundaries (end the old session, open the new one) and returns the
@@ -660,6 +737,7 @@ mod tests {
             tools: Default::default(),
             prompts: Default::default(),
             dispatch_tails: Default::default(),
+            calibrations: Default::default(),
         })
     }
 

@@ -217,9 +217,18 @@ function update(samples, t) {
   push("actors", "live actors", t, actors);
   text("now-actors", fmt(actors) + " live");
 
+  // Compactions by outcome: a failed or empty one means the turn went on without a summary
+  // (issue 17: never silent); "cut to fit" counts contexts whose oldest messages were left out.
+  const compactions = groupBy(samples, "legio_compactions_total", "outcome");
+  const cut = sum(samples, "legio_context_left_out_total");
+  for (const outcome of ["ok", "failed", "empty"]) push("compactions", outcome, t, compactions[outcome] || 0);
+  push("compactions", "cut to fit", t, cut);
+  const bad = (compactions.failed || 0) + (compactions.empty || 0);
+  text("now-compactions", fmt(compactions.ok || 0) + " made, " + fmt(bad) + " failed" + (bad ? " (see the server's warnings)" : "") + ", " + fmt(cut) + " contexts cut to fit");
+
   previous = { t, turns, lat, sent, avoided, app };
   drawLines("turns"); drawLines("latency", "s"); drawLines("tokens"); drawLines("restarts");
-  drawLines("log"); drawLines("append", "s"); drawLines("actors");
+  drawLines("log"); drawLines("append", "s"); drawLines("actors"); drawLines("compactions");
 }
 
 async function poll() {

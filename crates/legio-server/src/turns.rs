@@ -216,6 +216,10 @@ fn progress_event(update: Progress) -> SseEvent {
         Progress::Delta { agent, text } => {
             event("delta", &json!({"agent": agent.as_str(), "text": text}))
         }
+        Progress::CompactionFailed { agent, reason } => event(
+            "compaction_failed",
+            &json!({"agent": agent.as_str(), "reason": reason}),
+        ),
         Progress::AgentDone { reply } => event("agent_done", &reply_json(&reply)),
     }
 }

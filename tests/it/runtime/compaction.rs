@@ -161,10 +161,12 @@ async fn a_long_input_is_summarized_in_parts_then_merged_and_oversized_messages_
     )
     .await;
     let long = "word ".repeat(230); // ~300 tokens
-    let huge = "word ".repeat(1000); // ~1250 tokens: more than half the window
+                                    // ~760 tokens: more than half the window, yet under it (a message over the window is never
+                                    // sent: the turn fails naming its size, see the test below).
+    let huge = "word ".repeat(600);
     legion.post(&format!("@ann {long} first")).await;
     legion.post(&format!("@ann {huge} second")).await;
-    for word in ["third", "fourth", "fifth"] {
+    for word in ["third", "fourth", "fifth", "sixth", "seventh"] {
         legion.post(&format!("@ann {long} {word}")).await;
     }
     // The small window also trips the token trigger early: several summaries, each extending
@@ -275,4 +277,75 @@ async fn the_preview_shows_the_compacted_view_the_provider_received() {
     )
     .unwrap();
     assert_eq!(preview.turn.plan, last.plan);
+}
+
+/// Issue 17: a compaction that fails is reported as progress (the CLI's warning line, SSE's
+/// `compaction_failed`), and the turn's request is cut to fit the window instead of being sent
+/// over it: the oldest messages left out with a notice that says how many, the question kept.
+/// A question larger than the window is an error naming its size, and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_compaction_is_reported_and_the_request_is_cut_to_fit_the_window() {
+    let legion = Legion::with_provider(
+        History::Stateless,
+        "compact_after_messages = 100\nkeep_recent = 2",
+        "context_window = 1000",
+    )
+    .await;
+    let long = "word ".repeat(230); // ~300 tokens a message
+    legion.post(&format!("@ann {long} first")).await;
+    legion.post(&format!("@ann {long} second")).await;
+    legion
+        .provider
+        .inject(Some(&ann()), Fault::Error("summarizer down".into()));
+    let (sink, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let replies = legion
+        .rt()
+        .post_streaming(super::CONV, "user", &format!("@ann {long} third"), sink)
+        .await
+        .unwrap();
+    assert_eq!(replies[0].error(), None, "the turn itself succeeds");
+    let mut reported = Vec::new();
+    while let Ok(step) = progress.try_recv() {
+        if let legio_runtime::Progress::CompactionFailed { agent, reason } = step {
+            reported.push((agent.to_string(), reason));
+        }
+    }
+    assert_eq!(reported.len(), 1, "{reported:?}");
+    assert!(reported[0].1.contains("summarizer down"), "{reported:?}");
+    let last = turns(&legion, "ann").pop().unwrap();
+    assert!(last.plan.summary.is_none());
+    assert!(
+        last.plan.estimated_tokens <= 1000,
+        "{}",
+        last.plan.estimated_tokens
+    );
+    let notice = last.plan.notice.clone().unwrap_or_default();
+    assert!(
+        notice.contains("older message") && notice.contains("left out of this context"),
+        "{notice}"
+    );
+    assert!(last
+        .plan
+        .new_message
+        .message
+        .text_content()
+        .ends_with("third"));
+    assert!(last.rendered.contains("left out of this context"));
+
+    let huge = "word ".repeat(1000); // ~1250 tokens
+    let replies = legion.post(&format!("@ann {huge} fourth")).await;
+    let error = replies[0].error().unwrap().to_owned();
+    assert!(
+        error.contains("is about") && error.contains("1000"),
+        "{error}"
+    );
+    assert!(
+        !turns(&legion, "ann").iter().any(|r| r
+            .plan
+            .new_message
+            .message
+            .text_content()
+            .ends_with("fourth")),
+        "nothing was sent"
+    );
 }
