@@ -263,9 +263,11 @@ fn streamed_and_non_streamed_replies_are_stored() {
     if !enabled() {
         return;
     }
-    for (stream, format) in [(true, None), (false, Some("chatml-function-calling"))] {
+    // The model's own template: it ignores the tools offered, so a reply is text (with
+    // chatml-function-calling this 135M model keeps calling tools), and it can stream.
+    for stream in [true, false] {
         let dir = tempfile::tempdir().unwrap();
-        let server = ModelServer::start(dir.path(), format);
+        let server = ModelServer::start(dir.path(), None);
         legion(
             dir.path(),
             &Provider {
@@ -274,6 +276,7 @@ fn streamed_and_non_streamed_replies_are_stored() {
                 max_output_tokens: 200,
             },
         );
+        stream_tools(dir.path(), stream);
         let reply = post_until_answered(dir.path(), "Say hello to me in a few words.");
         let answer = reply["text"].as_str().unwrap().to_owned();
         assert!(!answer.trim().is_empty(), "stream {stream}: {reply}");
