@@ -203,20 +203,7 @@ async fn step(
     first: bool,
 ) -> Result<Step, RuntimeError> {
     let (system_prompt, prompt_hash) = agent.shared.system_prompt(&setup.spec)?;
-    // The compaction trigger counts the system prompt (as the policy says); the check before
-    // the call counts the tools' schemas too.
-    let fixed_tokens = estimate_tokens(&system_prompt) + fit::tool_tokens(&setup.tools);
-    let calibration = fit::calibration(
-        &agent.shared,
-        &agent.conversation,
-        &setup.spec,
-        fixed_tokens,
-    )
-    .await?;
-    let sizes = Sizes {
-        fixed_tokens,
-        calibration,
-    };
+    let sizes = sizes(agent, setup, &system_prompt).await?;
     let mut retry_lost = true;
     loop {
         let (mut prepared, window) = plan(
@@ -238,38 +225,19 @@ async fn step(
                 .await
                 .map(Step::Answered);
         }
-        let status = (first && setup.spec.role == Role::Orchestrator)
-            .then(|| agent.shared.status_block(&agent.conversation));
-        let provider_request = ProviderRequest {
-            conversation: agent.conversation.clone(),
-            agent: agent.name.clone(),
-            system_prompt: system_prompt.clone(),
-            resume,
-            plan: prepared.plan.clone(),
-            status,
-            deltas: None,
-            tools: Arc::clone(&setup.tools),
-        };
+        let provider_request =
+            provider_request(agent, setup, &system_prompt, resume, &prepared.plan, first);
         let plan = &prepared.plan;
         let called = call_provider(setup, provider_request, request.progress.as_ref()).await;
         return match called {
             Ok(Ok(reply)) => {
-                let sent = fixed_tokens + plan.estimated_tokens;
+                let sent = sizes.fixed_tokens + plan.estimated_tokens;
                 fit::learn(&agent.shared, &setup.spec, sent, reply.usage.as_ref());
                 record_reply(agent, session, plan, window, request.id, reply).await
             }
             Ok(Err(ProviderError::SessionLost { session: lost })) if retry_lost => {
                 tracing::warn!(agent = %agent.name, session = %lost, "the provider lost the session; opening a new one from the log");
-                let end = EndSession {
-                    suspend: false,
-                    why: BoundaryReason::ProviderSessionLost,
-                };
-                agent
-                    .shared
-                    .append(vec![end_event(agent, session, end)])
-                    .await?;
-                record_end(end);
-                state.live_session = None;
+                close_lost_session(agent, state, session).await?;
                 retry_lost = false;
                 continue;
             }
@@ -282,6 +250,67 @@ async fn step(
             Err(_elapsed) => timed_out(agent, session).await.map(Step::Answered),
         };
     }
+}
+
+/// The step's fixed cost (the system prompt, which the compaction trigger counts as the policy
+/// says, and the tools' schemas, which the check before the call counts too) and the provider's
+/// calibration.
+async fn sizes(agent: &Agent, setup: &Setup, system_prompt: &str) -> Result<Sizes, RuntimeError> {
+    let fixed_tokens = estimate_tokens(system_prompt) + fit::tool_tokens(&setup.tools);
+    let calibration = fit::calibration(
+        &agent.shared,
+        &agent.conversation,
+        &setup.spec,
+        fixed_tokens,
+    )
+    .await?;
+    Ok(Sizes {
+        fixed_tokens,
+        calibration,
+    })
+}
+
+/// The request a step sends; only the turn's first step carries the orchestrator's status block.
+fn provider_request(
+    agent: &Agent,
+    setup: &Setup,
+    system_prompt: &str,
+    resume: Option<String>,
+    plan: &ContextPlan,
+    first: bool,
+) -> ProviderRequest {
+    let status = (first && setup.spec.role == Role::Orchestrator)
+        .then(|| agent.shared.status_block(&agent.conversation));
+    ProviderRequest {
+        conversation: agent.conversation.clone(),
+        agent: agent.name.clone(),
+        system_prompt: system_prompt.to_owned(),
+        resume,
+        plan: plan.clone(),
+        status,
+        deltas: None,
+        tools: Arc::clone(&setup.tools),
+    }
+}
+
+/// Closes the session whose provider session the provider no longer knows, so the retry opens a
+/// new one from the log.
+async fn close_lost_session(
+    agent: &Agent,
+    state: &mut TurnState,
+    session: SessionId,
+) -> Result<(), RuntimeError> {
+    let end = EndSession {
+        suspend: false,
+        why: BoundaryReason::ProviderSessionLost,
+    };
+    agent
+        .shared
+        .append(vec![end_event(agent, session, end)])
+        .await?;
+    record_end(end);
+    state.live_session = None;
+    Ok(())
 }
 
 /// The context for the message at `answering`, and the tokens re-sending the window would cost

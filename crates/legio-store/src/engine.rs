@@ -37,6 +37,36 @@ impl Limits {
     const RECORD_SLACK: usize = 64 * 1024;
 }
 
+/// Validates and encodes a batch under the message limit (every log backend's one rule): an empty
+/// batch, a message over `max_message_bytes` or a record over it plus the slack refuses the whole
+/// batch.
+pub(crate) fn encode_batch(events: Vec<Event>, max_message_bytes: usize) -> Result<Vec<Encoded>> {
+    if events.is_empty() {
+        return Err(StoreError::EmptyBatch);
+    }
+    let limit = max_message_bytes;
+    events
+        .into_iter()
+        .map(|event| {
+            if let Event::MessagePosted(message) = &event {
+                let size = message.content_bytes();
+                if size > limit {
+                    return Err(StoreError::MessageTooLarge { size, limit });
+                }
+            }
+            let bytes = encode_event(&event)?;
+            let record_limit = limit + Limits::RECORD_SLACK;
+            if bytes.len() > record_limit {
+                return Err(StoreError::RecordTooLarge {
+                    size: bytes.len(),
+                    limit: record_limit,
+                });
+            }
+            Ok(Encoded { event, bytes })
+        })
+        .collect()
+}
+
 /// An event, validated and encoded, waiting for its seq.
 #[derive(Debug)]
 pub(crate) struct Encoded {
@@ -154,30 +184,7 @@ impl<B: Backend> Engine<B> {
 
     /// Validates and encodes a batch; nothing is stored if any event is refused.
     pub(crate) fn encode_batch(&self, events: Vec<Event>) -> Result<Vec<Encoded>> {
-        if events.is_empty() {
-            return Err(StoreError::EmptyBatch);
-        }
-        let limit = self.limits.max_message_bytes;
-        events
-            .into_iter()
-            .map(|event| {
-                if let Event::MessagePosted(message) = &event {
-                    let size = message.content_bytes();
-                    if size > limit {
-                        return Err(StoreError::MessageTooLarge { size, limit });
-                    }
-                }
-                let bytes = encode_event(&event)?;
-                let record_limit = limit + Limits::RECORD_SLACK;
-                if bytes.len() > record_limit {
-                    return Err(StoreError::RecordTooLarge {
-                        size: bytes.len(),
-                        limit: record_limit,
-                    });
-                }
-                Ok(Encoded { event, bytes })
-            })
-            .collect()
+        encode_batch(events, self.limits.max_message_bytes)
     }
 
     /// Assigns seqs to a group of batches and applies them with their index entries and the new

@@ -11,15 +11,12 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::log::{lock, Inner};
 use super::publish::{Outcome, Outgoing};
-use crate::codec::encode_event;
 use crate::error::{Result, StoreError};
 use crate::metrics as m;
 
 /// The most events one append (or one group of appends) may hold: JetStream's limit of an atomic
 /// batch.
 pub const MAX_BATCH_EVENTS: usize = 1000;
-/// Records may exceed the message limit by this much (ids, names, framing), as in the sled log.
-const RECORD_SLACK: usize = 64 * 1024;
 
 /// An append waiting for its turn: its conversation may have an append in flight.
 pub(super) struct Submit {
@@ -234,36 +231,14 @@ pub(super) fn encode_batch(
     events: Vec<Event>,
     max_message_bytes: usize,
 ) -> Result<Vec<(Event, Vec<u8>)>> {
-    if events.is_empty() {
-        return Err(StoreError::EmptyBatch);
-    }
     if events.len() > MAX_BATCH_EVENTS {
         return Err(StoreError::BatchTooLarge {
             events: events.len(),
             limit: MAX_BATCH_EVENTS,
         });
     }
-    events
+    Ok(crate::engine::encode_batch(events, max_message_bytes)?
         .into_iter()
-        .map(|event| {
-            if let Event::MessagePosted(message) = &event {
-                let size = message.content_bytes();
-                if size > max_message_bytes {
-                    return Err(StoreError::MessageTooLarge {
-                        size,
-                        limit: max_message_bytes,
-                    });
-                }
-            }
-            let bytes = encode_event(&event)?;
-            let limit = max_message_bytes + RECORD_SLACK;
-            if bytes.len() > limit {
-                return Err(StoreError::RecordTooLarge {
-                    size: bytes.len(),
-                    limit,
-                });
-            }
-            Ok((event, bytes))
-        })
-        .collect()
+        .map(|e| (e.event, e.bytes))
+        .collect())
 }
