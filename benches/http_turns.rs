@@ -134,7 +134,7 @@ async fn measure(
     let target = if http {
         let server = Server::bind(
             runtime,
-            config.server.clone(),
+            legio_server::ServerSettings::from_config(&config).unwrap(),
             Some("127.0.0.1:0".parse().unwrap()),
             install_metrics().unwrap(),
         )

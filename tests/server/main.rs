@@ -124,7 +124,7 @@ impl Harness {
             overrides.insert(name.to_owned(), Arc::new(provider.clone()));
             providers.insert(name, provider);
         }
-        let settings = config.server.clone();
+        let settings = legio_server::ServerSettings::from_config(&config).unwrap();
         let runtime = Runtime::builder(config)
             .providers(overrides)
             .open()
@@ -1272,7 +1272,7 @@ async fn metrics_and_dashboard() {
 async fn a_public_bind_needs_a_token() {
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), "", "history_window = 4");
-    let settings = config.server.clone();
+    let settings = legio_server::ServerSettings::from_config(&config).unwrap();
     assert!(
         settings.bind.ip().is_loopback(),
         "the default bind is loopback"

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use crate::common;
 use crate::post::{print_replies, unknown_mentions_warning};
+use crate::{agents, common};
 use crate::{invocation::Context, render};
 
 /// Arguments of `legio chat`.
@@ -27,7 +27,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let interactive = std::io::stdin().is_terminal();
     let colour = common::colour();
     tokio.block_on(async {
-        let runtime = common::open_runtime(context).await?;
+        let runtime = agents::open_runtime(context).await?;
         if interactive {
             let roster: Vec<String> = runtime
                 .config()
@@ -97,7 +97,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                 (command, _) if command.starts_with('/') => {
                     println!("unknown command {command}; {HELP}")
                 }
-                _ => match common::post_with_warnings(&runtime, &args.conversation, line).await {
+                _ => match agents::post_with_warnings(&runtime, &args.conversation, line).await {
                     Ok(replies) => {
                         failed |= replies.iter().any(|r| r.outcome.is_err());
                         if let Some(warning) = unknown_mentions_warning(&replies) {

@@ -1,13 +1,12 @@
-//! What the commands share: opening the log or the runtime, progress bars and colour that appear
+//! What the commands share: opening the log, the configuration, progress bars and colour that appear
 //! only on a terminal, reading the whole log in chunks.
 
 use std::io::IsTerminal;
 
 use anyhow::{Context as _, Result};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use legio_config::{RuntimeConfig, StoreBackend};
 use legio_core::{ConversationKey, Record, Seq};
-use legio_runtime::StoreBackend;
-use legio_runtime::{Runtime, RuntimeConfig};
 use legio_store::{EventLog, NatsLog, NatsOptions, SledLog};
 
 use crate::invocation::Context;
@@ -75,11 +74,6 @@ pub fn tokio() -> Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
         .context("starting the async runtime")
-}
-
-/// Opens the legion described by the configuration.
-pub async fn open_runtime(context: &Context) -> Result<Runtime> {
-    Ok(Runtime::open(config(context)?).await?)
 }
 
 /// A progress bar on stderr when stderr is a terminal and `show` (hidden otherwise).
@@ -162,26 +156,4 @@ pub fn for_each_record(
         }
         Ok(())
     })
-}
-
-/// Posts `text` as the user and prints a warning line on stderr for each compaction that failed
-/// during the turns (the turn goes on; older messages may be left out to fit the window).
-pub async fn post_with_warnings(
-    runtime: &Runtime,
-    conversation: &str,
-    text: &str,
-) -> std::result::Result<legio_runtime::Posted, legio_runtime::RuntimeError> {
-    let (sink, mut progress) = tokio::sync::mpsc::unbounded_channel();
-    let warnings = tokio::spawn(async move {
-        while let Some(step) = progress.recv().await {
-            if let legio_runtime::Progress::CompactionFailed { agent, reason } = step {
-                eprintln!("warning: {agent}: compacting the context failed ({reason}); the turn went on without a new summary");
-            }
-        }
-    });
-    let replies = runtime
-        .post_streaming(conversation, "user", text, sink)
-        .await;
-    let _ = warnings.await;
-    replies
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
 use legio_core::{ConversationKey, Seq};
-use legio_runtime::{context_report, preview_turn, ContextReport, TurnInputs};
+use legio_ops::{context_report, preview_turn, ContextReport, TurnInputs};
 
 use crate::common;
 use crate::invocation::Context;

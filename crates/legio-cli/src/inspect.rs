@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use comfy_table::presets::UTF8_FULL_CONDENSED;
 use legio_core::ConversationKey;
-use legio_runtime::{InspectKind, Table};
+use legio_ops::{InspectKind, Table};
 use serde_json::json;
 
 use crate::common;
@@ -90,13 +90,13 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             }
             let state: legio_core::MemoryState = match context.remote()? {
                 Some(remote) => serde_json::from_value(remote.get_json("/operator/memory", &[])?)?,
-                None => legio_runtime::read_memory(&*common::open_log(context)?)?,
+                None => legio_ops::read_memory(&*common::open_log(context)?)?,
             };
             if args.format == TableFormat::Json {
                 println!("{}", serde_json::to_string_pretty(&state)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            let table = legio_runtime::memory_table(&state);
+            let table = legio_ops::memory_table(&state);
             let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
             print(args.format, &header, table.rows)?;
             return Ok(ExitCode::SUCCESS);
@@ -116,7 +116,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         None => {
             let log = common::open_log(context)?;
             let only = args.conversation.map(ConversationKey::new).transpose()?;
-            legio_runtime::inspect(&*log, kind, only.as_ref())?
+            legio_ops::inspect(&*log, kind, only.as_ref())?
         }
     };
     let header: Vec<&str> = table.header.iter().map(String::as_str).collect();

@@ -37,9 +37,9 @@ impl Context {
     }
 
     /// The validated configuration, with `--db` applied.
-    pub fn runtime_config(&self) -> anyhow::Result<legio_runtime::RuntimeConfig> {
-        let mut config = legio_runtime::RuntimeConfig::load(&self.config).map_err(|e| match e {
-            legio_runtime::ConfigError::Read { .. } => {
+    pub fn runtime_config(&self) -> anyhow::Result<legio_config::RuntimeConfig> {
+        let mut config = legio_config::RuntimeConfig::load(&self.config).map_err(|e| match e {
+            legio_config::ConfigError::Read { .. } => {
                 anyhow::anyhow!("{e}; pass --config FILE or set LEGIO_CONFIG")
             }
             other => other.into(),
@@ -51,15 +51,15 @@ impl Context {
     }
 
     /// The store settings, with `--db` applied.
-    pub fn store(&self) -> anyhow::Result<legio_runtime::StoreSettings> {
+    pub fn store(&self) -> anyhow::Result<legio_config::StoreSettings> {
         if !self.config_explicit && !self.config.exists() {
-            return Ok(legio_runtime::StoreSettings {
+            return Ok(legio_config::StoreSettings {
                 path: self
                     .db
                     .clone()
                     .unwrap_or_else(|| PathBuf::from("data/legio")),
                 options: legio_store::StoreOptions::default(),
-                backend: legio_runtime::StoreBackend::Sled,
+                backend: legio_config::StoreBackend::Sled,
             });
         }
         Ok(self.runtime_config()?.store)

@@ -1,21 +1,27 @@
 //! `legio`, the operator command line: talk to the legion, replay and inspect its log, verify,
 //! export and import. Offline commands read the log directly and never call a model.
 
+#[cfg(feature = "runtime")]
+mod agents;
+#[cfg(feature = "runtime")]
 mod chat;
 mod common;
 mod completions;
 mod context;
+#[cfg(feature = "runtime")]
 mod demo;
 mod export;
 mod import;
 mod inspect;
 mod invocation;
 mod migrate;
+#[cfg(feature = "runtime")]
 mod post;
 mod remote;
 mod render;
 mod replay;
 mod reset;
+#[cfg(feature = "runtime")]
 mod serve;
 mod stats;
 mod verify;
@@ -95,10 +101,13 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// A self-contained tour on a temporary log: agents, a crash, a restart, tokens saved, replay.
+    #[cfg(feature = "runtime")]
     Demo(demo::Args),
     /// Talk to the legion: each line is a message; /history, /status, /reset NAME, /quit.
+    #[cfg(feature = "runtime")]
     Chat(chat::Args),
     /// Post one message and print the replies (exit 1 if an agent failed).
+    #[cfg(feature = "runtime")]
     Post(post::Args),
     /// Print the log's events in order, filtered; --follow for new ones.
     Replay(replay::Args),
@@ -119,6 +128,7 @@ enum Command {
     /// Manually reset an agent's session (its next turn is restored from the log).
     Reset(reset::Args),
     /// Serve the HTTP API (turns, session history, operator access), /metrics and /dashboard.
+    #[cfg(feature = "runtime")]
     Serve(serve::Args),
     /// Print shell completions, e.g. `legio completions bash > /etc/bash_completion.d/legio`.
     Completions(completions::Args),
@@ -170,8 +180,11 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match cli.command {
+        #[cfg(feature = "runtime")]
         Command::Demo(args) => demo::run(&context, args),
+        #[cfg(feature = "runtime")]
         Command::Chat(args) => chat::run(&context, args),
+        #[cfg(feature = "runtime")]
         Command::Post(args) => post::run(&context, args),
         Command::Replay(args) => replay::run(&context, args),
         Command::Context(args) => context::run(&context, args),
@@ -182,6 +195,7 @@ fn main() -> ExitCode {
         Command::Export(args) => export::run(&context, args),
         Command::Import(args) => import::run(&context, args),
         Command::Reset(args) => reset::run(&context, args),
+        #[cfg(feature = "runtime")]
         Command::Serve(args) => serve::run(&context, args),
         Command::Completions(args) => completions::run(args),
     };
@@ -205,11 +219,23 @@ fn is_locked(error: &anyhow::Error) -> bool {
         matches!(
             cause.downcast_ref::<StoreError>(),
             Some(StoreError::Locked { .. })
-        ) || matches!(
-            cause.downcast_ref::<legio_runtime::RuntimeError>(),
-            Some(legio_runtime::RuntimeError::Store(
-                StoreError::Locked { .. }
-            ))
-        )
+        ) || runtime_locked(cause)
     })
+}
+
+/// Whether `cause` is the runtime's error for a log held by another process.
+#[cfg(feature = "runtime")]
+fn runtime_locked(cause: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        cause.downcast_ref::<legio_runtime::RuntimeError>(),
+        Some(legio_runtime::RuntimeError::Store(
+            legio_store::StoreError::Locked { .. }
+        ))
+    )
+}
+
+/// Without the runtime, no error comes from it.
+#[cfg(not(feature = "runtime"))]
+fn runtime_locked(_cause: &(dyn std::error::Error + 'static)) -> bool {
+    false
 }

@@ -7,8 +7,8 @@ use anyhow::Result;
 use legio_runtime::{AgentReply, Posted};
 use serde_json::json;
 
-use crate::common;
 use crate::invocation::Context;
+use crate::{agents, common};
 
 /// Arguments of `legio post`.
 #[derive(Debug, clap::Args)]
@@ -73,8 +73,8 @@ pub fn replies_json(replies: &[AgentReply]) -> serde_json::Value {
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let tokio = common::tokio()?;
     tokio.block_on(async {
-        let runtime = common::open_runtime(context).await?;
-        let result = common::post_with_warnings(&runtime, &args.conversation, &args.text).await;
+        let runtime = agents::open_runtime(context).await?;
+        let result = agents::post_with_warnings(&runtime, &args.conversation, &args.text).await;
         runtime.shutdown().await?;
         let replies = result?;
         if let Some(warning) = unknown_mentions_warning(&replies) {

@@ -5,10 +5,10 @@ use std::io::{BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
 
 use anyhow::{bail, Result};
+use legio_config::AgentSpec;
 use legio_core::{
     can_see, record_to_json, ConversationKey, Event, EventKind, Record, Seq, SessionId, Timestamp,
 };
-use legio_runtime::AgentSpec;
 use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};

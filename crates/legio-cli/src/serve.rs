@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use legio_runtime::Runtime;
-use legio_server::{install_metrics, Server};
+use legio_server::{install_metrics, Server, ServerSettings};
 
 use crate::common;
 use crate::invocation::Context;
@@ -49,7 +49,7 @@ async fn stop_signal() {
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let config = common::config(context)?;
-    let settings = config.server.clone();
+    let settings = ServerSettings::from_config(&config)?;
     let bind = args.bind.unwrap_or(settings.bind);
     Server::check_bind(&settings, bind)?;
     let tokio = common::tokio()?;

@@ -11,11 +11,11 @@ use legio_core::{
 use legio_llm::{Provider, ProviderRequest};
 
 use crate::clock::now;
-use crate::config::AgentSpec;
 use crate::error::RuntimeError;
 use crate::metrics as m;
-use crate::prepare::CompactionJob;
 use crate::shared::Shared;
+use legio_config::AgentSpec;
+use legio_ops::CompactionJob;
 
 /// Why a compaction produced no summary.
 #[derive(Debug)]

@@ -2,30 +2,11 @@
 
 use std::path::PathBuf;
 
+use legio_config::{ConfigError, UnknownAgent};
 use legio_core::{MentionError, NameError};
+use legio_ops::OpsError;
 use legio_store::StoreError;
 use thiserror::Error;
-
-/// A configuration that cannot be used.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum ConfigError {
-    /// The file cannot be read.
-    #[error("cannot read configuration {}: {reason}", file.display())]
-    Read {
-        /// The file.
-        file: PathBuf,
-        /// Why.
-        reason: String,
-    },
-    /// The file is invalid.
-    #[error("invalid configuration in {}: {message}", file.display())]
-    Invalid {
-        /// The file.
-        file: PathBuf,
-        /// What is wrong, naming the key.
-        message: String,
-    },
-}
 
 /// What the runtime's API can fail with, one variant per cause; [`RuntimeError::code`] names the
 /// cause for a host that maps it (the server's status table). A failing agent is not an error of
@@ -160,6 +141,27 @@ pub enum ErrorCode {
     ProviderUnavailable,
     /// Anything else: a failure of the runtime or the log.
     Internal,
+}
+
+impl From<OpsError> for RuntimeError {
+    fn from(e: OpsError) -> Self {
+        match e {
+            OpsError::Store(e) => Self::Store(e),
+            OpsError::UnknownConversation { key, known } => {
+                Self::UnknownConversation { key, known }
+            }
+            OpsError::MissingRecord { what, seq } => Self::MissingRecord { what, seq },
+        }
+    }
+}
+
+impl From<UnknownAgent> for RuntimeError {
+    fn from(e: UnknownAgent) -> Self {
+        Self::UnknownAgent {
+            name: e.name,
+            known: e.known,
+        }
+    }
 }
 
 impl RuntimeError {

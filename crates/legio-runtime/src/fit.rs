@@ -14,11 +14,11 @@ use legio_core::{
 };
 use legio_llm::ProviderSettings;
 
-use crate::config::AgentSpec;
 use crate::error::RuntimeError;
 use crate::memory::ToolSpec;
 use crate::progress::{Progress, ProgressSink};
 use crate::shared::Shared;
+use legio_config::AgentSpec;
 
 /// The most events read from the log to seed a provider's calibration.
 const SEED_EVENTS: usize = 20_000;

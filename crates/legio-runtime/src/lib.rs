@@ -4,7 +4,6 @@
 mod agent;
 mod clock;
 mod compact;
-mod config;
 mod dispatch;
 mod error;
 mod fit;
@@ -13,41 +12,32 @@ mod memory;
 mod messages;
 pub mod metrics;
 mod names;
-mod operator;
-mod prepare;
 mod progress;
-mod provider_settings;
 mod registry;
 mod reply;
 mod restart;
 mod runtime;
-mod server_settings;
 mod shared;
 mod status;
-mod store_backend;
 mod supervisor;
 mod tools;
 mod turn;
 
-pub use config::{
-    AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
-    UnknownMentions,
+pub use error::{ErrorCode, RuntimeError};
+pub use legio_config::{
+    AgentSpec, ConfigError, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings,
+    StoreBackend, StoreSettings, UnknownMentions,
 };
-pub use error::{ConfigError, ErrorCode, RuntimeError};
-pub use memory::{fold_memory, memory_table, read_memory, MemoryTools, ToolError, ToolSpec};
+pub use legio_ops::{
+    compaction_job, context_report, fold_memory, inspect, memory_table, prepare_turn, preview_turn,
+    read_memory, require_conversation, CompactionJob, ContextReport, InspectKind, OpsError,
+    PreparedTurn, ReportItem, Table, TurnInputs, TurnPreview, MAX_DELTA,
+};
+pub use memory::{MemoryTools, ToolError, ToolSpec};
 pub use names::IntoName;
-pub use operator::{
-    context_report, inspect, require_conversation, ContextReport, InspectKind, ReportItem, Table,
-};
-pub use prepare::{
-    compaction_job, prepare_turn, preview_turn, CompactionJob, PreparedTurn, TurnInputs,
-    TurnPreview, MAX_DELTA,
-};
 pub use progress::{Progress, ProgressSink};
 pub use registry::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};
 pub use reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime, RuntimeBuilder};
-pub use server_settings::{ServerSettings, DEFAULT_BIND};
 pub use status::Activity;
-pub use store_backend::StoreBackend;

@@ -17,22 +17,17 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use legio_core::{
-    check_permission, AgentName, Caller, ConversationKey, Event, MemoryCommand, MemoryError,
-    MemoryOperation, MemoryState, MemoryStore, Timestamp,
+    check_permission, AgentName, Caller, Event, MemoryCommand, MemoryError, MemoryOperation,
+    MemoryState, MemoryStore,
 };
 use legio_store::{EventLog, StoreError};
 use serde_json::{json, Map, Value};
 use thiserror::Error;
 
 use crate::clock::now;
-use crate::config::{AgentSpec, Role};
 use crate::error::RuntimeError;
-use crate::operator::Table;
-
-/// How many memory events a catch-up reads from the log at a time.
-const CHUNK: usize = 10_000;
-/// How many characters of a text a listing shows.
-const LIST_CUT: usize = 100;
+use legio_config::{AgentSpec, Role};
+use legio_ops::{fold_memory, one_line as cut, short_time as when};
 
 /// A tool as it is described to a model: the provider API's own description (name, description,
 /// JSON schema of the arguments), so specs go into a provider request as they are.
@@ -323,96 +318,6 @@ impl Arguments {
     }
     fn flag(&self, name: &str) -> bool {
         self.0.get(name).and_then(Value::as_bool).unwrap_or(false)
-    }
-}
-
-fn cut(text: &str) -> String {
-    let flat = text.replace('\n', " ");
-    if flat.chars().count() <= LIST_CUT {
-        flat
-    } else {
-        let head: String = flat.chars().take(LIST_CUT - 1).collect();
-        format!("{head}…")
-    }
-}
-
-fn when(at: Timestamp) -> String {
-    let text = at.to_rfc3339();
-    text.get(..19).map_or(text.clone(), |t| format!("{t}Z"))
-}
-
-/// Folds every memory event of `log` after `state.last_seq` into `state`. Blocks (log reads).
-pub fn fold_memory(log: &dyn EventLog, state: &mut MemoryState) -> Result<(), StoreError> {
-    loop {
-        let chunk = log.conversation_events(ConversationKey::memory(), state.last_seq, CHUNK)?;
-        for record in &chunk {
-            state.apply(record.seq, &record.event);
-        }
-        if chunk.len() < CHUNK {
-            return Ok(());
-        }
-    }
-}
-
-/// The memory stores as they stand in `log`: the operator's view (everything). Blocks.
-pub fn read_memory(log: &dyn EventLog) -> Result<MemoryState, StoreError> {
-    let mut state = MemoryState::new();
-    fold_memory(log, &mut state)?;
-    Ok(state)
-}
-
-/// The memory stores as one table for operators: one row per directive, note and notebook entry.
-pub fn memory_table(state: &MemoryState) -> Table {
-    let mut rows = Vec::new();
-    for d in &state.directives {
-        let status = match &d.revoked {
-            Some(r) => format!(
-                "revoked by {}{}",
-                r.by,
-                r.reason
-                    .as_deref()
-                    .map(|w| format!(": {w}"))
-                    .unwrap_or_default()
-            ),
-            None => "in force".to_owned(),
-        };
-        rows.push(vec![
-            "directive".into(),
-            d.id.clone(),
-            d.by.to_string(),
-            when(d.at),
-            status,
-            cut(&d.text),
-        ]);
-    }
-    for n in state.notes.values() {
-        rows.push(vec![
-            "note".into(),
-            n.key.clone(),
-            n.author.to_string(),
-            when(n.at),
-            format!("revision {} (created by {})", n.revisions, n.created_by),
-            cut(&n.text),
-        ]);
-    }
-    for (owner, entries) in &state.notebooks {
-        for e in entries {
-            rows.push(vec![
-                "notebook".into(),
-                format!("{owner}#{}", e.number),
-                owner.to_string(),
-                when(e.at),
-                "-".into(),
-                cut(&e.text),
-            ]);
-        }
-    }
-    Table {
-        header: ["store", "id", "by", "at", "state", "text"]
-            .into_iter()
-            .map(str::to_owned)
-            .collect(),
-        rows,
     }
 }
 

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::config::RestartSettings;
+use legio_config::RestartSettings;
 
 /// What to do after a failure.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

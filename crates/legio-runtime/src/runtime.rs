@@ -16,25 +16,25 @@ use legio_core::{
 use legio_llm::Provider;
 use legio_store::{EventLog, NatsLog, SledLog, StoreError};
 
-use crate::store_backend::StoreBackend;
+use legio_config::StoreBackend;
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::clock::{fresh_uuid, now};
-use crate::config::{Role, RuntimeConfig, UnknownMentions};
 use crate::dispatch::{gather, Route, Sent};
 use crate::error::RuntimeError;
 use crate::memory::MemoryTools;
 use crate::messages::{ConversationMsg, Job, RootMsg, TurnRequest};
 use crate::names::IntoName;
-use crate::operator::ContextReport;
-use crate::prepare::{preview_turn, TurnInputs, TurnPreview};
 use crate::progress::ProgressSink;
 use crate::registry::ToolRegistry;
 use crate::reply::{AgentReply, Posted, TurnErrorKind};
 use crate::shared::{DispatchTicket, Shared};
 use crate::status::{Activity, StatusBoard};
 use crate::supervisor::RootSupervisor;
+use legio_config::{Role, RuntimeConfig, UnknownMentions};
+use legio_ops::ContextReport;
+use legio_ops::{preview_turn, TurnInputs, TurnPreview};
 
 /// One agent's status in a conversation.
 #[derive(Clone, Debug)]
@@ -581,7 +581,7 @@ impl Runtime {
                 live_session: None,
                 new_message: at,
             };
-            preview_turn(shared.log.as_ref(), inputs, at)
+            preview_turn(shared.log.as_ref(), inputs, at).map_err(RuntimeError::from)
         })
         .await
         .map_err(|e| RuntimeError::Cancelled {
@@ -604,13 +604,13 @@ impl Runtime {
         let last = self
             .shared
             .read(move |log| {
-                Ok(crate::operator::require_conversation(log, &lookup).map(|()| log.last_seq()))
+                Ok(legio_ops::require_conversation(log, &lookup).map(|()| log.last_seq()))
             })
             .await??;
         let at = at.unwrap_or(last).min(last);
         let history = self.provider_history(&agent)?;
         let preview = self.next_context(&key, &agent, Some(at)).await?;
-        Ok(crate::operator::context_report(
+        Ok(legio_ops::context_report(
             &preview,
             &key,
             agent.as_str(),

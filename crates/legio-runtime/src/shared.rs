@@ -11,11 +11,11 @@ use legio_store::EventLog;
 use tokio::sync::oneshot;
 
 use crate::clock::now;
-use crate::config::{AgentSpec, RuntimeConfig};
 use crate::error::RuntimeError;
 use crate::memory::MemoryTools;
 use crate::registry::ToolRegistry;
 use crate::status::StatusBoard;
+use legio_config::{AgentSpec, RuntimeConfig};
 
 pub(crate) struct Shared {
     pub(crate) log: Arc<dyn EventLog>,
@@ -115,7 +115,7 @@ impl Shared {
 
     /// The agent's spec; an agent not in the roster is [`RuntimeError::UnknownAgent`].
     pub(crate) fn roster_spec(&self, agent: &AgentName) -> Result<&AgentSpec, RuntimeError> {
-        self.config.agent_named(agent.as_str())
+        Ok(self.config.agent_named(agent.as_str())?)
     }
 
     pub(crate) fn provider(&self, spec: &AgentSpec) -> Result<Arc<dyn Provider>, RuntimeError> {

@@ -22,12 +22,12 @@ use legio_llm::ToolCallPart;
 use serde_json::{json, Value};
 
 use crate::clock::{fresh_uuid, now};
-use crate::config::{AgentSpec, Role};
 use crate::dispatch::{gather, Route};
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{Job, TurnRequest};
 use crate::registry::{DISPATCH, GET_HISTORY};
 use crate::shared::Shared;
+use legio_config::{AgentSpec, Role};
 
 /// How many messages `get_history` returns unless asked otherwise, and at most.
 const HISTORY_DEFAULT: u64 = 20;

@@ -20,19 +20,19 @@ use legio_llm::{Provider, ProviderError, ProviderReply, ProviderRequest, ToolCal
 
 use crate::clock::{fresh_uuid, now};
 use crate::compact::compact;
-use crate::config::{AgentSpec, Role};
 use crate::dispatch::Route;
 use crate::error::RuntimeError;
 use crate::fit;
 use crate::memory::ToolSpec;
 use crate::messages::TurnRequest;
 use crate::metrics as m;
-use crate::prepare::{compaction_job, prepare_turn, window_tokens, PreparedTurn, TurnInputs};
 use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, Reply, TurnErrorKind};
 use crate::shared::Shared;
 use crate::status::Activity;
 use crate::tools::{run_calls, tools_for, CallContext, ToolOutcome};
+use legio_config::{AgentSpec, Role};
+use legio_ops::{compaction_job, prepare_turn, window_tokens, PreparedTurn, TurnInputs};
 
 /// Whose turn it is: the shared state, the conversation, the agent, and the route to its
 /// conversation's supervisor (through which `dispatch` sends turns to specialists).

@@ -14,6 +14,7 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use legio_core::{can_see, ContextItem, ContextSummary, Message, Part, Participant, Record, Seq};
+use legio_runtime::RuntimeError;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -45,7 +46,13 @@ pub(crate) async fn history(
     let Query(query) = query?;
     let runtime = &state.runtime;
     let spec = match &query.agent {
-        Some(name) => Some(runtime.config().agent_named(name)?.clone()),
+        Some(name) => Some(
+            runtime
+                .config()
+                .agent_named(name)
+                .map_err(RuntimeError::from)?
+                .clone(),
+        ),
         None => None,
     };
     match query.view.as_deref().unwrap_or("full") {

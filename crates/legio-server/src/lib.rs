@@ -12,9 +12,11 @@ mod meta;
 mod metrics;
 mod operator;
 mod server;
+mod settings;
 mod state;
 mod turns;
 
 pub use error::{ApiError, ServeError};
 pub use metrics::{install_metrics, MetricsHandle};
 pub use server::{Server, ShutdownReport};
+pub use settings::{ServerSettings, DEFAULT_BIND};

@@ -243,7 +243,10 @@ pub(crate) async fn inspect(
     })?;
     let only = optional_key(query.conversation.as_deref())?;
     let log = Arc::clone(state.runtime.log());
-    let table = blocking(move || inspect_log(log.as_ref(), kind, only.as_ref())).await?;
+    let table = blocking(move || {
+        inspect_log(log.as_ref(), kind, only.as_ref()).map_err(RuntimeError::from)
+    })
+    .await?;
     Ok(Json(serde_json::to_value(table).unwrap_or(Value::Null)))
 }
 
@@ -323,7 +326,12 @@ pub(crate) async fn reset(
     let Json(body) = body?;
     let key = conversation_key(&body.conversation)?;
     let runtime = &state.runtime;
-    let agent = runtime.config().agent_named(&body.agent)?.name.clone();
+    let agent = runtime
+        .config()
+        .agent_named(&body.agent)
+        .map_err(RuntimeError::from)?
+        .name
+        .clone();
     let was_failed = runtime
         .status(key.as_str())
         .await?

@@ -14,12 +14,13 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use legio_runtime::{Runtime, ServerSettings};
+use legio_runtime::Runtime;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::error::{ApiError, ServeError};
 use crate::metrics::MetricsHandle;
+use crate::settings::ServerSettings;
 use crate::state::AppState;
 use crate::{auth, dashboard, exporter, history, meta, operator, turns};
 

@@ -6,11 +6,12 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use legio_runtime::{Runtime, ServerSettings};
+use legio_runtime::Runtime;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use crate::metrics::MetricsHandle;
+use crate::settings::ServerSettings;
 
 /// What every handler shares.
 pub(crate) struct AppState {

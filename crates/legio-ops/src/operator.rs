@@ -10,7 +10,7 @@ use legio_core::{
 use legio_store::EventLog;
 use serde::{Deserialize, Serialize};
 
-use crate::error::RuntimeError;
+use crate::error::OpsError;
 use crate::prepare::TurnPreview;
 
 /// How many events a view reads from the log at a time.
@@ -59,13 +59,13 @@ pub struct Table {
 pub fn require_conversation(
     log: &dyn EventLog,
     conversation: &ConversationKey,
-) -> Result<(), RuntimeError> {
+) -> Result<(), OpsError> {
     if log
         .conversation_events(conversation, Seq::ZERO, 1)?
         .is_empty()
     {
         let known = log.conversations()?;
-        return Err(RuntimeError::UnknownConversation {
+        return Err(OpsError::UnknownConversation {
             key: conversation.as_str().to_owned(),
             known: known.iter().take(20).map(|c| c.to_string()).collect(),
         });
@@ -78,7 +78,7 @@ fn for_each(
     log: &dyn EventLog,
     only: Option<&ConversationKey>,
     mut visit: impl FnMut(&Record),
-) -> Result<(), RuntimeError> {
+) -> Result<(), OpsError> {
     let mut after = Seq::ZERO;
     loop {
         let chunk = match only {
@@ -99,7 +99,7 @@ pub fn inspect(
     log: &dyn EventLog,
     what: InspectKind,
     only: Option<&ConversationKey>,
-) -> Result<Table, RuntimeError> {
+) -> Result<Table, OpsError> {
     if let Some(c) = only {
         require_conversation(log, c)?;
     }

@@ -1,16 +1,18 @@
 //! The `[server]` section of the configuration: where `legio serve` listens and how it guards
-//! its endpoints. Parsed here (strictly, like every section) so one file serves every layer; used
-//! only by legio-server. `LEGIO_API_TOKEN` and `LEGIO_OPERATOR_TOKEN` override the file's tokens.
+//! its endpoints. The configuration keeps the table as written (`RawSection`); the server parses
+//! it here, strictly like every section. `LEGIO_API_TOKEN` and `LEGIO_OPERATOR_TOKEN` override the
+//! file's tokens.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use legio_runtime::{ConfigError, RuntimeConfig};
 use serde::Deserialize;
 
 /// The `[server]` table as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct ServerSection {
+struct ServerSection {
     bind: Option<String>,
     token: Option<String>,
     operator_token: Option<String>,
@@ -64,9 +66,23 @@ impl Default for ServerSettings {
 }
 
 impl ServerSettings {
+    /// The settings of `config`'s `[server]` table (defaults without one); errors name the key
+    /// and the file, like the configuration's own.
+    pub fn from_config(config: &RuntimeConfig) -> Result<Self, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            file: config.source.clone().unwrap_or_default(),
+            message,
+        };
+        let section: ServerSection = config
+            .server
+            .parse()
+            .map_err(|e| invalid(format!("[server]: {e}")))?;
+        Self::from_section(&section, |var| std::env::var(var).ok()).map_err(invalid)
+    }
+
     /// Validates the section; `invalid` wraps a message naming the key into the file's error.
     /// `env` reads an environment variable (injected so tests need not touch the process's).
-    pub(crate) fn from_section(
+    fn from_section(
         section: &ServerSection,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, String> {

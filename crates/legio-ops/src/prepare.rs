@@ -10,8 +10,8 @@ use legio_core::{
 };
 use legio_store::EventLog;
 
-use crate::config::{AgentSpec, RuntimeSettings};
-use crate::error::RuntimeError;
+use crate::error::OpsError;
+use legio_config::{AgentSpec, RuntimeSettings};
 
 /// The most delta messages one turn reads (a documented limit).
 pub const MAX_DELTA: usize = 10_000;
@@ -48,16 +48,13 @@ pub struct TurnInputs<'a> {
 
 /// Reads the agent's session state and the messages it needs, and decides the turn. Blocks on
 /// log reads: call it from a blocking thread.
-pub fn prepare_turn(
-    log: &dyn EventLog,
-    inputs: TurnInputs<'_>,
-) -> Result<PreparedTurn, RuntimeError> {
+pub fn prepare_turn(log: &dyn EventLog, inputs: TurnInputs<'_>) -> Result<PreparedTurn, OpsError> {
     let state = log.session_state(inputs.conversation, &inputs.spec.name)?;
     let new: Record = log
         .read_range(inputs.new_message, inputs.new_message, 1)?
         .into_iter()
         .next()
-        .ok_or(RuntimeError::MissingRecord {
+        .ok_or(OpsError::MissingRecord {
             what: "the message to answer",
             seq: inputs.new_message,
         })?;
@@ -70,7 +67,7 @@ fn plan_with_state(
     inputs: &TurnInputs<'_>,
     state: Option<AgentSessionState>,
     new: Record,
-) -> Result<PreparedTurn, RuntimeError> {
+) -> Result<PreparedTurn, OpsError> {
     let spec = inputs.spec;
     let current = state.as_ref().and_then(|s| s.current.clone());
     let live = matches!((&current, inputs.live_session), (Some(c), Some(id)) if c.session == id && c.status == SessionStatus::Open);
@@ -115,7 +112,7 @@ fn with_turn_summaries(
     agent: &legio_core::AgentName,
     at: Seq,
     mut state: Option<AgentSessionState>,
-) -> Result<Option<AgentSessionState>, RuntimeError> {
+) -> Result<Option<AgentSessionState>, OpsError> {
     let mut after = at;
     loop {
         let chunk = log.conversation_events(conversation, after, 256)?;
@@ -141,7 +138,7 @@ fn with_turn_summaries(
 fn latest_summary(
     log: &dyn EventLog,
     state: Option<&AgentSessionState>,
-) -> Result<Option<ContextSummary>, RuntimeError> {
+) -> Result<Option<ContextSummary>, OpsError> {
     let Some(at) = state.and_then(|s| s.latest_summary) else {
         return Ok(None);
     };
@@ -151,7 +148,7 @@ fn latest_summary(
             covers_up_to: e.covers_up_to,
             text: e.text,
         })),
-        _ => Err(RuntimeError::MissingRecord {
+        _ => Err(OpsError::MissingRecord {
             what: "the summary the session state points at",
             seq: at.event,
         }),
@@ -187,7 +184,7 @@ pub fn compaction_job(
     context_window: u64,
     fixed_tokens: u64,
     question: Seq,
-) -> Result<Option<CompactionJob>, RuntimeError> {
+) -> Result<Option<CompactionJob>, OpsError> {
     let plan = &turn.plan;
     if matches!(turn.decision.delivery, Delivery::Delta { .. }) {
         return Ok(None);
@@ -249,7 +246,7 @@ pub fn window_tokens(
     log: &dyn EventLog,
     inputs: &TurnInputs<'_>,
     turn: &PreparedTurn,
-) -> Result<u64, RuntimeError> {
+) -> Result<u64, OpsError> {
     let plan = &turn.plan;
     if !matches!(turn.decision.delivery, Delivery::Delta { .. }) {
         return Ok(plan.estimated_tokens);
@@ -289,7 +286,7 @@ pub fn preview_turn(
     log: &dyn EventLog,
     inputs: TurnInputs<'_>,
     at: Seq,
-) -> Result<TurnPreview, RuntimeError> {
+) -> Result<TurnPreview, OpsError> {
     let at = at.min(log.last_seq());
     let agent = &inputs.spec.name;
     let state = if at == log.last_seq() {

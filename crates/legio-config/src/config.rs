@@ -27,9 +27,9 @@ struct FileConfig {
     agents: BTreeMap<String, AgentSection>,
     #[serde(default)]
     providers: BTreeMap<String, crate::provider_settings::ProviderSection>,
-    /// Read by legio-server; parsed here so one file serves every layer.
+    /// Kept as written: legio-server parses its own table (`ServerSettings`).
     #[serde(default)]
-    server: crate::server_settings::ServerSection,
+    server: toml::Table,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -233,8 +233,8 @@ pub struct RuntimeConfig {
     pub agents: Vec<AgentSpec>,
     /// Providers by name.
     pub providers: BTreeMap<String, ProviderSpec>,
-    /// The `[server]` section (used by `legio serve`).
-    pub server: crate::server_settings::ServerSettings,
+    /// The `[server]` table as written, for legio-server to parse (`ServerSettings`).
+    pub server: crate::raw::RawSection,
 }
 
 /// `section`'s compaction keys over `base`; errors name `where_`'s key.
@@ -294,10 +294,6 @@ impl RuntimeConfig {
         };
         let parsed: FileConfig =
             toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
-        let server = crate::server_settings::ServerSettings::from_section(&parsed.server, |var| {
-            std::env::var(var).ok()
-        })
-        .map_err(invalid)?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
 
         let mut options = StoreOptions::default();
@@ -481,7 +477,7 @@ impl RuntimeConfig {
             runtime,
             agents,
             providers,
-            server,
+            server: crate::raw::RawSection::new(parsed.server),
         })
     }
 
@@ -526,11 +522,11 @@ impl RuntimeConfig {
     }
 
     /// The spec of the agent called `name`, or an error listing the roster.
-    pub fn agent_named(&self, name: &str) -> Result<&AgentSpec, crate::error::RuntimeError> {
+    pub fn agent_named(&self, name: &str) -> Result<&AgentSpec, crate::error::UnknownAgent> {
         self.agents
             .iter()
             .find(|a| a.name.as_str() == name)
-            .ok_or_else(|| crate::error::RuntimeError::UnknownAgent {
+            .ok_or_else(|| crate::error::UnknownAgent {
                 name: name.to_owned(),
                 known: self.agents.iter().map(|a| a.name.to_string()).collect(),
             })

@@ -1,0 +1,17 @@
+//! legio-config: `config/legio.toml` parsed strictly into the settings every layer uses (the
+//! store, the runtime, the roster, the providers), with no actor and no async runtime, so the
+//! offline commands and the server read the same file the runtime does.
+
+mod config;
+mod error;
+mod provider_settings;
+mod raw;
+mod store_backend;
+
+pub use config::{
+    AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
+    UnknownMentions,
+};
+pub use error::{ConfigError, UnknownAgent};
+pub use raw::RawSection;
+pub use store_backend::StoreBackend;

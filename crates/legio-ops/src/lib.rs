@@ -1,0 +1,18 @@
+//! legio-ops: what needs the log and the configuration but no actor: preparing and previewing a
+//! turn (the same decision and plan the runtime's turn uses), and the operator views (inspect
+//! tables, the context report, the memory table) the offline CLI and the server render.
+
+mod error;
+mod memory_view;
+mod operator;
+mod prepare;
+
+pub use error::OpsError;
+pub use memory_view::{fold_memory, memory_table, one_line, read_memory, short_time};
+pub use operator::{
+    context_report, inspect, require_conversation, ContextReport, InspectKind, ReportItem, Table,
+};
+pub use prepare::{
+    compaction_job, prepare_turn, preview_turn, window_tokens, CompactionJob, PreparedTurn,
+    TurnInputs, TurnPreview, MAX_DELTA,
+};
