@@ -5,8 +5,7 @@
 //! (`legio_core::fit_to_window`), the summarizer's part budget, and the warning a failed
 //! compaction gives. The turn code calls each from one line.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use legio_core::{
     fit_to_window, summarizer_part_budget, AgentName, Budget, BudgetError, Calibration,
@@ -22,30 +21,6 @@ use legio_config::AgentSpec;
 
 /// The most events read from the log to seed a provider's calibration.
 const SEED_EVENTS: usize = 20_000;
-
-/// Each provider's calibration, by provider name.
-#[derive(Debug, Default)]
-pub(crate) struct Calibrations(Mutex<HashMap<String, Calibration>>);
-
-impl Calibrations {
-    fn get(&self, provider: &str) -> Option<Calibration> {
-        self.0.lock().ok()?.get(provider).copied()
-    }
-
-    fn set(&self, provider: &str, calibration: Calibration) {
-        if let Ok(mut map) = self.0.lock() {
-            map.entry(provider.to_owned()).or_insert(calibration);
-        }
-    }
-
-    /// Learns from one request; the ratio before and after, if the sample was used.
-    fn observe(&self, provider: &str, estimated: u64, reported: u64) -> Option<(f64, f64)> {
-        let mut map = self.0.lock().ok()?;
-        let c = map.get_mut(provider)?;
-        let before = c.ratio;
-        c.observe(estimated, reported).then_some((before, c.ratio))
-    }
-}
 
 fn settings<'a>(shared: &'a Shared, provider: &str) -> Option<&'a ProviderSettings> {
     shared.config.providers.get(provider)

@@ -2,6 +2,7 @@
 //! names ractor), with exact context delivery across restarts.
 
 mod agent;
+mod calibrations;
 mod clock;
 mod compact;
 mod dispatch;

@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     /// same (a stat per turn instead of a read and a hash).
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,
     /// Each provider's token calibration (fit.rs), learned as turns go.
-    pub(crate) calibrations: crate::fit::Calibrations,
+    pub(crate) calibrations: crate::calibrations::Calibrations,
     /// Per conversation, the signal of the last message appended for dispatch: set once its
     /// turns are sent (see [`Shared::append_for_dispatch`]).
     pub(crate) dispatch_tails: std::sync::Mutex<HashMap<ConversationKey, oneshot::Receiver<()>>>,

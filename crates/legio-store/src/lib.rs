@@ -21,6 +21,7 @@ pub mod metrics;
 mod migrate;
 mod nats;
 mod options;
+mod sled_backend;
 mod sled_log;
 #[doc(hidden)]
 pub mod testing;

@@ -15,7 +15,7 @@ use crate::error::{Result, StoreError};
 use crate::group::{self, GroupIndex, States};
 use crate::keys;
 use crate::layout::LAYOUT_VERSION;
-use crate::sled_log::{sled_err, SledBackend};
+use crate::sled_backend::{sled_err, SledBackend};
 
 /// The trees of layout v1 (their key layouts are in `docs/storage.md`).
 const V1_TREES: [&str; 3] = ["events", "by_conv", "visible"];

@@ -1,13 +1,13 @@
 //! `NatsLog`: the event log on a NATS JetStream stream. The stream sequence is legio's seq; each
 //! conversation is one subject; appends state the subject's last sequence they expect, so a node
 //! that lost a conversation to another can never append to it. This file: opening, the shared
-//! state, projections, global reads and the `EventLog` impl; the write path is write.rs, verify
+//! state's methods (projections, global reads) and the `EventLog` impl; the shared state is
+//! inner.rs, the write path is write.rs, verify
 //! is verify.rs. See `docs/cluster.md`.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
@@ -15,6 +15,7 @@ use futures_util::TryStreamExt;
 use legio_core::{AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, Viewer};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
+use super::inner::{lock, Inner, Submit, READ_CHUNK};
 use super::options::NatsOptions;
 use super::projection::Projection;
 use super::publish::{Publisher, MAX_BATCHES_IN_FLIGHT};
@@ -22,14 +23,12 @@ use super::reader::{scan, Scan};
 use super::runtime::block_on;
 use super::subject::Subjects;
 use super::verify::verify_walk;
-use super::write::{dispatch, encode_batch, Submit};
+use super::write::{dispatch, encode_batch};
 use crate::error::{Result, StoreError};
 use crate::log::{AppendHandle, EventLog, Subscription};
 use crate::metrics as m;
 use crate::verify::{VerifyProgress, VerifyReport};
 
-/// Events read from the stream per request.
-pub(super) const READ_CHUNK: usize = 4096;
 /// How often a log with subscribers asks the stream for appends made by other nodes.
 const FOLLOW_POLL: Duration = Duration::from_millis(200);
 
@@ -49,32 +48,6 @@ impl std::fmt::Debug for NatsLog {
             .field("read_only", &self.inner.read_only)
             .finish_non_exhaustive()
     }
-}
-
-pub(super) struct Inner {
-    pub(super) publisher: Publisher,
-    pub(super) subjects: Subjects,
-    pub(super) options: NatsOptions,
-    pub(super) read_only: bool,
-    pub(super) projections: Mutex<HashMap<ConversationKey, Arc<Mutex<Projection>>>>,
-    /// Conversations whose append was refused, with the last seq this node expected: refused
-    /// until [`NatsLog::refresh`] (this node took the conversation over again).
-    pub(super) fenced: Mutex<HashMap<ConversationKey, u64>>,
-    pub(super) committed: watch::Sender<Seq>,
-    pub(super) submits: Option<mpsc::UnboundedSender<Submit>>,
-    id_prefix: String,
-    next_id: AtomicU64,
-    /// Whether appends queued behind one in flight leave as one atomic batch: with replicas 3
-    /// (where it raised the append rate about 3x in `nats_append`), not with 1, where a single
-    /// server held every atomic batch for tens of milliseconds (nats-server 2.15.1).
-    pub(super) group_appends: bool,
-    following: AtomicBool,
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl NatsLog {
@@ -570,7 +543,12 @@ impl EventLog for NatsLog {
 
     fn verify(&self, progress: &mut dyn FnMut(VerifyProgress)) -> Result<VerifyReport> {
         let _span = tracing::info_span!("verify").entered();
-        verify_walk(self, progress)
+        verify_walk(
+            &self.inner,
+            &self.runtime_handle(),
+            self.last_seq(),
+            progress,
+        )
     }
 
     fn flush(&self) -> Result<()> {

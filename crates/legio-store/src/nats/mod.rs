@@ -2,6 +2,7 @@
 //! [`Leases`] (conversation ownership in a key-value bucket). The only code besides the sled log
 //! that names a storage engine. See `docs/cluster.md`.
 
+mod inner;
 mod lease;
 mod log;
 mod options;

@@ -2,22 +2,24 @@
 //! undecodable records, events on a wrong subject, replies to unknown messages and reused ids.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use legio_core::{Event, Record, Seq};
 
-use super::log::{NatsLog, READ_CHUNK};
+use super::inner::{Inner, READ_CHUNK};
 use super::reader::{scan, Scan};
+use super::runtime::block_on;
 use crate::error::Result;
-use crate::log::EventLog;
 use crate::verify::{Finding, VerifyProgress, VerifyReport};
 
 /// Walks the stream: gaps, undecodable records, events on a wrong subject, replies to unknown
 /// messages, reused message ids.
 pub(super) fn verify_walk(
-    log: &NatsLog,
+    inner: &Arc<Inner>,
+    runtime: &tokio::runtime::Handle,
+    last: Seq,
     progress: &mut dyn FnMut(VerifyProgress),
 ) -> Result<VerifyReport> {
-    let last = log.last_seq();
     let mut report = VerifyReport {
         last_seq: last,
         ..Default::default()
@@ -25,15 +27,20 @@ pub(super) fn verify_walk(
     let mut expected = Seq::FIRST;
     let mut seen = HashSet::new();
     while expected <= last {
-        let inner = log.inner.clone();
+        let reading = Arc::clone(inner);
         let next = Scan {
             from: expected.0,
             to: last.0,
             filter: None,
             limit: READ_CHUNK,
         };
-        let stored = log.block_on(async move {
-            scan(&inner.publisher.stream, next, inner.options.request_timeout).await
+        let stored = block_on(runtime, async move {
+            scan(
+                &reading.publisher.stream,
+                next,
+                reading.options.request_timeout,
+            )
+            .await
         })?;
         if stored.is_empty() {
             break;
@@ -48,7 +55,7 @@ pub(super) fn verify_walk(
             }
             expected = seq.next();
             report.events += 1;
-            match message.decode(&log.inner.subjects) {
+            match message.decode(&inner.subjects) {
                 Ok(record) => check_message(&mut report, &mut seen, &record),
                 Err(e) => report.add(Finding::Undecodable {
                     seq,

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::log::{lock, Inner};
+use super::inner::{lock, Inner, Submit};
 use super::publish::{Outcome, Outgoing};
 use crate::error::{Result, StoreError};
 use crate::metrics as m;
@@ -17,13 +17,6 @@ use crate::metrics as m;
 /// The most events one append (or one group of appends) may hold: JetStream's limit of an atomic
 /// batch.
 pub const MAX_BATCH_EVENTS: usize = 1000;
-
-/// An append waiting for its turn: its conversation may have an append in flight.
-pub(super) struct Submit {
-    pub(super) events: Vec<(Event, Vec<u8>)>,
-    pub(super) conversations: Vec<ConversationKey>,
-    pub(super) reply: oneshot::Sender<Result<SeqRange>>,
-}
 
 /// Appends of one conversation leave one at a time (the next one's expectation is the previous
 /// one's last seq); appends queued behind one in flight leave together as one atomic batch.
