@@ -1225,6 +1225,105 @@ fn context_shows_the_summary_of_a_compacted_context() {
     assert_eq!(seqs, want);
 }
 
+/// Issue 17: `legio context` shows what would really be sent: the window check applied (older
+/// messages left out, with the notice), the request's size against the window.
+#[test]
+fn context_applies_the_window_check() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "context_window = 2000", "compaction = false");
+    let file = dir.path().join("legio.toml");
+    let text = std::fs::read_to_string(&file)
+        .unwrap()
+        .replace("history = \"session\"", "history = \"stateless\"");
+    std::fs::write(&file, text).unwrap();
+    let config = RuntimeConfig::load(&file).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig {
+        context_window: 2000,
+        ..ScriptedConfig::new(legio_core::History::Stateless)
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let overrides = HashMap::from([(
+            "local".to_owned(),
+            Arc::new(provider.clone()) as Arc<dyn Provider>,
+        )]);
+        let runtime = Runtime::builder(config)
+            .providers(overrides)
+            .open()
+            .await
+            .unwrap();
+        for i in 0..30 {
+            let text = format!("@ann question {i}: {}", "word ".repeat(60));
+            let replies = runtime.post(CONV, &text).await.unwrap();
+            assert!(replies.replies[0].outcome.is_ok(), "{replies:?}");
+        }
+        runtime.shutdown().await.unwrap();
+    });
+    let requests = provider.requests();
+    let last = requests
+        .iter()
+        .rfind(|r| r.agent.as_str() == "ann")
+        .unwrap();
+    let left_out = "left out of this context to fit the model's window";
+    assert!(
+        last.plan.notice.as_deref().unwrap_or("").contains(left_out),
+        "the runtime cut the last request: {:?}",
+        last.plan.notice
+    );
+    let at = last.plan.new_message.seq.get().to_string();
+    let args = [
+        "context",
+        "--conversation",
+        CONV,
+        "--agent",
+        "ann",
+        "--at",
+        &at,
+    ];
+    let mut json_args = args.to_vec();
+    json_args.extend(["--format", "json"]);
+    let out = legio_in(dir.path(), &file, &json_args, None);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let window = &report["window"];
+    assert_eq!(window["limit"], 2000);
+    assert_eq!(window["tools_counted"], false);
+    assert!(window["left_out"].as_u64().unwrap() > 0, "{window}");
+    assert!(
+        window["request_tokens"].as_u64().unwrap() <= 2000,
+        "{window}"
+    );
+    assert!(
+        report["notice"].as_str().unwrap().contains(left_out),
+        "{report}"
+    );
+    // Offline, the tools are not counted: the preview keeps at least what the runtime sent, and
+    // its history ends with the same messages.
+    let seqs: Vec<u64> = report["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["seq"].as_u64().unwrap())
+        .collect();
+    let sent: Vec<u64> = last.plan.history.iter().map(|i| i.seq.get()).collect();
+    assert!(
+        seqs.len() >= sent.len() && seqs.ends_with(&sent),
+        "{seqs:?} vs {sent:?}"
+    );
+    assert!(seqs.len() < 59, "older messages are left out: {seqs:?}");
+    let out = legio_in(dir.path(), &file, &args, None);
+    let text = stdout(&out);
+    assert!(
+        text.contains("of the 2000 tokens a request may hold"),
+        "{text}"
+    );
+    assert!(text.contains("older messages left out to fit"), "{text}");
+}
+
 /// `backend = "nats"`: the runtime writes a conversation to a real nats-server, and the CLI reads
 /// the cluster's log with `--nats` (no node running), agreeing with what is stored.
 #[test]

@@ -5,8 +5,13 @@
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _, Result};
+use legio_config::{Role, RuntimeConfig};
 use legio_core::{ConversationKey, Seq};
-use legio_ops::{context_report, preview_turn, ContextReport, TurnInputs};
+use legio_ops::{
+    context_report, fit_preview, preview_calibration, preview_turn, provider_budget, status_block,
+    ContextReport, Fixed, TurnInputs, TurnPreview,
+};
+use legio_store::EventLog;
 
 use crate::common;
 use crate::invocation::Context;
@@ -80,7 +85,7 @@ fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
         .context("the agent's provider is not configured")?;
     let base = std::fs::read_to_string(&spec.prompt)
         .with_context(|| format!("cannot read {}", spec.prompt.display()))?;
-    let (_, prompt_hash) = config.compose_prompt(&spec, base);
+    let (system_prompt, prompt_hash) = config.compose_prompt(&spec, base);
     let log = common::open_log(context)?;
     if log
         .conversation_events(&conversation, Seq::ZERO, 1)?
@@ -103,7 +108,8 @@ fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
         live_session: None,
         new_message: at,
     };
-    let preview = preview_turn(&*log, inputs, at)?;
+    let mut preview = preview_turn(&*log, inputs, at)?;
+    fit_offline(&*log, &config, &inputs, &system_prompt, &mut preview)?;
     Ok(Some(context_report(
         &preview,
         &conversation,
@@ -111,6 +117,40 @@ fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
         at,
         history,
     )))
+}
+
+/// Applies the window check to `preview` as the agent's next turn would: its provider's window
+/// and output limit, the calibration a runtime would start with (from the log), the system
+/// prompt and, for the orchestrator, the status block with every specialist idle (as after a
+/// restart). Offline, the tools' schemas are not counted: the host may offer its own, which only
+/// the running service knows (`--server` counts them).
+fn fit_offline(
+    log: &dyn EventLog,
+    config: &RuntimeConfig,
+    inputs: &TurnInputs<'_>,
+    system_prompt: &str,
+    preview: &mut TurnPreview,
+) -> Result<()> {
+    let Some(settings) = config.providers.get(&inputs.spec.provider) else {
+        return Ok(());
+    };
+    let status = (inputs.spec.role == Role::Orchestrator)
+        .then(|| status_block(config.specialists().map(|a| (&a.name, "idle"))));
+    let fixed = Fixed {
+        system_prompt,
+        status: status.as_deref(),
+        tools: &[],
+    };
+    let calibration = preview_calibration(
+        log,
+        config,
+        inputs.spec,
+        inputs.conversation,
+        fixed.estimated(),
+    )?;
+    let budget = provider_budget(Some(settings), settings.context_window(), calibration);
+    fit_preview(preview, fixed, false, &budget);
+    Ok(())
 }
 
 fn print_text(report: &ContextReport) {
@@ -129,6 +169,24 @@ fn print_text(report: &ContextReport) {
         report.history.len() + usize::from(report.new_message.is_some()),
         report.estimated_tokens
     );
+    if let Some(w) = &report.window {
+        let left_out = match (w.left_out, w.summary_left_out) {
+            (0, false) => String::new(),
+            (n, false) => format!("; {n} older messages left out to fit"),
+            (n, true) => format!("; {n} older messages and the summary left out to fit"),
+        };
+        let tools = match w.tools_counted {
+            true => "",
+            false => " (the tools' schemas not counted: ask a running service with --server)",
+        };
+        println!(
+            "request: ~{} of the {} tokens a request may hold, counted {}{tools}{left_out}",
+            w.request_tokens, w.limit, w.counted
+        );
+        if let Some(error) = &w.error {
+            println!("the turn would fail: {error}");
+        }
+    }
     if let Some(summary) = &report.summary {
         println!(
             "summary (stands for the messages up to #{}):",

@@ -13,11 +13,20 @@
 //! being answered and the current tool loop (every message from the turn's question on) are
 //! never left out; when they alone do not fit, the request is refused with an error naming the
 //! sizes.
+//!
+//! Where the model's own vocabulary is known ([`Budget::vocabulary`]: OpenAI models), the check
+//! counts exactly instead: every message with that vocabulary plus the chat format's overhead,
+//! and the calibration does not apply. Calibration is for models whose tokenizer legio does not
+//! have.
 
 use crate::compaction::clean_cut;
+use crate::compaction::{summary_tokens, ContextSummary};
 use crate::context::ContextPlan;
+use crate::message::Message;
 use crate::seq::Seq;
-use crate::tokens::estimate_message_tokens;
+use crate::tokens::{
+    estimate_message_tokens, estimate_tokens, Vocabulary, CHAT_MESSAGE_OVERHEAD, CHAT_REPLY_PRIMING,
+};
 
 /// Headroom over the calibrated estimate: calibration is an average, single requests vary.
 pub const SAFETY_MARGIN: f64 = 1.15;
@@ -114,14 +123,65 @@ pub struct Budget {
     pub context_window: u64,
     /// The reply's output limit, reserved out of the window.
     pub max_output_tokens: u64,
-    /// The provider's calibration.
+    /// The provider's calibration (used only without a vocabulary).
     pub calibration: Calibration,
+    /// The model's own vocabulary, when known: requests are counted exactly with it.
+    pub vocabulary: Option<Vocabulary>,
 }
+
+/// Room kept, when counting exactly, for the notice a cut adds (exact counts have no margin).
+const NOTICE_ALLOWANCE: u64 = 48;
 
 impl Budget {
     /// Real tokens a request may have.
     pub fn request_limit(&self) -> u64 {
         self.context_window.saturating_sub(self.max_output_tokens)
+    }
+
+    /// `text` in this budget's units: exact tokens with a vocabulary, else the estimate.
+    pub fn count_text(&self, text: &str) -> u64 {
+        match self.vocabulary {
+            Some(v) => v.count(text),
+            None => estimate_tokens(text),
+        }
+    }
+
+    /// A message in this budget's units (exact: with the chat format's overhead).
+    pub fn count_message(&self, message: &Message) -> u64 {
+        match self.vocabulary {
+            Some(v) => v.count_message(message),
+            None => estimate_message_tokens(message),
+        }
+    }
+
+    /// A summary in this budget's units (exact: its text, tags and the message overhead).
+    fn count_summary(&self, summary: &ContextSummary) -> u64 {
+        match self.vocabulary {
+            Some(v) => v.count(&summary.text) + 8 + CHAT_MESSAGE_OVERHEAD,
+            None => summary_tokens(summary),
+        }
+    }
+
+    /// The plan in this budget's units: the planner's estimate, or exactly its messages, summary,
+    /// notice and the reply's priming.
+    pub fn count_plan(&self, plan: &ContextPlan) -> u64 {
+        let Some(v) = self.vocabulary else {
+            return plan.estimated_tokens;
+        };
+        plan.messages()
+            .map(|i| v.count_message(&i.message))
+            .sum::<u64>()
+            + plan.summary.as_ref().map_or(0, |s| self.count_summary(s))
+            + plan.notice.as_deref().map_or(0, |n| v.count(n))
+            + CHAT_REPLY_PRIMING
+    }
+
+    /// Real tokens of `units`: as counted with a vocabulary, else calibrated.
+    pub fn real_tokens(&self, units: u64) -> u64 {
+        match self.vocabulary {
+            Some(_) => units,
+            None => self.calibration.scale(units),
+        }
     }
 }
 
@@ -183,18 +243,12 @@ pub fn fit_to_window(
     protect_from: Seq,
     budget: &Budget,
 ) -> Result<Fitted, BudgetError> {
-    let cal = budget.calibration;
+    let real = |units| budget.real_tokens(units);
     let limit = budget.request_limit();
-    let too_large = |tokens| BudgetError::RequestTooLarge {
-        tokens,
-        limit,
-        window: budget.context_window,
-        output: budget.max_output_tokens,
-    };
-    let total = fixed_tokens + plan.estimated_tokens;
-    if cal.scale(total) <= limit {
+    let total = fixed_tokens + budget.count_plan(plan);
+    if real(total) <= limit {
         return Ok(Fitted {
-            tokens: cal.scale(total),
+            tokens: real(total),
             left_out: 0,
             summary_left_out: false,
         });
@@ -203,59 +257,91 @@ pub fn fit_to_window(
     if let Some(item) = plan
         .messages()
         .filter(|i| i.seq >= protect_from || i.seq == plan.new_message.seq)
-        .find(|i| cal.scale(estimate_message_tokens(&i.message)) > limit)
+        .find(|i| real(budget.count_message(&i.message)) > limit)
     {
         return Err(BudgetError::MessageTooLarge {
             seq: item.seq,
-            tokens: cal.scale(estimate_message_tokens(&item.message)),
+            tokens: real(budget.count_message(&item.message)),
             limit,
             window: budget.context_window,
             output: budget.max_output_tokens,
         });
     }
+    let cut = find_cut(plan, total, protect_from, budget)?;
+    Ok(leave_out(plan, cut, fixed_tokens, budget))
+}
+
+/// Where to cut: the fewest oldest messages (a clean cut) that make the request fit, or every
+/// one that may go and the summary too (`Cut::summary`).
+fn find_cut(
+    plan: &ContextPlan,
+    total: u64,
+    protect_from: Seq,
+    budget: &Budget,
+) -> Result<Cut, BudgetError> {
+    let limit = budget.request_limit();
+    // Exact counts have no margin: keep room for the notice the cut adds.
+    let notice = budget.vocabulary.map_or(0, |_| NOTICE_ALLOWANCE);
+    let fits = |dropped: u64| budget.real_tokens(total + notice - dropped) <= limit;
     let droppable = plan
         .history
         .iter()
         .position(|i| i.seq >= protect_from)
         .unwrap_or(plan.history.len());
-    let costs: Vec<u64> = plan
-        .history
-        .iter()
-        .map(|i| estimate_message_tokens(&i.message))
-        .collect();
-    let summary = plan.summary.as_ref().map_or(0, crate::summary_tokens);
     let mut dropped = 0;
     for cut in 1..=droppable {
-        dropped += costs[cut - 1];
-        if clean_cut(&plan.history, cut) && cal.scale(total - dropped) <= limit {
-            return Ok(leave_out(plan, cut, dropped, false, cal, fixed_tokens));
+        dropped += budget.count_message(&plan.history[cut - 1].message);
+        if clean_cut(&plan.history, cut) && fits(dropped) {
+            return Ok(Cut {
+                messages: cut,
+                summary: false,
+            });
         }
     }
-    let cut = (0..=droppable)
+    let messages = (0..=droppable)
         .rev()
         .find(|&c| clean_cut(&plan.history, c))
         .unwrap_or(0);
-    let dropped: u64 = costs[..cut].iter().sum::<u64>() + summary;
-    if plan.summary.is_some() && cal.scale(total - dropped) <= limit {
-        return Ok(leave_out(plan, cut, dropped, true, cal, fixed_tokens));
+    let dropped: u64 = plan.history[..messages]
+        .iter()
+        .map(|i| budget.count_message(&i.message))
+        .sum::<u64>()
+        + plan.summary.as_ref().map_or(0, |s| budget.count_summary(s));
+    if plan.summary.is_some() && fits(dropped) {
+        return Ok(Cut {
+            messages,
+            summary: true,
+        });
     }
-    Err(too_large(cal.scale(total - dropped)))
+    Err(BudgetError::RequestTooLarge {
+        tokens: budget.real_tokens(total - dropped),
+        limit,
+        window: budget.context_window,
+        output: budget.max_output_tokens,
+    })
 }
 
-fn leave_out(
-    plan: &mut ContextPlan,
-    cut: usize,
-    dropped: u64,
+/// What a cut leaves out: the oldest `messages`, and the summary when `summary`.
+#[derive(Clone, Copy)]
+struct Cut {
+    messages: usize,
     summary: bool,
-    cal: Calibration,
-    fixed_tokens: u64,
-) -> Fitted {
-    plan.history.drain(..cut);
-    if summary {
-        plan.summary = None;
-    }
-    plan.estimated_tokens -= dropped;
-    let what = match (cut, summary) {
+}
+
+fn leave_out(plan: &mut ContextPlan, cut: Cut, fixed_tokens: u64, budget: &Budget) -> Fitted {
+    let Cut { messages, summary } = cut;
+    // The plan's estimate stays in estimated tokens, whatever the budget counts in.
+    let dropped = plan
+        .history
+        .drain(..messages)
+        .map(|i| estimate_message_tokens(&i.message))
+        .sum::<u64>();
+    let summary_estimate = match summary {
+        true => plan.summary.take().as_ref().map_or(0, summary_tokens),
+        false => 0,
+    };
+    plan.estimated_tokens -= dropped + summary_estimate;
+    let what = match (messages, summary) {
         (0, _) => "the summary of the earlier conversation is".to_owned(),
         (1, false) => "1 older message is".to_owned(),
         (n, false) => format!("{n} older messages are"),
@@ -270,8 +356,8 @@ fn leave_out(
         None => line,
     });
     Fitted {
-        tokens: cal.scale(fixed_tokens + plan.estimated_tokens),
-        left_out: cut,
+        tokens: budget.real_tokens(fixed_tokens + budget.count_plan(plan)),
+        left_out: messages,
         summary_left_out: summary,
     }
 }
@@ -335,7 +421,50 @@ mod tests {
             context_window: window,
             max_output_tokens: output,
             calibration: Calibration::exact(),
+            vocabulary: None,
         }
+    }
+
+    #[test]
+    fn with_a_vocabulary_the_check_counts_exactly_and_ignores_the_calibration() {
+        let v = Vocabulary::O200kBase;
+        let mut p = plan((1..=4).map(|s| item(s, 50)).collect(), item(5, 10));
+        let exact = p
+            .messages()
+            .map(|i| v.count_message(&i.message))
+            .sum::<u64>()
+            + CHAT_REPLY_PRIMING;
+        assert_ne!(
+            exact, p.estimated_tokens,
+            "the estimate differs from the count"
+        );
+        let mut b = Budget {
+            context_window: 10_000,
+            max_output_tokens: 0,
+            // A calibration this high would overflow the window: it must not be applied.
+            calibration: Calibration {
+                ratio: 6.0,
+                samples: 1,
+                margin: SAFETY_MARGIN,
+            },
+            vocabulary: Some(v),
+        };
+        assert_eq!(b.count_plan(&p), exact);
+        assert_eq!(
+            fit_to_window(&mut p.clone(), 100, Seq(5), &b),
+            Ok(Fitted {
+                tokens: 100 + exact,
+                left_out: 0,
+                summary_left_out: false
+            })
+        );
+        // Room for all but two of the older messages (and the notice): exactly two go.
+        let per = v.count_message(&p.history[0].message);
+        b.context_window = 100 + exact - 2 * per + NOTICE_ALLOWANCE;
+        let fitted = fit_to_window(&mut p, 100, Seq(5), &b).unwrap();
+        assert_eq!((fitted.left_out, p.history.len()), (2, 2));
+        assert!(fitted.tokens <= b.request_limit(), "{fitted:?}");
+        assert_eq!(fitted.tokens, 100 + b.count_plan(&p));
     }
 
     #[test]

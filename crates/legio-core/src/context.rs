@@ -148,15 +148,7 @@ pub fn plan_context_with_summary(
     let before = visible
         .iter()
         .filter(|r| r.seq < new_message.seq && r.seq > covered && r.event.as_message().is_some());
-    let item = |r: &Record, redelivered: bool| ContextItem {
-        seq: r.seq,
-        message: r
-            .event
-            .as_message()
-            .cloned()
-            .unwrap_or_else(|| unreachable!("filtered to messages")),
-        redelivered,
-    };
+    let item = context_item;
     // A delta's own messages the session already holds (it wrote them): never resent, but their
     // tool calls count for the tool-call rules.
     let mut held: Vec<ContextItem> = Vec::new();
@@ -173,30 +165,7 @@ pub fn plan_context_with_summary(
             }
         }
         Delivery::Delta { checkpoint } => {
-            let me = Participant::Agent(agent.clone());
-            let mut unseen: Vec<&Record> = Vec::new();
-            for r in before.filter(|r| r.seq > *checkpoint) {
-                match r.event.as_message() {
-                    // The results of its tool calls were written by the runtime, not the session.
-                    Some(m) if m.sender == me && !has_tool_result(m) => held.push(item(r, false)),
-                    Some(_) => unseen.push(r),
-                    None => {}
-                }
-            }
-            // Everything up to the last message that would have triggered an earlier turn of
-            // this agent may have reached the provider in that turn's request.
-            let last_trigger = unseen.iter().rposition(|r| {
-                r.event
-                    .as_message()
-                    .is_some_and(|m| triggers_turn(agent, m))
-            });
-            let carried = carried_by_results(&me, &held, &unseen, new_message);
-            let history: Vec<ContextItem> = unseen
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| !carried.contains(&r.seq))
-                .map(|(i, r)| item(r, last_trigger.is_some_and(|t| i <= t)))
-                .collect();
+            let history = delta_history(agent, before, *checkpoint, new_message, &mut held);
             (DeliveryMode::Delta, None, history)
         }
     };
@@ -221,4 +190,54 @@ pub fn plan_context_with_summary(
         estimated_tokens,
         summary: summary.cloned(),
     }
+}
+
+/// A message record as a context item.
+fn context_item(r: &Record, redelivered: bool) -> ContextItem {
+    ContextItem {
+        seq: r.seq,
+        message: r
+            .event
+            .as_message()
+            .cloned()
+            .unwrap_or_else(|| unreachable!("filtered to messages")),
+        redelivered,
+    }
+}
+
+/// A delta's history: the visible messages after `checkpoint` the session does not hold, each
+/// marked redelivered when an earlier turn's request may have carried it. The agent's own
+/// messages go to `held` (the session wrote them; their tool calls still count).
+fn delta_history<'a>(
+    agent: &AgentName,
+    before: impl Iterator<Item = &'a Record>,
+    checkpoint: Seq,
+    new_message: &Record,
+    held: &mut Vec<ContextItem>,
+) -> Vec<ContextItem> {
+    let item = context_item;
+    let me = Participant::Agent(agent.clone());
+    let mut unseen: Vec<&Record> = Vec::new();
+    for r in before.filter(|r| r.seq > checkpoint) {
+        match r.event.as_message() {
+            // The results of its tool calls were written by the runtime, not the session.
+            Some(m) if m.sender == me && !has_tool_result(m) => held.push(item(r, false)),
+            Some(_) => unseen.push(r),
+            None => {}
+        }
+    }
+    // Everything up to the last message that would have triggered an earlier turn of
+    // this agent may have reached the provider in that turn's request.
+    let last_trigger = unseen.iter().rposition(|r| {
+        r.event
+            .as_message()
+            .is_some_and(|m| triggers_turn(agent, m))
+    });
+    let carried = carried_by_results(&me, held.as_slice(), &unseen, new_message);
+    unseen
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| !carried.contains(&r.seq))
+        .map(|(i, r)| item(r, last_trigger.is_some_and(|t| i <= t)))
+        .collect()
 }

@@ -66,6 +66,7 @@ pub use session::{AgentSessionState, FailedInfo, SessionInfo, SessionStatus, Sum
 pub use timestamp::Timestamp;
 pub use tokens::{
     estimate_message_tokens, estimate_tokens, estimate_tokens_for_model, exact_tokens_for_model,
+    Vocabulary, CHAT_MESSAGE_OVERHEAD, CHAT_REPLY_PRIMING,
 };
 pub use tool_calls::{
     has_tool_result, settle_tool_calls, tool_call_ids, INTERRUPTED, RESULTS_LEFT_OUT,

@@ -105,6 +105,13 @@ pub fn settle_tool_calls(
     held: Vec<ContextItem>,
 ) -> Vec<ContextItem> {
     let me = Participant::Agent(agent.clone());
+    let mut entries = entries(items, held);
+    let (open, anchor) = pair_results(&me, &mut entries);
+    order(agent, &entries, open, &anchor)
+}
+
+/// The items to send, then the held ones, in log order (`last`: the new message).
+fn entries(items: Vec<ContextItem>, held: Vec<ContextItem>) -> Vec<Entry> {
     let count = items.len();
     let mut entries: Vec<Entry> = items
         .into_iter()
@@ -122,15 +129,23 @@ pub fn settle_tool_calls(
         .collect();
     // A stable sort: held calls take their place among the sent messages by seq.
     entries.sort_by_key(|e| e.item.seq);
+    entries
+}
 
-    // Rules 1 and 2, in one pass in log order. A result answers the latest open call with its
-    // id (a provider may reuse an id in a later step); `anchor` is the call message it answers.
+/// Rules 1 and 2, in one pass in log order: other senders' tool parts and orphaned results
+/// dropped. A result answers the latest open call with its id (a provider may reuse an id in a
+/// later step). Returns the calls left open (id → entry) and each entry's `anchor`, the call
+/// message it answers.
+fn pair_results(
+    me: &Participant,
+    entries: &mut [Entry],
+) -> (HashMap<String, usize>, Vec<Option<usize>>) {
     let mut open: HashMap<String, usize> = HashMap::new();
     let mut anchor: Vec<Option<usize>> = vec![None; entries.len()];
     for (i, entry) in entries.iter_mut().enumerate() {
         let message = &mut entry.item.message;
         let before = message.parts.len();
-        if message.sender != me {
+        if message.sender != *me {
             message.parts.retain(|p| !is_tool_part(p));
         } else {
             message.parts.retain(|p| match p {
@@ -152,9 +167,17 @@ pub fn settle_tool_calls(
             message.parts.push(Part::text(RESULTS_LEFT_OUT));
         }
     }
+    (open, anchor)
+}
 
-    // Rules 3 and 4: each call message is followed by the interrupted results of its open calls,
-    // then by the messages holding its results.
+/// Rules 3 and 4: each call message is followed by the interrupted results of its open calls,
+/// then by the messages holding its results.
+fn order(
+    agent: &AgentName,
+    entries: &[Entry],
+    open: HashMap<String, usize>,
+    anchor: &[Option<usize>],
+) -> Vec<ContextItem> {
     let mut unanswered: Vec<Vec<String>> = vec![Vec::new(); entries.len()];
     for (id, call) in open {
         unanswered[call].push(id);

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use legio_core::History;
+use legio_core::{History, Vocabulary};
 
 use crate::http::BuildError;
 use crate::provider::Provider;
@@ -61,6 +61,15 @@ impl ProviderSettings {
     /// so estimates need no calibration.
     pub fn counts_like_estimates(&self) -> bool {
         matches!(self, Self::Scripted(_))
+    }
+
+    /// The model's own vocabulary, when legio has it (OpenAI models on the OpenAI kinds): the
+    /// window check then counts requests exactly instead of by a calibrated estimate.
+    pub fn vocabulary(&self) -> Option<Vocabulary> {
+        match self {
+            Self::OpenAiChat(s) | Self::OpenAiResponses(s) => Vocabulary::for_model(&s.model),
+            _ => None,
+        }
     }
 
     /// The context window the settings claim.

@@ -6,6 +6,7 @@ mod error;
 mod memory_view;
 mod operator;
 mod prepare;
+mod window;
 
 pub use error::OpsError;
 pub use memory_view::{fold_memory, memory_table, one_line, read_memory, short_time};
@@ -15,4 +16,8 @@ pub use operator::{
 pub use prepare::{
     compaction_job, prepare_turn, preview_turn, window_tokens, CompactionJob, PreparedTurn,
     TurnInputs, TurnPreview, MAX_DELTA,
+};
+pub use window::{
+    check_window, fit_preview, preview_calibration, provider_budget, seed_calibration,
+    status_block, tool_tokens, Fixed, WindowReport,
 };

@@ -290,6 +290,10 @@ pub struct ContextReport {
     pub decision: String,
     /// A boundary recorded first (`suspend` or `close` the current session, and why).
     pub first: Option<String>,
+    /// The window check: the request's size against the model's window, and what it left out
+    /// (`history` and `notice` are already what would be sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::WindowReport>,
 }
 
 /// The report of `preview` for `agent` in `conversation` at `at`.
@@ -349,5 +353,6 @@ pub fn context_report(
                 end.why
             )
         }),
+        window: preview.window.clone(),
     }
 }

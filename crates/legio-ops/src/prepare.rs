@@ -276,6 +276,9 @@ pub struct TurnPreview {
     /// Whether the plan answers a real message at that seq (otherwise its new message is a
     /// placeholder for the next message addressed to the agent).
     pub answers_message: bool,
+    /// The window check, once applied ([`crate::fit_preview`]): the plan is then what would
+    /// really be sent.
+    pub window: Option<crate::WindowReport>,
 }
 
 /// What the agent's provider would receive for its next turn had the log ended at `at`. Uses the
@@ -289,32 +292,7 @@ pub fn preview_turn(
 ) -> Result<TurnPreview, OpsError> {
     let at = at.min(log.last_seq());
     let agent = &inputs.spec.name;
-    let state = if at == log.last_seq() {
-        log.session_state(inputs.conversation, agent)?
-    } else {
-        let mut state: Option<AgentSessionState> = None;
-        let mut after = Seq::ZERO;
-        loop {
-            let chunk = log.conversation_events(inputs.conversation, after, 10_000)?;
-            let Some(last) = chunk.last().map(|r| r.seq) else {
-                break;
-            };
-            for record in chunk.iter().filter(|r| r.seq <= at) {
-                if record.event.session_agent() == Some(agent) {
-                    state
-                        .get_or_insert_with(|| {
-                            AgentSessionState::new(inputs.conversation.clone(), agent.clone())
-                        })
-                        .apply(record.seq, &record.event);
-                }
-            }
-            if last >= at {
-                break;
-            }
-            after = last;
-        }
-        state
-    };
+    let state = state_at(log, &inputs, at)?;
     let current = state.as_ref().and_then(|s| s.current.as_ref());
     let prompt_hash = current.map_or(inputs.prompt_hash.to_owned(), |c| c.prompt_hash.clone());
     let live_session = current
@@ -359,5 +337,40 @@ pub fn preview_turn(
         state,
         turn,
         answers_message,
+        window: None,
     })
+}
+
+/// The agent's session state folded from its events up to `at`. Blocks on log reads.
+fn state_at(
+    log: &dyn EventLog,
+    inputs: &TurnInputs<'_>,
+    at: Seq,
+) -> Result<Option<AgentSessionState>, OpsError> {
+    let agent = &inputs.spec.name;
+    if at == log.last_seq() {
+        return Ok(log.session_state(inputs.conversation, agent)?);
+    }
+    let mut state: Option<AgentSessionState> = None;
+    let mut after = Seq::ZERO;
+    loop {
+        let chunk = log.conversation_events(inputs.conversation, after, 10_000)?;
+        let Some(last) = chunk.last().map(|r| r.seq) else {
+            break;
+        };
+        for record in chunk.iter().filter(|r| r.seq <= at) {
+            if record.event.session_agent() == Some(agent) {
+                state
+                    .get_or_insert_with(|| {
+                        AgentSessionState::new(inputs.conversation.clone(), agent.clone())
+                    })
+                    .apply(record.seq, &record.event);
+            }
+        }
+        if last >= at {
+            break;
+        }
+        after = last;
+    }
+    Ok(state)
 }

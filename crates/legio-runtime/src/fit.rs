@@ -2,41 +2,25 @@
 //! (reported prompt tokens over estimated ones, learned as turns go and seeded from the agent's
 //! past turns in the log on first use, so it survives restarts without state of its own), the
 //! window compaction is triggered against, the check every request passes before it is sent
-//! (`legio_core::fit_to_window`), the summarizer's part budget, and the warning a failed
+//! (`legio_ops::check_window`, over `legio_core::fit_to_window`), the summarizer's part budget, and the warning a failed
 //! compaction gives. The turn code calls each from one line.
 
 use std::sync::Arc;
 
+use legio_config::AgentSpec;
 use legio_core::{
-    fit_to_window, summarizer_part_budget, AgentName, Budget, BudgetError, Calibration,
-    ContextPlan, ConversationKey, Event, History, Seq, TokenUsage, SUMMARIZER_PROMPT,
+    summarizer_part_budget, AgentName, Budget, BudgetError, Calibration, ConversationKey, History,
+    Seq, TokenUsage, SUMMARIZER_PROMPT,
 };
 use legio_llm::ProviderSettings;
+use legio_ops::{check_window, provider_budget, seed_calibration, Fixed, PreparedTurn};
 
 use crate::error::RuntimeError;
-use crate::memory::ToolSpec;
 use crate::progress::{Progress, ProgressSink};
 use crate::shared::Shared;
-use legio_config::AgentSpec;
-
-/// The most events read from the log to seed a provider's calibration.
-const SEED_EVENTS: usize = 20_000;
 
 fn settings<'a>(shared: &'a Shared, provider: &str) -> Option<&'a ProviderSettings> {
     shared.config.providers.get(provider)
-}
-
-/// Estimated tokens of the tools offered (their names, descriptions and schemas).
-pub(crate) fn tool_tokens(tools: &[ToolSpec]) -> u64 {
-    tools
-        .iter()
-        .map(|t| {
-            legio_core::estimate_tokens(&t.name)
-                + legio_core::estimate_tokens(&t.description)
-                + legio_core::estimate_tokens(&t.parameters.to_string())
-                + 8
-        })
-        .sum()
 }
 
 /// The calibration of `spec`'s provider; on its first use in this process, learned from the
@@ -66,50 +50,13 @@ pub(crate) async fn calibration(
         .read(move |log| {
             let mut c = Calibration::default();
             if learns {
-                seed(log, &conversation, &agent, fixed_tokens, &mut c)?;
+                seed_calibration(log, &conversation, &agent, fixed_tokens, &mut c)?;
             }
             Ok(c)
         })
         .await?;
     shared.calibrations.set(&spec.provider, seeded);
     Ok(shared.calibrations.get(&spec.provider).unwrap_or(seeded))
-}
-
-fn seed(
-    log: &dyn legio_store::EventLog,
-    conversation: &ConversationKey,
-    agent: &AgentName,
-    fixed_tokens: u64,
-    calibration: &mut Calibration,
-) -> Result<(), legio_store::StoreError> {
-    let (mut after, mut read, mut pending) = (Seq::ZERO, 0, None);
-    while read < SEED_EVENTS {
-        let page = log.conversation_events(conversation, after, 2_000)?;
-        let Some(last) = page.last().map(|r| r.seq) else {
-            break;
-        };
-        read += page.len();
-        for record in page
-            .iter()
-            .filter(|r| r.event.session_agent() == Some(agent))
-        {
-            match &record.event {
-                Event::ContextDelivered(d) => pending = Some(d.estimated_tokens),
-                Event::TurnCompleted(t) => {
-                    // The log does not say whether usage was reported or estimated in its
-                    // place (the runtime's estimate of the messages alone, under the request's
-                    // own estimate): ratios under 1 are skipped here, never learned from.
-                    let estimated = pending.take().map(|e| e + fixed_tokens);
-                    if let Some(estimated) = estimated.filter(|e| t.usage.input >= *e) {
-                        calibration.observe(estimated, t.usage.input);
-                    }
-                }
-                _ => {}
-            }
-        }
-        after = last;
-    }
-    Ok(())
 }
 
 /// Learns from a request that succeeded: `estimated` tokens (fixed and plan) against the
@@ -138,13 +85,13 @@ pub(crate) fn learn(shared: &Shared, spec: &AgentSpec, estimated: u64, usage: Op
     }
 }
 
-fn budget(shared: &Shared, provider: &str, window: u64, calibration: Calibration) -> Budget {
-    Budget {
-        context_window: window,
-        max_output_tokens: settings(shared, provider)
-            .map_or(0, ProviderSettings::max_output_tokens),
-        calibration,
-    }
+pub(crate) fn budget(
+    shared: &Shared,
+    provider: &str,
+    window: u64,
+    calibration: Calibration,
+) -> Budget {
+    provider_budget(settings(shared, provider), window, calibration)
 }
 
 /// The window compaction is triggered against, in estimated tokens: what the provider's
@@ -167,12 +114,12 @@ pub(crate) fn fit_request(
     spec: &AgentSpec,
     window: u64,
     calibration: Calibration,
-    fixed_tokens: u64,
+    fixed: Fixed<'_>,
     question: Seq,
-    plan: &mut ContextPlan,
+    turn: &mut PreparedTurn,
 ) -> Result<(), BudgetError> {
     let budget = budget(shared, &spec.provider, window, calibration);
-    let fitted = fit_to_window(plan, fixed_tokens, question, &budget)?;
+    let fitted = check_window(turn, fixed, question, &budget)?;
     if fitted.left_out > 0 || fitted.summary_left_out {
         metrics::counter!(crate::metrics::CONTEXT_LEFT_OUT, "agent" => spec.name.to_string())
             .increment(1);

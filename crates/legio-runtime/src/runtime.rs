@@ -609,7 +609,8 @@ impl Runtime {
             .await??;
         let at = at.unwrap_or(last).min(last);
         let history = self.provider_history(&agent)?;
-        let preview = self.next_context(&key, &agent, Some(at)).await?;
+        let mut preview = self.next_context(&key, &agent, Some(at)).await?;
+        self.fit_preview(&key, &agent, &mut preview).await?;
         Ok(legio_ops::context_report(
             &preview,
             &key,
@@ -617,6 +618,37 @@ impl Runtime {
             at,
             history,
         ))
+    }
+
+    /// Applies the window check to `preview` as the agent's next turn would: its provider's
+    /// window, the calibration the runtime holds (or would seed from the log), the system prompt,
+    /// the orchestrator's status block as it stands and the tools offered.
+    async fn fit_preview(
+        &self,
+        conversation: &ConversationKey,
+        agent: &AgentName,
+        preview: &mut TurnPreview,
+    ) -> Result<(), RuntimeError> {
+        let spec = self.shared.roster_spec(agent)?.clone();
+        let provider = self.shared.provider(&spec)?;
+        let (system_prompt, _) = self.shared.system_prompt(&spec)?;
+        let status =
+            (spec.role == Role::Orchestrator).then(|| self.shared.status_block(conversation));
+        let tools = match provider.capabilities().tools {
+            true => crate::tools::tools_for(&self.shared, &spec),
+            false => Vec::new(),
+        };
+        let fixed = legio_ops::Fixed {
+            system_prompt: &system_prompt,
+            status: status.as_deref(),
+            tools: &tools,
+        };
+        let calibration =
+            crate::fit::calibration(&self.shared, conversation, &spec, fixed.estimated()).await?;
+        let window = provider.capabilities().context_window;
+        let budget = crate::fit::budget(&self.shared, &spec.provider, window, calibration);
+        legio_ops::fit_preview(preview, fixed, true, &budget);
+        Ok(())
     }
 
     /// The history capability of `agent`'s provider.

@@ -187,16 +187,11 @@ impl Shared {
 
     /// The specialists' current status, for the orchestrator's message.
     pub(crate) fn status_block(&self, conversation: &ConversationKey) -> String {
-        let mut out = String::from("<agent_status>\n");
-        for a in self.config.specialists() {
-            let activity = self.board.get(conversation, &a.name);
-            out.push_str(&format!(
-                "<agent name=\"{}\" status=\"{}\"/>\n",
-                a.name,
-                activity.as_str()
-            ));
-        }
-        out.push_str("</agent_status>");
-        out
+        let activities: Vec<(&AgentName, &str)> = self
+            .config
+            .specialists()
+            .map(|a| (&a.name, self.board.get(conversation, &a.name).as_str()))
+            .collect();
+        legio_ops::status_block(activities)
     }
 }

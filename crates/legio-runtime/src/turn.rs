@@ -10,13 +10,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use legio_config::{AgentSpec, Role};
 use legio_core::{
     estimate_tokens, AgentName, Audience, BoundaryReason, BudgetError, Calibration,
-    ContextDelivered, ContextPlan, ConversationKey, EndSession, Event, Message, MessageId,
+    ContextDelivered, ContextPlan, ConversationKey, EndSession, Event, History, Message, MessageId,
     OpenReason, Part, Participant, Seq, SessionEnded, SessionId, SessionOpened, SessionStart,
     Start, TokenUsage, TurnCompleted, TurnFailed,
 };
 use legio_llm::{Provider, ProviderError, ProviderReply, ProviderRequest, ToolCallPart};
+use legio_ops::{
+    compaction_job, prepare_turn, window_tokens, CompactionJob, Fixed, PreparedTurn, TurnInputs,
+};
 
 use crate::clock::{fresh_uuid, now};
 use crate::compact::compact;
@@ -31,8 +35,6 @@ use crate::reply::{AgentReply, Reply, TurnErrorKind};
 use crate::shared::Shared;
 use crate::status::Activity;
 use crate::tools::{run_calls, tools_for, CallContext, ToolOutcome};
-use legio_config::{AgentSpec, Role};
-use legio_ops::{compaction_job, prepare_turn, window_tokens, PreparedTurn, TurnInputs};
 
 /// Whose turn it is: the shared state, the conversation, the agent, and the route to its
 /// conversation's supervisor (through which `dispatch` sends turns to specialists).
@@ -202,31 +204,22 @@ async fn step(
     answering: Seq,
     first: bool,
 ) -> Result<Step, RuntimeError> {
-    let (system_prompt, prompt_hash) = agent.shared.system_prompt(&setup.spec)?;
-    let sizes = sizes(agent, setup, &system_prompt).await?;
+    let prompt = Prompt::of(agent, setup, first)?;
+    let fixed = prompt.fixed(&setup.tools);
+    let sizes = sizes(agent, setup, fixed).await?;
     let mut retry_lost = true;
     loop {
-        let (mut prepared, window) = plan(
-            agent,
-            state,
-            setup,
-            request,
-            answering,
-            &system_prompt,
-            &prompt_hash,
-            sizes,
-        )
-        .await?;
-        let fitted = fit_to_window(agent, setup, request, sizes, &mut prepared);
-        let (session, resume) = open_session(agent, state, setup, &prepared, &prompt_hash).await?;
+        let (mut prepared, window) =
+            plan(agent, state, setup, request, answering, &prompt, sizes).await?;
+        let fitted = fit_to_window(agent, setup, request, sizes, fixed, &mut prepared);
+        let (session, resume) = open_session(agent, state, setup, &prepared, &prompt.hash).await?;
         if let Err(e) = fitted {
             let error = format!("{} failed: {e}", agent.name);
             return fail(agent, session, TurnErrorKind::ContextTooLarge, error)
                 .await
                 .map(Step::Answered);
         }
-        let provider_request =
-            provider_request(agent, setup, &system_prompt, resume, &prepared.plan, first);
+        let provider_request = provider_request(agent, setup, &prompt, resume, &prepared.plan);
         let plan = &prepared.plan;
         let called = call_provider(setup, provider_request, request.progress.as_ref()).await;
         return match called {
@@ -255,8 +248,8 @@ async fn step(
 /// The step's fixed cost (the system prompt, which the compaction trigger counts as the policy
 /// says, and the tools' schemas, which the check before the call counts too) and the provider's
 /// calibration.
-async fn sizes(agent: &Agent, setup: &Setup, system_prompt: &str) -> Result<Sizes, RuntimeError> {
-    let fixed_tokens = estimate_tokens(system_prompt) + fit::tool_tokens(&setup.tools);
+async fn sizes(agent: &Agent, setup: &Setup, fixed: Fixed<'_>) -> Result<Sizes, RuntimeError> {
+    let fixed_tokens = fixed.estimated();
     let calibration = fit::calibration(
         &agent.shared,
         &agent.conversation,
@@ -270,24 +263,50 @@ async fn sizes(agent: &Agent, setup: &Setup, system_prompt: &str) -> Result<Size
     })
 }
 
-/// The request a step sends; only the turn's first step carries the orchestrator's status block.
+/// What a step's requests carry besides the plan: the system prompt, its hash and, in the
+/// orchestrator's first step only, the status block.
+struct Prompt {
+    system: String,
+    hash: String,
+    status: Option<String>,
+}
+
+impl Prompt {
+    fn of(agent: &Agent, setup: &Setup, first: bool) -> Result<Self, RuntimeError> {
+        let (system, hash) = agent.shared.system_prompt(&setup.spec)?;
+        let status = (first && setup.spec.role == Role::Orchestrator)
+            .then(|| agent.shared.status_block(&agent.conversation));
+        Ok(Self {
+            system,
+            hash,
+            status,
+        })
+    }
+
+    fn fixed<'a>(&'a self, tools: &'a [ToolSpec]) -> Fixed<'a> {
+        Fixed {
+            system_prompt: &self.system,
+            status: self.status.as_deref(),
+            tools,
+        }
+    }
+}
+
+/// The request a step sends.
 fn provider_request(
     agent: &Agent,
     setup: &Setup,
-    system_prompt: &str,
+    prompt: &Prompt,
     resume: Option<String>,
     plan: &ContextPlan,
-    first: bool,
 ) -> ProviderRequest {
-    let status = (first && setup.spec.role == Role::Orchestrator)
-        .then(|| agent.shared.status_block(&agent.conversation));
     ProviderRequest {
         conversation: agent.conversation.clone(),
         agent: agent.name.clone(),
-        system_prompt: system_prompt.to_owned(),
+        system_prompt: prompt.system.clone(),
         resume,
         plan: plan.clone(),
-        status,
+        status: prompt.status.clone(),
         deltas: None,
         tools: Arc::clone(&setup.tools),
     }
@@ -317,19 +336,17 @@ async fn close_lost_session(
 /// (for the tokens-avoided metric). One hop to the blocking pool decides the plan and whether
 /// the context must be compacted first; after a compaction, a second hop plans on the
 /// compacted view.
-#[allow(clippy::too_many_arguments)]
 async fn plan(
     agent: &Agent,
     state: &TurnState,
     setup: &Setup,
     request: &TurnRequest,
     answering: Seq,
-    system_prompt: &str,
-    prompt_hash: &str,
+    prompt: &Prompt,
     sizes: Sizes,
 ) -> Result<(PreparedTurn, u64), RuntimeError> {
     let capabilities = setup.provider.capabilities();
-    let system_tokens = estimate_tokens(system_prompt);
+    let system_tokens = estimate_tokens(&prompt.system);
     let context_window = fit::compaction_window(
         &agent.shared,
         &setup.spec,
@@ -337,47 +354,19 @@ async fn plan(
         sizes.calibration,
     );
     // Inside a tool loop, the turn's message and the loop after it are never summarized.
-    let question = request.seq;
-    let mut check_compaction = true;
+    let mut compaction = Some((context_window, system_tokens, request.seq));
     loop {
-        let (shared, spec) = (Arc::clone(&agent.shared), setup.spec.clone());
-        let (conversation, prompt_hash) = (agent.conversation.clone(), prompt_hash.to_owned());
-        let live_session = state.live_session;
-        let (prepared, window, job) = tokio::task::spawn_blocking(move || {
-            let inputs = TurnInputs {
-                spec: &spec,
-                conversation: &conversation,
-                history: capabilities.history,
-                settings: &shared.config.runtime,
-                prompt_hash: &prompt_hash,
-                live_session,
-                new_message: answering,
-            };
-            let log = shared.log.as_ref();
-            let prepared = prepare_turn(log, inputs)?;
-            let window = window_tokens(log, &inputs, &prepared)?;
-            let job = match check_compaction {
-                true => compaction_job(
-                    log,
-                    &inputs,
-                    &prepared,
-                    context_window,
-                    system_tokens,
-                    question,
-                )?,
-                false => None,
-            };
-            Ok::<_, RuntimeError>((prepared, window, job))
-        })
-        .await
-        .map_err(|e| RuntimeError::Cancelled {
-            what: "preparing the turn",
-            reason: e.to_string(),
-        })??;
+        let hop = Hop {
+            history: capabilities.history,
+            prompt_hash: prompt.hash.clone(),
+            live_session: state.live_session,
+            answering,
+            compaction: compaction.take(),
+        };
+        let (prepared, window, job) = prepare_hop(agent, &setup.spec, hop).await?;
         let Some(job) = job else {
             return Ok((prepared, window));
         };
-        check_compaction = false;
         if let Err(why) = compact(&agent.shared, &agent.conversation, &setup.spec, job).await? {
             fit::compaction_failed(request.progress.as_ref(), &agent.name, &why);
             return Ok((prepared, window));
@@ -385,10 +374,63 @@ async fn plan(
     }
 }
 
+/// What one hop to the blocking pool needs besides the agent.
+struct Hop {
+    history: History,
+    prompt_hash: String,
+    live_session: Option<SessionId>,
+    answering: Seq,
+    /// `Some((window, fixed tokens, question))`: also ask whether the context must be compacted
+    /// first (against that window, never past that question).
+    compaction: Option<(u64, u64, Seq)>,
+}
+
+/// One hop to the blocking pool: the core's decision and plan, the tokens re-sending the window
+/// would cost, and the compaction job when asked for and needed.
+async fn prepare_hop(
+    agent: &Agent,
+    spec: &AgentSpec,
+    hop: Hop,
+) -> Result<(PreparedTurn, u64, Option<CompactionJob>), RuntimeError> {
+    let (shared, spec) = (Arc::clone(&agent.shared), spec.clone());
+    let conversation = agent.conversation.clone();
+    tokio::task::spawn_blocking(move || {
+        let inputs = TurnInputs {
+            spec: &spec,
+            conversation: &conversation,
+            history: hop.history,
+            settings: &shared.config.runtime,
+            prompt_hash: &hop.prompt_hash,
+            live_session: hop.live_session,
+            new_message: hop.answering,
+        };
+        let log = shared.log.as_ref();
+        let prepared = prepare_turn(log, inputs)?;
+        let window = window_tokens(log, &inputs, &prepared)?;
+        let job = match hop.compaction {
+            Some((context_window, fixed_tokens, question)) => compaction_job(
+                log,
+                &inputs,
+                &prepared,
+                context_window,
+                fixed_tokens,
+                question,
+            )?,
+            None => None,
+        };
+        Ok::<_, RuntimeError>((prepared, window, job))
+    })
+    .await
+    .map_err(|e| RuntimeError::Cancelled {
+        what: "preparing the turn",
+        reason: e.to_string(),
+    })?
+}
+
 /// What a step's request costs beyond its plan, and how the provider counts.
 #[derive(Clone, Copy)]
 struct Sizes {
-    /// The system prompt's and the tools' estimated tokens.
+    /// The system prompt's, the status block's and the tools' estimated tokens.
     fixed_tokens: u64,
     /// The provider's calibration (reported prompt tokens over estimated).
     calibration: Calibration,
@@ -401,6 +443,7 @@ fn fit_to_window(
     setup: &Setup,
     request: &TurnRequest,
     sizes: Sizes,
+    fixed: Fixed<'_>,
     prepared: &mut PreparedTurn,
 ) -> Result<(), BudgetError> {
     fit::fit_request(
@@ -408,9 +451,9 @@ fn fit_to_window(
         &setup.spec,
         setup.provider.capabilities().context_window,
         sizes.calibration,
-        sizes.fixed_tokens,
+        fixed,
         request.seq,
-        &mut prepared.plan,
+        prepared,
     )
 }
 

@@ -168,6 +168,33 @@ mod tests {
         assert!(!format!("{s:?}").contains("env\""), "tokens are redacted");
     }
 
+    /// The configuration keeps `[server]` as written; the server parses it, strictly, and its
+    /// errors name the file and the key.
+    #[test]
+    fn the_server_parses_its_own_table_of_the_configuration() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("lead.md"), "You lead.").unwrap();
+        let file = dir.path().join("legio.toml");
+        let config = |server: &str| {
+            let text = format!(
+                "[agents.lead]\nrole = \"orchestrator\"\nprompt = \"lead.md\"\nprovider = \"p\"\n\
+                 [providers.p]\nkind = \"scripted\"\n{server}"
+            );
+            RuntimeConfig::parse(&text, &file).unwrap()
+        };
+        let settings = ServerSettings::from_config(&config("")).unwrap();
+        assert_eq!(settings.bind, ServerSettings::default().bind);
+        let settings =
+            ServerSettings::from_config(&config("[server]\nbind = \"127.0.0.1:9001\"")).unwrap();
+        assert_eq!(settings.bind.port(), 9001);
+        let e = ServerSettings::from_config(&config("[server]\ntokn = \"x\"")).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("[server]") && text.contains("tokn"), "{text}");
+        assert!(text.contains("legio.toml"), "{text}");
+        let e = ServerSettings::from_config(&config("[server]\nbind = \"x\"")).unwrap_err();
+        assert!(e.to_string().contains("server.bind"), "{e}");
+    }
+
     #[test]
     fn errors_name_the_key() {
         let e = parse("bind = \"localhost\"", &[]).unwrap_err();
