@@ -122,8 +122,7 @@ fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
 /// Applies the window check to `preview` as the agent's next turn would: its provider's window
 /// and output limit, the calibration a runtime would start with (from the log), the system
 /// prompt and, for the orchestrator, the status block with every specialist idle (as after a
-/// restart). Offline, the tools' schemas are not counted: the host may offer its own, which only
-/// the running service knows (`--server` counts them).
+/// restart). The tools' schemas are not counted (see `legio_ops::fit_preview`).
 fn fit_offline(
     log: &dyn EventLog,
     config: &RuntimeConfig,
@@ -149,7 +148,7 @@ fn fit_offline(
         fixed.estimated(),
     )?;
     let budget = provider_budget(Some(settings), settings.context_window(), calibration);
-    fit_preview(preview, fixed, false, &budget);
+    fit_preview(preview, fixed, &budget);
     Ok(())
 }
 
@@ -175,12 +174,8 @@ fn print_text(report: &ContextReport) {
             (n, false) => format!("; {n} older messages left out to fit"),
             (n, true) => format!("; {n} older messages and the summary left out to fit"),
         };
-        let tools = match w.tools_counted {
-            true => "",
-            false => " (the tools' schemas not counted: ask a running service with --server)",
-        };
         println!(
-            "request: ~{} of the {} tokens a request may hold, counted {}{tools}{left_out}",
+            "request: ~{} of the {} tokens a request may hold (the tools' schemas not counted), counted {}{left_out}",
             w.request_tokens, w.limit, w.counted
         );
         if let Some(error) = &w.error {

@@ -185,20 +185,13 @@ pub struct WindowReport {
     pub summary_left_out: bool,
     /// Why the request could not be sent at all (the turn would fail with this error).
     pub error: Option<String>,
-    /// Whether the tools' schemas are counted (not offline: a host may offer its own tools,
-    /// which only the running service knows).
-    pub tools_counted: bool,
 }
 
 /// Applies the window check to `preview` as the turn would (never leaving out its new message):
 /// its plan becomes what would really be sent, with the notice of what was left out.
-/// `tools_counted`: whether `fixed` holds every tool the agent is offered.
-pub fn fit_preview(
-    preview: &mut TurnPreview,
-    fixed: Fixed<'_>,
-    tools_counted: bool,
-    budget: &Budget,
-) -> WindowReport {
+/// The tools' schemas are not part of a preview's `fixed`: a host may offer its own tools, which
+/// only a running service knows, and the CLI's offline and live reports must agree.
+pub fn fit_preview(preview: &mut TurnPreview, fixed: Fixed<'_>, budget: &Budget) -> WindowReport {
     let question = preview.turn.plan.new_message.seq;
     let counted = match budget.vocabulary {
         Some(v) => format!("exact ({v:?})"),
@@ -216,7 +209,6 @@ pub fn fit_preview(
         left_out: checked.as_ref().map_or(0, |f| f.left_out),
         summary_left_out: checked.as_ref().is_ok_and(|f| f.summary_left_out),
         error: checked.err().map(|e| e.to_string()),
-        tools_counted,
     };
     preview.window = Some(report.clone());
     report

@@ -621,8 +621,8 @@ impl Runtime {
     }
 
     /// Applies the window check to `preview` as the agent's next turn would: its provider's
-    /// window, the calibration the runtime holds (or would seed from the log), the system prompt,
-    /// the orchestrator's status block as it stands and the tools offered.
+    /// window, the calibration the runtime holds (or would seed from the log), the system prompt
+    /// and the orchestrator's status block as it stands (not the tools: `legio_ops::fit_preview`).
     async fn fit_preview(
         &self,
         conversation: &ConversationKey,
@@ -634,20 +634,16 @@ impl Runtime {
         let (system_prompt, _) = self.shared.system_prompt(&spec)?;
         let status =
             (spec.role == Role::Orchestrator).then(|| self.shared.status_block(conversation));
-        let tools = match provider.capabilities().tools {
-            true => crate::tools::tools_for(&self.shared, &spec),
-            false => Vec::new(),
-        };
         let fixed = legio_ops::Fixed {
             system_prompt: &system_prompt,
             status: status.as_deref(),
-            tools: &tools,
+            tools: &[],
         };
         let calibration =
             crate::fit::calibration(&self.shared, conversation, &spec, fixed.estimated()).await?;
         let window = provider.capabilities().context_window;
         let budget = crate::fit::budget(&self.shared, &spec.provider, window, calibration);
-        legio_ops::fit_preview(preview, fixed, true, &budget);
+        legio_ops::fit_preview(preview, fixed, &budget);
         Ok(())
     }
 
