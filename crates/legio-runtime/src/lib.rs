@@ -9,6 +9,7 @@ mod dispatch;
 mod error;
 mod fit;
 mod heartbeat;
+mod host_tools;
 mod memory;
 mod messages;
 pub mod metrics;
@@ -34,6 +35,7 @@ pub use config::{
     UnknownMentions,
 };
 pub use error::{ConfigError, ErrorCode, RuntimeError};
+pub use host_tools::{HostToolCall, HostToolResult, HostTurn};
 pub use memory::{fold_memory, memory_table, read_memory, MemoryTools, ToolError, ToolSpec};
 pub use names::IntoName;
 pub use operator::{
