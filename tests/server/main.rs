@@ -7,6 +7,7 @@
 mod behaviours;
 mod door;
 mod openapi;
+mod sdk;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -350,7 +350,10 @@ fn single_message_json(
     let mut out = Map::new();
     out.insert("role".into(), json!(role));
     out.insert("content".into(), json!(content));
-    out.insert("name".into(), json!(message.sender.as_str()));
+    // OpenAI's tool message has no `name`; the sender is in `sender`.
+    if role != "tool" {
+        out.insert("name".into(), json!(message.sender.as_str()));
+    }
     if !tool_calls.is_empty() {
         out.insert("tool_calls".into(), Value::Array(tool_calls));
     }
