@@ -318,12 +318,12 @@ fn hex(text: &str) -> String {
     text.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
-/// The tool calls and results of a conversation's log: (call id, name) and (call id, content,
-/// is_error), and whether the results message replies to the calls message.
-fn tool_traffic(
-    h: &Harness,
-    key: &str,
-) -> (Vec<(String, String)>, Vec<(String, String, bool)>, bool) {
+/// A conversation's tool traffic: the calls (call id, name), the results (call id, content,
+/// is_error), and whether every results message replies to its calls' message.
+type Traffic = (Vec<(String, String)>, Vec<(String, String, bool)>, bool);
+
+/// The tool calls and results of a conversation's log.
+fn tool_traffic(h: &Harness, key: &str) -> Traffic {
     let key = ConversationKey::new(key).unwrap();
     let messages: Vec<_> = messages_of(h.runtime.log().as_ref(), &key)
         .into_iter()
