@@ -733,3 +733,48 @@ async fn another_agents_tool_traffic_is_a_user_message_with_its_text() {
     assert_eq!(as_a[1]["tool_calls"][0]["id"], "g-1");
     h.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_responses_api_hands_function_calls_to_the_host() {
+    let h = Harness::start().await;
+    let agent = legio_core::AgentName::new("a").unwrap();
+    h.providers["stateless"].inject(
+        Some(&agent),
+        Fault::tool_calls([("r-1", "stock", r#"{"sku":"x"}"#)]),
+    );
+    let url = "/v1/responses";
+    let tools = json!([{"type": "function", "name": "stock", "parameters": {"type": "object"}}]);
+    let (status, paused) = h
+        .post_json(
+            url,
+            url,
+            &json!({"model": "legio/a", "input": "in stock?", "tools": tools,
+                "metadata": {"conversation": "d:resp-tools"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    let item = &paused["output"][0];
+    assert_eq!(
+        (
+            item["type"].as_str(),
+            item["call_id"].as_str(),
+            item["name"].as_str()
+        ),
+        (Some("function_call"), Some("r-1"), Some("stock"))
+    );
+    let id = paused["id"].as_str().unwrap();
+    let (status, done) = h
+        .post_json(
+            url,
+            url,
+            &json!({"model": "legio/a", "previous_response_id": id, "tools": tools,
+                "input": [{"type": "function_call_output", "call_id": "r-1", "output": "3 left"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["output"][0]["type"], "message");
+    let (_, results, linked) = tool_traffic(&h, "d:resp-tools");
+    assert_eq!(results, [("r-1".to_owned(), "3 left".to_owned(), false)]);
+    assert!(linked);
+    h.stop().await;
+}
