@@ -3,7 +3,9 @@
 //! Every agent whose provider takes tools is offered, in this order: the built-in `get_history`
 //! (the conversation as the agent may see it), the orchestrator's `dispatch` (a message to named
 //! specialists, their replies as the result), its memory tools ([`MemoryTools::tools_for`], scoped
-//! by who calls), and the host's tools ([`ToolRegistry`], registered through the embedding API).
+//! by who calls), the host's tools ([`ToolRegistry`], registered through the embedding API), and
+//! on turns a host posts with tools it runs over an API, those (host_tools.rs: their calls are
+//! announced and wait for the host's results instead of running here).
 //!
 //! A call never fails the turn: unknown tools, arguments that are not JSON, a tool's error, a
 //! panicking host tool and a tool cut by the turn's deadline all become error results for the
