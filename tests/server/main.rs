@@ -5,7 +5,9 @@
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
 mod behaviours;
+mod door;
 mod openapi;
+mod sdk;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -644,7 +646,7 @@ async fn full_history_is_the_log_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compacted_history_is_what_the_provider_receives_next() {
+async fn next_history_is_what_the_provider_receives_next() {
     let h = Harness::start().await;
     let conversation = "t:compact";
     // Enough turns that the window (4) cuts, sessions bootstrap and then get deltas, and a
@@ -681,7 +683,7 @@ async fn compacted_history_is_what_the_provider_receives_next() {
                 "get",
                 "/sessions/{id}/history",
                 h.get(&format!(
-                    "/sessions/{conversation}/history?view=compacted&agent={agent}"
+                    "/sessions/{conversation}/history?view=next&agent={agent}"
                 )),
             )
             .await;
@@ -752,7 +754,7 @@ fn summaries_of(log: &dyn EventLog, key: &ConversationKey, agent: &str) -> Vec<(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn compacted_history_leads_with_the_summary_the_provider_receives() {
+async fn next_history_leads_with_the_summary_the_provider_receives() {
     let h = Harness::start_config(
         &format!("token = \"{TOKEN}\"\noperator_token = \"{OPERATOR_TOKEN}\""),
         "history_window = 50\ncompact_after_messages = 6\nkeep_recent = 2",
@@ -770,7 +772,7 @@ async fn compacted_history_leads_with_the_summary_the_provider_receives() {
                 "get",
                 "/sessions/{id}/history",
                 h.get(&format!(
-                    "/sessions/{conversation}/history?view=compacted&agent=a"
+                    "/sessions/{conversation}/history?view=next&agent=a"
                 )),
             )
             .await;
@@ -951,7 +953,7 @@ async fn a_restored_session_gets_the_summary_then_the_notice() {
             "get",
             "/sessions/{id}/history",
             h.get(&format!(
-                "/sessions/{conversation}/history?view=compacted&agent=b"
+                "/sessions/{conversation}/history?view=next&agent=b"
             )),
         )
         .await;

@@ -52,6 +52,7 @@ struct RuntimeSection {
     max_input_tokens: Option<u64>,
     turn_timeout_seconds: Option<f64>,
     max_tool_steps: Option<usize>,
+    host_tool_timeout_seconds: Option<f64>,
     reap_interval_seconds: Option<f64>,
     restart_max: Option<u32>,
     restart_window_seconds: Option<f64>,
@@ -123,6 +124,10 @@ pub struct RuntimeSettings {
     /// The most provider calls one turn makes in its tool loop; a model still calling tools at
     /// the last one gets an error reply instead of more steps.
     pub max_tool_steps: usize,
+    /// How long a turn waits for the host's result of a tool the host runs (declared over the
+    /// API); past it the call gets an interrupted error result and the turn goes on. The turn's
+    /// own timeout still bounds the whole turn.
+    pub host_tool_timeout: Duration,
     /// How often the reaper looks for idle actors.
     pub reap_interval: Duration,
     /// Restart policy.
@@ -155,6 +160,7 @@ impl Default for RuntimeSettings {
             max_input_tokens: 150_000,
             turn_timeout: Duration::from_secs(300),
             max_tool_steps: 16,
+            host_tool_timeout: Duration::from_secs(120),
             reap_interval: Duration::from_secs(60),
             restart: RestartSettings {
                 max_restarts: 5,
@@ -366,6 +372,9 @@ impl RuntimeConfig {
                 return Err(invalid("runtime.max_tool_steps must be above 0".into()));
             }
             runtime.max_tool_steps = v;
+        }
+        if let Some(v) = r.host_tool_timeout_seconds {
+            runtime.host_tool_timeout = secs("host_tool_timeout_seconds", v)?;
         }
         if let Some(v) = r.reap_interval_seconds {
             runtime.reap_interval = secs("reap_interval_seconds", v)?;

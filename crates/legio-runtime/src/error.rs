@@ -106,6 +106,18 @@ pub enum RuntimeError {
         /// The agent.
         agent: String,
     },
+    /// A tool the host declared is invalid (its name, its schema, a name twice).
+    #[error(transparent)]
+    HostTool(#[from] crate::registry::ToolRegistryError),
+    /// A host tool result names no call waiting in the conversation (answered already, timed
+    /// out, or never made).
+    #[error("no tool call {call_id:?} is waiting for a result in this conversation; waiting: {}", if waiting.is_empty() { "none".to_owned() } else { waiting.join(", ") })]
+    NoPendingToolCall {
+        /// The call id given.
+        call_id: String,
+        /// The calls that are waiting.
+        waiting: Vec<String>,
+    },
 }
 
 /// The cause of a [`RuntimeError`] as a stable code, for hosts that map errors (the server maps
@@ -139,6 +151,10 @@ pub enum ErrorCode {
     Unavailable,
     /// A provider cannot be built or is not available.
     ProviderUnavailable,
+    /// A host tool declaration is invalid.
+    InvalidTool,
+    /// A host tool result answers no waiting call.
+    NoPendingToolCall,
     /// Anything else: a failure of the runtime or the log.
     Internal,
 }
@@ -180,6 +196,8 @@ impl RuntimeError {
             Self::EmptyMessage => C::EmptyMessage,
             Self::ShutDown | Self::Cancelled { .. } => C::ShuttingDown,
             Self::AgentRestarting { .. } => C::Unavailable,
+            Self::HostTool(_) => C::InvalidTool,
+            Self::NoPendingToolCall { .. } => C::NoPendingToolCall,
             Self::SupervisorStart { .. }
             | Self::PromptUnreadable { .. }
             | Self::MissingRecord { .. } => C::Internal,

@@ -9,6 +9,7 @@ mod dispatch;
 mod error;
 mod fit;
 mod heartbeat;
+mod host_tools;
 mod memory;
 mod messages;
 pub mod metrics;
@@ -29,6 +30,7 @@ pub use legio_config::{
     AgentSpec, ConfigError, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings,
     StoreBackend, StoreSettings, UnknownMentions,
 };
+pub use host_tools::{HostToolCall, HostToolResult, HostTurn};
 pub use legio_ops::{
     compaction_job, context_report, fold_memory, inspect, memory_table, prepare_turn, preview_turn,
     read_memory, require_conversation, CompactionJob, ContextReport, InspectKind, OpsError,

@@ -2,6 +2,7 @@
 //! A leaf module (it names no actor), so the actors, the dispatch and the API do not import each
 //! other in circles.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use legio_core::{AgentName, BoundaryReason, ConversationKey, MessageId, Seq};
@@ -9,6 +10,7 @@ use ractor::{ActorId, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::error::RuntimeError;
+use crate::memory::ToolSpec;
 use crate::progress::ProgressSink;
 use crate::reply::AgentReply;
 
@@ -18,6 +20,9 @@ pub(crate) struct TurnRequest {
     pub(crate) seq: Seq,
     pub(crate) id: MessageId,
     pub(crate) progress: Option<ProgressSink>,
+    /// Tools the host runs, offered on this turn (host_tools.rs); only with a `progress` sink,
+    /// through which their calls reach the host.
+    pub(crate) host_tools: Option<Arc<[ToolSpec]>>,
 }
 
 /// Work for an agent, queued in its order by the supervisor: a turn, or a heartbeat (a host's

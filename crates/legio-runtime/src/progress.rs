@@ -33,6 +33,15 @@ pub enum Progress {
         /// Why no summary was made.
         reason: String,
     },
+    /// The model called tools the host runs: the turn waits for the host's results
+    /// ([`crate::Runtime::submit_tool_results`], within `runtime.host_tool_timeout_seconds`).
+    /// One per step, with every host call of the step.
+    ToolCallsRequired {
+        /// The agent.
+        agent: AgentName,
+        /// The calls, in the model's order.
+        calls: Vec<crate::HostToolCall>,
+    },
     /// The agent's turn ended: its reply, or its error. Sent after every fragment of the turn.
     AgentDone {
         /// The reply (with `error` set if the turn failed).

@@ -79,6 +79,22 @@ fn valid_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
+/// Checks a tool's name (valid, not a built-in's) and that its parameters are an object schema:
+/// what every host tool passes, registered in the process or declared over the API.
+pub(crate) fn check_tool(name: &str, parameters: &Value) -> Result<(), ToolRegistryError> {
+    let owned = || name.to_owned();
+    if !valid_name(name) {
+        return Err(ToolRegistryError::InvalidName { name: owned() });
+    }
+    if name == GET_HISTORY || name == DISPATCH || MemoryTools::is_memory_tool(name) {
+        return Err(ToolRegistryError::Reserved { name: owned() });
+    }
+    if parameters.get("type").and_then(Value::as_str) != Some("object") {
+        return Err(ToolRegistryError::InvalidSchema { name: owned() });
+    }
+    Ok(())
+}
+
 impl ToolRegistry {
     /// An empty registry.
     pub fn new() -> Self {
@@ -100,17 +116,9 @@ impl ToolRegistry {
         Fut: Future<Output = Result<String, String>> + Send + 'static,
     {
         let owned = || name.to_owned();
-        if !valid_name(name) {
-            return Err(ToolRegistryError::InvalidName { name: owned() });
-        }
-        if name == GET_HISTORY || name == DISPATCH || MemoryTools::is_memory_tool(name) {
-            return Err(ToolRegistryError::Reserved { name: owned() });
-        }
+        check_tool(name, &parameters)?;
         if self.tools.iter().any(|t| t.spec.name == name) {
             return Err(ToolRegistryError::Duplicate { name: owned() });
-        }
-        if parameters.get("type").and_then(Value::as_str) != Some("object") {
-            return Err(ToolRegistryError::InvalidSchema { name: owned() });
         }
         self.tools.push(HostTool {
             spec: ToolSpec {

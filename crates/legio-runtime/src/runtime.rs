@@ -23,7 +23,8 @@ use tokio::sync::oneshot;
 use crate::clock::{fresh_uuid, now};
 use crate::dispatch::{gather, Route, Sent};
 use crate::error::RuntimeError;
-use crate::memory::MemoryTools;
+use crate::host_tools::{check_host_tools, HostToolResult, HostTurn};
+use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{ConversationMsg, Job, RootMsg, TurnRequest};
 use crate::names::IntoName;
 use crate::progress::ProgressSink;
@@ -35,6 +36,13 @@ use crate::supervisor::RootSupervisor;
 use legio_config::{Role, RuntimeConfig, UnknownMentions};
 use legio_ops::ContextReport;
 use legio_ops::{preview_turn, TurnInputs, TurnPreview};
+
+/// What a host's post adds to a plain one: the one agent it is for, and the tools the host runs.
+#[derive(Default)]
+struct HostPost {
+    to: Option<AgentName>,
+    tools: Option<Arc<[ToolSpec]>>,
+}
 
 /// One agent's status in a conversation.
 #[derive(Clone, Debug)]
@@ -192,6 +200,7 @@ impl Runtime {
             board: StatusBoard::default(),
             memory,
             tools,
+            host_desk: Default::default(),
             prompts: Default::default(),
             dispatch_tails: Default::default(),
             calibrations: Default::default(),
@@ -364,7 +373,8 @@ impl Runtime {
         sender: impl IntoName<Participant>,
         text: &str,
     ) -> Result<Posted, RuntimeError> {
-        self.post_with(conversation, sender, text, None).await
+        self.post_with(conversation, sender, text, None, HostPost::default())
+            .await
     }
 
     /// Like [`Runtime::post_as`], reporting each addressed agent's progress to `progress` as it
@@ -378,8 +388,73 @@ impl Runtime {
         text: &str,
         progress: ProgressSink,
     ) -> Result<Posted, RuntimeError> {
-        self.post_with(conversation, sender, text, Some(progress))
+        self.post_with(
+            conversation,
+            sender,
+            text,
+            Some(progress),
+            HostPost::default(),
+        )
+        .await
+    }
+
+    /// Posts a host's message with tools the host runs (host_tools.rs): the conversation's
+    /// declared tools and the turn's own are offered to the addressed agents; a model's calls of
+    /// them reach `progress` as [`crate::Progress::ToolCallsRequired`] and wait for
+    /// [`Runtime::submit_tool_results`] (or `runtime.host_tool_timeout_seconds`). With `to`, the
+    /// message goes to that agent only, whatever its mentions. Invalid tools refuse the message
+    /// (nothing is stored).
+    pub async fn post_host_turn(
+        &self,
+        conversation: impl IntoName<ConversationKey>,
+        turn: HostTurn,
+        progress: ProgressSink,
+    ) -> Result<Posted, RuntimeError> {
+        let key = Self::host_conversation(conversation)?;
+        check_host_tools(&turn.tools, &self.shared.tools)?;
+        let to = match turn.to {
+            Some(agent) => Some(self.roster_agent(agent)?),
+            None => None,
+        };
+        let host = HostPost {
+            to,
+            tools: self.shared.host_desk.turn_tools(&key, turn.tools),
+        };
+        self.post_with(key, turn.sender, &turn.text, Some(progress), host)
             .await
+    }
+
+    /// Declares the tools the host runs for every turn it posts with
+    /// [`Runtime::post_host_turn`] in `conversation` (replacing earlier ones; an empty list
+    /// clears them). Kept in memory, not in the log: declare again after a restart.
+    pub fn declare_tools(
+        &self,
+        conversation: impl IntoName<ConversationKey>,
+        tools: Vec<ToolSpec>,
+    ) -> Result<(), RuntimeError> {
+        let key = Self::host_conversation(conversation)?;
+        check_host_tools(&tools, &self.shared.tools)?;
+        self.shared.host_desk.declare(&key, tools);
+        Ok(())
+    }
+
+    /// The tools the host declared for `conversation`.
+    pub fn declared_tools(
+        &self,
+        conversation: impl IntoName<ConversationKey>,
+    ) -> Result<Vec<ToolSpec>, RuntimeError> {
+        Ok(self.shared.host_desk.declared(&conversation.into_name()?))
+    }
+
+    /// Hands the host's results to the calls waiting in `conversation` (all or none: an id that
+    /// is not waiting refuses them all); each waiting turn goes on.
+    pub fn submit_tool_results(
+        &self,
+        conversation: impl IntoName<ConversationKey>,
+        results: Vec<HostToolResult>,
+    ) -> Result<(), RuntimeError> {
+        let key = conversation.into_name()?;
+        self.shared.host_desk.submit(&key, results)
     }
 
     async fn post_with(
@@ -388,6 +463,7 @@ impl Runtime {
         sender: impl IntoName<Participant>,
         text: &str,
         progress: Option<ProgressSink>,
+        host: HostPost,
     ) -> Result<Posted, RuntimeError> {
         self.check_running()?;
         let key = Self::host_conversation(conversation)?;
@@ -398,7 +474,17 @@ impl Runtime {
             Participant::User => Participant::User,
             Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
         };
-        let (audience, targets, unknown_mentions) = self.address(&sender, text)?;
+        let (audience, targets, unknown_mentions) = match host.to {
+            Some(to) => {
+                let targets = (sender.agent() != Some(&to)).then(|| to.clone());
+                (
+                    Audience::agent(to),
+                    targets.into_iter().collect(),
+                    Vec::new(),
+                )
+            }
+            None => self.address(&sender, text)?,
+        };
         let id = MessageId(fresh_uuid());
         let message = Message::text(id, key.clone(), sender, audience, text, now());
         if targets.is_empty() {
@@ -414,10 +500,12 @@ impl Runtime {
             .shared
             .append_for_dispatch(&key, vec![Event::MessagePosted(message)])
             .await?;
+        let host_tools = host.tools.filter(|_| progress.is_some());
         let request = TurnRequest {
             seq: range.first,
             id,
             progress,
+            host_tools,
         };
         let replies = self
             .dispatch(&key, Job::Turn(request), &targets, Some(ticket))

@@ -26,6 +26,8 @@ pub(crate) struct Shared {
     pub(crate) memory: Arc<MemoryTools>,
     /// The host's tools, offered to every agent whose provider takes tools.
     pub(crate) tools: ToolRegistry,
+    /// The tools hosts run over the API: declared per conversation, and their waiting calls.
+    pub(crate) host_desk: crate::host_tools::HostToolDesk,
     /// Composed prompts by file, valid while the file's modification time and length are the
     /// same (a stat per turn instead of a read and a hash).
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,

@@ -3,7 +3,9 @@
 //! Every agent whose provider takes tools is offered, in this order: the built-in `get_history`
 //! (the conversation as the agent may see it), the orchestrator's `dispatch` (a message to named
 //! specialists, their replies as the result), its memory tools ([`MemoryTools::tools_for`], scoped
-//! by who calls), and the host's tools ([`ToolRegistry`], registered through the embedding API).
+//! by who calls), the host's tools ([`ToolRegistry`], registered through the embedding API), and
+//! on turns a host posts with tools it runs over an API, those (host_tools.rs: their calls are
+//! announced and wait for the host's results instead of running here).
 //!
 //! A call never fails the turn: unknown tools, arguments that are not JSON, a tool's error, a
 //! panicking host tool and a tool cut by the turn's deadline all become error results for the
@@ -20,11 +22,14 @@ use legio_core::{
 };
 use legio_llm::ToolCallPart;
 use serde_json::{json, Value};
+use tokio::sync::oneshot;
 
 use crate::clock::{fresh_uuid, now};
 use crate::dispatch::{gather, Route};
+use crate::host_tools::HostToolCall;
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{Job, TurnRequest};
+use crate::progress::{Progress, ProgressSink};
 use crate::registry::{DISPATCH, GET_HISTORY};
 use crate::shared::Shared;
 use legio_config::{AgentSpec, Role};
@@ -100,6 +105,15 @@ pub(crate) struct CallContext {
     /// The message holding the calls (a dispatched message replies to it).
     pub(crate) call_message: MessageId,
     pub(crate) deadline: Instant,
+    /// The tools the host runs on this turn, and where their calls are announced (host_tools.rs).
+    pub(crate) host: Option<HostCalls>,
+}
+
+/// A turn's host tools and the progress sink that takes their calls to the host.
+#[derive(Clone)]
+pub(crate) struct HostCalls {
+    pub(crate) tools: Arc<[ToolSpec]>,
+    pub(crate) progress: ProgressSink,
 }
 
 /// One call's outcome, for the model: its result, or an error result.
@@ -150,10 +164,15 @@ pub(crate) type CallFuture = Pin<Box<dyn Future<Output = ToolOutcome> + Send + '
 pub(crate) async fn run_calls(ctx: &CallContext, calls: &[ToolCallPart]) -> Vec<ToolOutcome> {
     // Aborted when dropped: a turn cancelled (the actor killed, the runtime aborted) takes its
     // calls with it.
+    let mut waiting = announce_host_calls(ctx, calls);
     let mut tasks = Tasks(
         calls
             .iter()
-            .map(|call| tokio::spawn(prepare_call(ctx, &call.name, &call.arguments)))
+            .zip(waiting.iter_mut())
+            .map(|(call, waiting)| match waiting.take() {
+                Some(receiver) => tokio::spawn(wait_for_host(ctx, &call.id, receiver)),
+                None => tokio::spawn(prepare_call(ctx, &call.name, &call.arguments)),
+            })
             .collect(),
     );
     let deadline = tokio::time::Instant::from_std(ctx.deadline);
@@ -174,6 +193,72 @@ pub(crate) async fn run_calls(ctx: &CallContext, calls: &[ToolCallPart]) -> Vec<
         outcomes.push(outcome);
     }
     outcomes
+}
+
+/// Registers the step's calls of host tools (before any call runs, so a quick host finds them)
+/// and announces them in one `ToolCallsRequired`: a receiver per host call, in the calls' order.
+fn announce_host_calls(
+    ctx: &CallContext,
+    calls: &[ToolCallPart],
+) -> Vec<Option<oneshot::Receiver<ToolOutcome>>> {
+    let Some(host) = &ctx.host else {
+        return calls.iter().map(|_| None).collect();
+    };
+    let is_host = |call: &ToolCallPart| host.tools.iter().any(|t| t.name == call.name);
+    let desk = &ctx.shared.host_desk;
+    let waiting: Vec<_> = calls
+        .iter()
+        .map(|call| is_host(call).then(|| desk.wait_for(&ctx.conversation, &call.id)))
+        .collect();
+    let announced: Vec<HostToolCall> = calls
+        .iter()
+        .filter(|call| is_host(call))
+        .map(|call| HostToolCall {
+            agent: ctx.spec.name.clone(),
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        })
+        .collect();
+    if !announced.is_empty() {
+        let _ = host.progress.send(Progress::ToolCallsRequired {
+            agent: ctx.spec.name.clone(),
+            calls: announced,
+        });
+    }
+    waiting
+}
+
+/// A host tool's call: the host's result, or an interrupted error result after
+/// `runtime.host_tool_timeout_seconds`. The call is forgotten however it ends (also when the
+/// turn's deadline aborts it).
+fn wait_for_host(
+    ctx: &CallContext,
+    call_id: &str,
+    receiver: oneshot::Receiver<ToolOutcome>,
+) -> CallFuture {
+    struct Forget(Arc<Shared>, ConversationKey, String);
+    impl Drop for Forget {
+        fn drop(&mut self) {
+            self.0.host_desk.forget(&self.1, &self.2);
+        }
+    }
+    let forget = Forget(
+        Arc::clone(&ctx.shared),
+        ctx.conversation.clone(),
+        call_id.to_owned(),
+    );
+    let timeout = ctx.shared.config.runtime.host_tool_timeout;
+    Box::pin(async move {
+        let _forget = forget;
+        match tokio::time::timeout(timeout, receiver).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) | Err(_) => ToolOutcome::Failed(format!(
+                "interrupted: the host did not answer within {} s (runtime.host_tool_timeout_seconds)",
+                timeout.as_secs_f64()
+            )),
+        }
+    })
 }
 
 /// Spawned tool calls, aborted when dropped.
@@ -377,6 +462,7 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
         seq: range.first,
         id,
         progress: None,
+        host_tools: None,
     });
     let remaining = ctx.deadline.saturating_duration_since(Instant::now());
     let replies = gather(

@@ -34,7 +34,7 @@ use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, Reply, TurnErrorKind};
 use crate::shared::Shared;
 use crate::status::Activity;
-use crate::tools::{run_calls, tools_for, CallContext, ToolOutcome};
+use crate::tools::{run_calls, tools_for, CallContext, HostCalls, ToolOutcome};
 
 /// Whose turn it is: the shared state, the conversation, the agent, and the route to its
 /// conversation's supervisor (through which `dispatch` sends turns to specialists).
@@ -113,7 +113,7 @@ async fn tool_loop(
     state: &mut TurnState,
     request: &TurnRequest,
 ) -> Result<AgentReply, RuntimeError> {
-    let setup = setup(agent, state)?;
+    let setup = setup(agent, state, request)?;
     let max_steps = agent.shared.config.runtime.max_tool_steps;
     let mut answering = request.seq;
     let mut steps = 0;
@@ -138,7 +138,7 @@ async fn tool_loop(
                 .map(|_| ToolOutcome::Failed(why.clone()))
                 .collect()
         } else {
-            let ctx = call_context(agent, &setup, message);
+            let ctx = call_context(agent, &setup, request, message);
             run_calls(&ctx, &calls).await
         };
         answering = record_results(agent, &calls, outcomes, message).await?;
@@ -155,8 +155,13 @@ async fn tool_loop(
     }
 }
 
-/// The agent's spec, provider and tools (built on its first turn), and the turn's deadline.
-fn setup(agent: &Agent, state: &mut TurnState) -> Result<Setup, RuntimeError> {
+/// The agent's spec, provider and tools (built on its first turn; the host's tools of this turn
+/// after them), and the turn's deadline.
+fn setup(
+    agent: &Agent,
+    state: &mut TurnState,
+    request: &TurnRequest,
+) -> Result<Setup, RuntimeError> {
     let shared = &agent.shared;
     let spec = shared.roster_spec(&agent.name)?.clone();
     let provider = shared.provider(&spec)?;
@@ -172,6 +177,10 @@ fn setup(agent: &Agent, state: &mut TurnState) -> Result<Setup, RuntimeError> {
             tools
         }
     };
+    let tools = match (&request.host_tools, provider.capabilities().tools) {
+        (Some(host), true) => tools.iter().chain(host.iter()).cloned().collect(),
+        _ => tools,
+    };
     let deadline = Instant::now() + shared.config.runtime.turn_timeout;
     Ok(Setup {
         spec,
@@ -181,8 +190,21 @@ fn setup(agent: &Agent, state: &mut TurnState) -> Result<Setup, RuntimeError> {
     })
 }
 
-fn call_context(agent: &Agent, setup: &Setup, call_message: MessageId) -> CallContext {
+fn call_context(
+    agent: &Agent,
+    setup: &Setup,
+    request: &TurnRequest,
+    call_message: MessageId,
+) -> CallContext {
+    let host = match (&request.host_tools, &request.progress) {
+        (Some(tools), Some(progress)) => Some(HostCalls {
+            tools: Arc::clone(tools),
+            progress: progress.clone(),
+        }),
+        _ => None,
+    };
     CallContext {
+        host,
         shared: Arc::clone(&agent.shared),
         conversation: agent.conversation.clone(),
         spec: setup.spec.clone(),
@@ -807,6 +829,7 @@ mod tests {
             board: Default::default(),
             memory,
             tools: Default::default(),
+            host_desk: Default::default(),
             prompts: Default::default(),
             dispatch_tails: Default::default(),
             calibrations: Default::default(),
@@ -832,6 +855,7 @@ mod tests {
             seq,
             id,
             progress: None,
+            host_tools: None,
         }
     }
 

@@ -1,5 +1,6 @@
-//! The server's errors, and the one place they map to HTTP statuses. Every error response is
-//! `{"error": {"code": "...", "message": "..."}}`; bad input is always a 4xx.
+//! The server's errors, and the one place they map to HTTP statuses. Every error response has
+//! OpenAI's error shape, `{"error": {"message", "type", "param", "code"}}` (the same on the native
+//! API and the OpenAI-compatible door); bad input is always a 4xx.
 
 use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
@@ -16,6 +17,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// What was wrong and what to do.
     pub message: String,
+    /// The request field at fault, when one is (`metadata.conversation`, `messages`).
+    pub param: Option<String>,
 }
 
 impl ApiError {
@@ -24,6 +27,26 @@ impl ApiError {
         Self {
             code,
             message: message.into(),
+            param: None,
+        }
+    }
+
+    /// The same error, naming the request field at fault.
+    pub fn with_param(mut self, param: impl Into<String>) -> Self {
+        self.param = Some(param.into());
+        self
+    }
+
+    /// OpenAI's error `type` for the status: `invalid_request_error` (4xx),
+    /// `authentication_error` (401), `server_error` (5xx).
+    pub fn kind(&self) -> &'static str {
+        let status = self.status();
+        if status == StatusCode::UNAUTHORIZED {
+            "authentication_error"
+        } else if status.is_client_error() {
+            "invalid_request_error"
+        } else {
+            "server_error"
         }
     }
 
@@ -35,9 +58,16 @@ impl ApiError {
             | "bad_conversation_key"
             | "bad_name"
             | "bad_query"
-            | "bad_seq" => StatusCode::BAD_REQUEST,
+            | "bad_seq"
+            | "invalid_tool"
+            | "missing_field" => StatusCode::BAD_REQUEST,
+            "history_mismatch" | "no_pending_tool_call" => StatusCode::CONFLICT,
             "unauthorized" => StatusCode::UNAUTHORIZED,
-            "unknown_agent" | "unknown_conversation" | "not_found" => StatusCode::NOT_FOUND,
+            "unknown_agent"
+            | "unknown_conversation"
+            | "unknown_model"
+            | "unknown_response"
+            | "not_found" => StatusCode::NOT_FOUND,
             "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
             "not_acceptable" => StatusCode::NOT_ACCEPTABLE,
             "body_too_large" | "message_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
@@ -48,14 +78,19 @@ impl ApiError {
             "shutting_down" | "store_locked" | "storage_full" | "agent_unavailable" => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            "provider_unavailable" => StatusCode::BAD_GATEWAY,
+            "provider_unavailable" | "agent_failed" => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({"error": {"code": self.code, "message": self.message}})
+        serde_json::json!({"error": {
+            "message": self.message,
+            "type": self.kind(),
+            "param": self.param,
+            "code": self.code,
+        }})
     }
 }
 
@@ -76,6 +111,8 @@ impl From<RuntimeError> for ApiError {
             C::StorageFull => "storage_full",
             C::Unavailable => "agent_unavailable",
             C::ProviderUnavailable => "provider_unavailable",
+            C::InvalidTool => "invalid_tool",
+            C::NoPendingToolCall => "no_pending_tool_call",
             _ => "internal",
         };
         Self::new(code, e.to_string())

@@ -1,10 +1,13 @@
-//! `GET /sessions/{id}/history?view=full|compacted[&agent=NAME][&limit=N]`: a `Message[]`-
+//! `GET /sessions/{id}/history?view=full|compacted|next[&agent=NAME][&limit=N]`: a `Message[]`-
 //! compatible array (seed 002). `full` is every message as stored, nothing omitted or altered
-//! (its `parts` carry the exact content); `compacted` is what the agent's context is built from:
-//! the planner's own plan for its next turn (the same function `legio context` uses), so it is
-//! exactly what the provider receives next: the restored notice, the summary when the context is
-//! compacted, the messages after it. Without `agent`, `full` is the whole conversation and
-//! `compacted` is the orchestrator's.
+//! (its `parts` carry the exact content). `compacted` is the agent's compacted transcript, as seed
+//! 002 means it: its latest summary, then every message it may see after that summary, whatever
+//! its provider session holds. `next` is what its provider receives next: the planner's own plan
+//! for its next turn (the same function `legio context` uses): the restored notice, the summary
+//! when the context is compacted, the messages after it (a delta for a live stateful session).
+//! Without `agent`, `full` is the whole conversation and `compacted` / `next` are the
+//! orchestrator's. Another agent's tool calls and results are `user` messages with their text,
+//! so every view parses as OpenAI's `Message[]`.
 
 use std::sync::Arc;
 
@@ -13,8 +16,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use legio_core::{can_see, ContextItem, ContextSummary, Message, Part, Participant, Record, Seq};
-use legio_runtime::RuntimeError;
+use legio_core::{
+    can_see, ContextItem, ContextSummary, ConversationKey, Event, Message, Part, Participant,
+    Record, Seq,
+};
+use legio_runtime::{AgentSpec, RuntimeError};
+use legio_store::EventLog;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -55,83 +62,168 @@ pub(crate) async fn history(
         ),
         None => None,
     };
-    match query.view.as_deref().unwrap_or("full") {
-        "full" => {
-            let log = Arc::clone(runtime.log());
-            let viewer_spec = spec.clone();
-            let records = tokio::task::spawn_blocking(move || {
-                let mut out: Vec<Record> = Vec::new();
-                let mut after = Seq::ZERO;
-                loop {
-                    let chunk = log.conversation_events(&key, after, CHUNK)?;
-                    let Some(last) = chunk.last().map(|r| r.seq) else {
-                        break;
-                    };
-                    out.extend(chunk.into_iter().filter(|r| {
-                        r.event.as_message().is_some_and(|m| {
-                            viewer_spec.as_ref().is_none_or(|s| can_see(s.viewer(), m))
-                        })
-                    }));
-                    after = last;
-                }
-                Ok::<_, legio_store::StoreError>(out)
-            })
-            .await
-            .map_err(|e| ApiError::new("internal", format!("reading the history failed: {e}")))?
-            .map_err(legio_runtime::RuntimeError::from)?;
-            let skip = query
-                .limit
-                .map_or(0, |limit| records.len().saturating_sub(limit));
-            let me = spec.as_ref().map(|s| Participant::Agent(s.name.clone()));
-            let messages: Vec<Value> = records
-                .iter()
-                .skip(skip)
-                .filter_map(|r| {
-                    r.event
-                        .as_message()
-                        .map(|m| message_json(m, r.seq, me.as_ref(), None))
-                })
-                .flatten()
-                .collect();
-            Ok(Json(messages).into_response())
-        }
+    let view = query.view.as_deref().unwrap_or("full");
+    if view != "full" && query.limit.is_some() {
+        return Err(ApiError::new(
+            "bad_query",
+            format!(
+                "limit applies to view=full; view={view} is the agent's whole compacted transcript"
+            ),
+        ));
+    }
+    match view {
+        "full" => full(&state, key, spec, query.limit).await,
         "compacted" => {
-            if query.limit.is_some() {
-                return Err(ApiError::new(
-                    "bad_query",
-                    "limit applies to view=full; the compacted view is the planner's window",
-                ));
-            }
             let agent = spec.unwrap_or_else(|| runtime.config().orchestrator().clone());
-            let preview = runtime.next_context(&key, &agent.name, None).await?;
-            let plan = &preview.turn.plan;
-            let me = Participant::Agent(agent.name.clone());
-            let mut messages = Vec::new();
-            // The summary stands for the oldest messages, so it leads (as it leads the rendered
-            // context); the restored notice follows it, before the messages.
-            if let Some(summary) = &plan.summary {
-                messages.push(summary_json(summary));
-            }
-            if let Some(notice) = &plan.notice {
-                messages.push(json!({"role": "system", "content": notice}));
-            }
-            let item = |i: &ContextItem| message_json(&i.message, i.seq, Some(&me), Some(i));
-            messages.extend(plan.history.iter().flat_map(item));
-            if preview.answers_message {
-                messages.extend(item(&plan.new_message));
-            }
-            let mut response = Json(messages).into_response();
-            response.headers_mut().insert(
-                "legio-context-mode",
-                HeaderValue::from_static(plan.mode.as_str()),
-            );
-            Ok(response)
+            compacted(&state, key, agent).await
+        }
+        "next" => {
+            let agent = spec.unwrap_or_else(|| runtime.config().orchestrator().clone());
+            next(&state, key, agent).await
         }
         other => Err(ApiError::new(
             "bad_query",
-            format!("view={other:?} is not \"full\" or \"compacted\""),
+            format!("view={other:?} is not \"full\", \"compacted\" or \"next\""),
         )),
     }
+}
+
+/// Runs a log read on a blocking thread.
+async fn read<T, F>(state: &AppState, f: F) -> Result<T, ApiError>
+where
+    T: Send + 'static,
+    F: FnOnce(&dyn EventLog) -> Result<T, legio_store::StoreError> + Send + 'static,
+{
+    let log = Arc::clone(state.runtime.log());
+    tokio::task::spawn_blocking(move || f(log.as_ref()))
+        .await
+        .map_err(|e| ApiError::new("internal", format!("reading the history failed: {e}")))?
+        .map_err(|e| legio_runtime::RuntimeError::from(e).into())
+}
+
+/// Every message as stored (as `spec`'s agent may see them, when given), the last `limit`.
+async fn full(
+    state: &AppState,
+    key: ConversationKey,
+    spec: Option<AgentSpec>,
+    limit: Option<usize>,
+) -> Result<Response, ApiError> {
+    let viewer_spec = spec.clone();
+    let records = read(state, move |log| {
+        let mut out: Vec<Record> = Vec::new();
+        let mut after = Seq::ZERO;
+        loop {
+            let chunk = log.conversation_events(&key, after, CHUNK)?;
+            let Some(last) = chunk.last().map(|r| r.seq) else {
+                break;
+            };
+            out.extend(chunk.into_iter().filter(|r| {
+                r.event
+                    .as_message()
+                    .is_some_and(|m| viewer_spec.as_ref().is_none_or(|s| can_see(s.viewer(), m)))
+            }));
+            after = last;
+        }
+        Ok(out)
+    })
+    .await?;
+    let skip = limit.map_or(0, |limit| records.len().saturating_sub(limit));
+    let me = spec.as_ref().map(|s| Participant::Agent(s.name.clone()));
+    let messages: Vec<Value> = records
+        .iter()
+        .skip(skip)
+        .filter_map(|r| {
+            r.event
+                .as_message()
+                .map(|m| message_json(m, r.seq, me.as_ref(), None))
+        })
+        .flatten()
+        .collect();
+    Ok(Json(messages).into_response())
+}
+
+/// Seed 002's compacted history: the agent's latest summary, then every message it may see after
+/// it, whatever its provider session holds.
+async fn compacted(
+    state: &AppState,
+    key: ConversationKey,
+    agent: AgentSpec,
+) -> Result<Response, ApiError> {
+    let name = agent.name.clone();
+    let me = Participant::Agent(agent.name.clone());
+    let (summary, records) = read(state, move |log| {
+        let summary = match log
+            .session_state(&key, &name)?
+            .and_then(|s| s.latest_summary)
+        {
+            Some(at) => log
+                .read_range(at.event, at.event, 1)?
+                .into_iter()
+                .find_map(|r| match r.event {
+                    Event::SummaryRecorded(e) => Some(ContextSummary {
+                        covers_up_to: e.covers_up_to,
+                        text: e.text,
+                    }),
+                    _ => None,
+                }),
+            None => None,
+        };
+        let mut after = summary.as_ref().map_or(Seq::ZERO, |s| s.covers_up_to);
+        let mut records = Vec::new();
+        loop {
+            let chunk = log.visible_after(&key, agent.viewer(), after, CHUNK)?;
+            let Some(last) = chunk.last().map(|r| r.seq) else {
+                break;
+            };
+            records.extend(chunk);
+            after = last;
+        }
+        Ok((summary, records))
+    })
+    .await?;
+    let mut messages: Vec<Value> = summary.iter().map(summary_json).collect();
+    messages.extend(
+        records
+            .iter()
+            .filter_map(|r| {
+                r.event
+                    .as_message()
+                    .map(|m| message_json(m, r.seq, Some(&me), None))
+            })
+            .flatten(),
+    );
+    Ok(Json(messages).into_response())
+}
+
+/// What the agent's provider receives next: the planner's own plan for its next turn.
+async fn next(
+    state: &AppState,
+    key: ConversationKey,
+    agent: AgentSpec,
+) -> Result<Response, ApiError> {
+    let preview = state.runtime.next_context(&key, &agent.name, None).await?;
+    let plan = &preview.turn.plan;
+    let me = Participant::Agent(agent.name.clone());
+    let mut messages = Vec::new();
+    // The summary stands for the oldest messages, so it leads (as it leads the rendered
+    // context); the restored notice follows it, before the messages.
+    if let Some(summary) = &plan.summary {
+        messages.push(summary_json(summary));
+    }
+    if let Some(notice) = &plan.notice {
+        messages.push(json!({"role": "system", "content": notice}));
+    }
+    let item = |i: &ContextItem| message_json(&i.message, i.seq, Some(&me), Some(i));
+    messages.extend(plan.history.iter().flat_map(item));
+    if preview.answers_message {
+        messages.extend(item(&plan.new_message));
+    }
+    let mut response = Json(messages).into_response();
+    response.headers_mut().insert(
+        "legio-context-mode",
+        HeaderValue::from_static(plan.mode.as_str()),
+    );
+    Ok(response)
 }
 
 /// A compacted context's summary as a `Message[]` entry: a `user` turn whose content is the
@@ -165,6 +257,9 @@ pub(crate) fn message_json(
     me: Option<&Participant>,
     item: Option<&ContextItem>,
 ) -> Vec<Value> {
+    if let Some(me) = me.filter(|me| message.sender != **me && has_tool_parts(message)) {
+        return vec![others_tool_traffic_json(message, seq, me, item)];
+    }
     let one = single_message_json(message, seq, me, item);
     let results: Vec<(&String, &String)> = message
         .parts
@@ -188,6 +283,34 @@ pub(crate) fn message_json(
             entry
         })
         .collect()
+}
+
+fn has_tool_parts(message: &Message) -> bool {
+    message
+        .parts
+        .iter()
+        .any(|p| matches!(p, Part::ToolCall { .. } | Part::ToolResult { .. }))
+}
+
+/// Another agent's tool calls or results, as `me` reads them: a `user` message (with the
+/// sender's `name`) whose content is the plain text of its parts (`[tool call NAME id=ID] ARGS`,
+/// `[tool result id=ID] CONTENT`), so the array stays a valid `Message[]` (a `user` message
+/// carries no `tool_calls`, and a `tool` message must answer a call of the reader's own). The
+/// exact parts are in `parts`.
+fn others_tool_traffic_json(
+    message: &Message,
+    seq: Seq,
+    me: &Participant,
+    item: Option<&ContextItem>,
+) -> Value {
+    let mut out = single_message_json(message, seq, Some(me), item);
+    if let Some(entry) = out.as_object_mut() {
+        entry.remove("tool_calls");
+        entry.remove("tool_call_id");
+        entry.insert("role".into(), json!("user"));
+        entry.insert("content".into(), json!(message.plain_text()));
+    }
+    out
 }
 
 fn single_message_json(
@@ -233,7 +356,10 @@ fn single_message_json(
     let mut out = Map::new();
     out.insert("role".into(), json!(role));
     out.insert("content".into(), json!(content));
-    out.insert("name".into(), json!(message.sender.as_str()));
+    // OpenAI's tool message has no `name`; the sender is in `sender`.
+    if role != "tool" {
+        out.insert("name".into(), json!(message.sender.as_str()));
+    }
     if !tool_calls.is_empty() {
         out.insert("tool_calls".into(), Value::Array(tool_calls));
     }

@@ -22,7 +22,7 @@ use crate::error::{ApiError, ServeError};
 use crate::metrics::MetricsHandle;
 use crate::settings::ServerSettings;
 use crate::state::AppState;
-use crate::{auth, dashboard, exporter, history, meta, operator, turns};
+use crate::{auth, dashboard, exporter, history, host_tools, meta, openai, operator, turns};
 
 /// How a shutdown went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -82,6 +82,7 @@ impl Server {
             stopping,
             turn_tasks: Mutex::new(HashMap::new()),
             next_task: AtomicU64::new(0),
+            parked: Mutex::new(Vec::new()),
         });
         Ok(Self {
             listener,
@@ -219,6 +220,11 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/meta", get(meta::meta))
         .route("/sessions/{id}/turns", post(turns::post_turn))
         .route("/sessions/{id}/history", get(history::history))
+        .route(
+            "/sessions/{id}/tools",
+            get(host_tools::declared).post(host_tools::declare),
+        )
+        .route("/sessions/{id}/tool_results", post(host_tools::results))
         .route("/metrics", get(exporter::render))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard.js", get(dashboard::script))
@@ -242,6 +248,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .merge(api)
         .merge(operator)
+        .merge(openai::router(Arc::clone(&state)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))

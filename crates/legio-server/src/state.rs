@@ -26,6 +26,8 @@ pub(crate) struct AppState {
     /// shutdown cancels those still running after the grace period.
     pub(crate) turn_tasks: Mutex<HashMap<u64, AbortHandle>>,
     pub(crate) next_task: AtomicU64,
+    /// Turns waiting for the results of tools the host runs (runs.rs).
+    pub(crate) parked: Mutex<Vec<crate::runs::Parked>>,
 }
 
 impl AppState {

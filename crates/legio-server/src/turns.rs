@@ -33,6 +33,10 @@ pub(crate) struct TurnBody {
     /// `user` (the default) or an agent of the roster relaying what it says.
     #[serde(default)]
     sender: Option<String>,
+    /// Tools the host runs for this turn (host_tools.rs); with these, or with tools declared
+    /// for the conversation, the turn may pause with `requires_action`.
+    #[serde(default)]
+    tools: Option<Vec<crate::host_tools::ToolBody>>,
 }
 
 /// Validates a session id as a conversation key.
@@ -52,14 +56,14 @@ pub(crate) fn reply_json(reply: &AgentReply) -> Value {
 }
 
 /// A post's replies, with the `@handles` that named no agent.
-fn replies_json(posted: &Posted) -> Value {
+pub(crate) fn replies_json(posted: &Posted) -> Value {
     json!({
         "replies": posted.replies.iter().map(reply_json).collect::<Vec<_>>(),
         "unknown_mentions": posted.unknown_mentions,
     })
 }
 
-fn wants_stream(headers: &HeaderMap) -> bool {
+pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()
@@ -76,6 +80,10 @@ pub(crate) async fn post_turn(
     let key = conversation_key(&id)?;
     let Json(body) = body?;
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
+    if body.tools.is_some() || !state.runtime.declared_tools(&key)?.is_empty() {
+        let tools = body.tools.unwrap_or_default();
+        return crate::host_tools::start(&state, key, &sender, body.content, tools, &headers).await;
+    }
     if !wants_stream(&headers) {
         // On its own task too: a client that goes away mid-turn must not leave a stored message
         // that some addressed agents never answer.
@@ -195,7 +203,7 @@ fn drain(updates: &mut mpsc::UnboundedReceiver<Progress>) -> Vec<Progress> {
     out
 }
 
-fn sse<S>(events: S) -> Response
+pub(crate) fn sse<S>(events: S) -> Response
 where
     S: Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
 {
@@ -208,7 +216,7 @@ fn event(name: &str, data: &Value) -> SseEvent {
     SseEvent::default().event(name).data(data.to_string())
 }
 
-fn progress_event(update: Progress) -> SseEvent {
+pub(crate) fn progress_event(update: Progress) -> SseEvent {
     match update {
         Progress::AgentStarted { agent } => {
             event("agent_started", &json!({"agent": agent.as_str()}))
@@ -221,6 +229,10 @@ fn progress_event(update: Progress) -> SseEvent {
             &json!({"agent": agent.as_str(), "reason": reason}),
         ),
         Progress::AgentDone { reply } => event("agent_done", &reply_json(&reply)),
+        Progress::ToolCallsRequired { calls, .. } => event(
+            "requires_action",
+            &crate::host_tools::requires_action_json(&calls),
+        ),
     }
 }
 

@@ -1,0 +1,373 @@
+//! `POST /v1/responses`: the Responses API over legio's log. A response id names a position in
+//! the log: `resp_<conversation key in hex>_<seq>`, the seq of the agent's reply (or, for a
+//! response that asks for tool calls, the log's last seq when it did). `previous_response_id`
+//! therefore names the conversation: the host keeps no history, legio's log is the context (the
+//! agent sees what it may see of the conversation, exactly once). The input is the new user
+//! message (a string or message items), or `function_call_output` items answering the tool calls
+//! of the previous response. Streamed as `response.created`, `response.output_text.delta`,
+//! `response.output_item.done` (tool calls) and `response.completed` events.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::State;
+use axum::response::sse::Event as SseEvent;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream::{self, StreamExt};
+use legio_core::{AgentName, ConversationKey, Participant, Seq, TokenUsage};
+use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Progress, ToolSpec};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+
+use super::chat::FunctionDef;
+use super::transcript::{self, Earlier};
+use super::{agent_for_model, conversation_of, missing_conversation, text_of, unix_now, usage};
+use crate::error::ApiError;
+use crate::runs::{Next, Run};
+use crate::state::AppState;
+use crate::turns::sse;
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ResponsesRequest {
+    model: String,
+    input: Value,
+    #[serde(default)]
+    previous_response_id: Option<String>,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    tools: Option<Vec<ResponseTool>>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseTool {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(flatten)]
+    function: FunctionDef,
+}
+
+/// A response id for a position of a conversation in the log.
+pub(crate) fn response_id(key: &ConversationKey, seq: Seq) -> String {
+    let hex: String = key.as_str().bytes().map(|b| format!("{b:02x}")).collect();
+    format!("resp_{hex}_{}", seq.get())
+}
+
+/// The conversation and position a response id names.
+pub(crate) fn parse_response_id(id: &str) -> Option<(ConversationKey, Seq)> {
+    let (hex, seq) = id.strip_prefix("resp_")?.rsplit_once('_')?;
+    if hex.len() % 2 != 0 {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect();
+    let key = ConversationKey::new(String::from_utf8(bytes?).ok()?).ok()?;
+    Some((key, Seq(seq.parse().ok()?)))
+}
+
+/// Everything a response body repeats.
+#[derive(Clone)]
+struct Shape {
+    model: String,
+    created: u64,
+    agent: AgentName,
+    key: ConversationKey,
+    previous: Option<String>,
+}
+
+pub(crate) async fn create(
+    State(state): State<Arc<AppState>>,
+    body: Result<Json<ResponsesRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) = body?;
+    if body.instructions.is_some() {
+        return Err(ApiError::new(
+            "bad_request",
+            "instructions are not taken: an agent's instructions are its prompt in legio's configuration",
+        )
+        .with_param("instructions"));
+    }
+    let agent = agent_for_model(&state, &body.model)?;
+    let key = conversation(
+        &state,
+        body.previous_response_id.as_deref(),
+        body.metadata.as_ref(),
+    )?;
+    let tools = response_tools(body.tools.unwrap_or_default())?;
+    let run = start(&state, &key, &agent, &body.input, tools).await?;
+    let shape = Shape {
+        model: body.model,
+        created: unix_now(),
+        agent,
+        key,
+        previous: body.previous_response_id,
+    };
+    if body.stream.unwrap_or(false) {
+        return streamed(state, shape, run).await;
+    }
+    let (output, seq, usage) = outcome(&state, &shape, run, |_| {}).await?;
+    Ok(Json(response_json(&shape, seq, output, &usage)).into_response())
+}
+
+/// The conversation: named by `previous_response_id` (which must name a position the log has)
+/// or `metadata.conversation` (both: they must agree).
+fn conversation(
+    state: &AppState,
+    previous: Option<&str>,
+    metadata: Option<&Map<String, Value>>,
+) -> Result<ConversationKey, ApiError> {
+    let named = conversation_of(metadata)?;
+    let Some(previous) = previous else {
+        return named.ok_or_else(missing_conversation);
+    };
+    let unknown = || {
+        ApiError::new(
+            "unknown_response",
+            format!("no response {previous:?}: a response id is resp_<conversation in hex>_<seq>, as legio returned it"),
+        )
+        .with_param("previous_response_id")
+    };
+    let (key, seq) = parse_response_id(previous).ok_or_else(unknown)?;
+    if seq == Seq::ZERO || seq > state.runtime.log().last_seq() {
+        return Err(unknown());
+    }
+    match named {
+        Some(named) if named != key => Err(ApiError::new(
+            "bad_request",
+            format!(
+                "previous_response_id belongs to conversation {:?}, metadata.conversation names {:?}",
+                key.as_str(),
+                named.as_str()
+            ),
+        )
+        .with_param("metadata.conversation")),
+        _ => Ok(key),
+    }
+}
+
+fn response_tools(tools: Vec<ResponseTool>) -> Result<Vec<ToolSpec>, ApiError> {
+    tools
+        .into_iter()
+        .map(|t| {
+            if t.kind != "function" {
+                return Err(ApiError::new(
+                    "invalid_tool",
+                    format!(
+                        "tools of type {:?} are not supported; use \"function\"",
+                        t.kind
+                    ),
+                )
+                .with_param("tools"));
+            }
+            Ok(t.function.into_spec())
+        })
+        .collect()
+}
+
+/// Starts the turn the input asks for: a new message, or tool results.
+async fn start(
+    state: &Arc<AppState>,
+    key: &ConversationKey,
+    agent: &AgentName,
+    input: &Value,
+    tools: Vec<ToolSpec>,
+) -> Result<Run, ApiError> {
+    let bad = |why: &str| ApiError::new("bad_request", why.to_owned()).with_param("input");
+    let items: Vec<Value> = match input {
+        Value::String(text) => vec![json!({"role": "user", "content": text})],
+        Value::Array(items) => items.clone(),
+        _ => return Err(bad("input must be a string or a list of items")),
+    };
+    let outputs: Vec<HostToolResult> = items
+        .iter()
+        .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call_output"))
+        .map(|i| HostToolResult {
+            call_id: i["call_id"].as_str().unwrap_or_default().to_owned(),
+            content: i.get("output").and_then(text_of).unwrap_or_default(),
+            is_error: false,
+        })
+        .collect();
+    if !outputs.is_empty() {
+        return state.resume(key, outputs);
+    }
+    let said: Vec<(usize, &str, Option<String>)> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.get("type").is_none_or(|t| t == "message"))
+        .map(|(index, i)| {
+            let role = i.get("role").and_then(Value::as_str).unwrap_or("");
+            (index, role, i.get("content").and_then(text_of))
+        })
+        .collect();
+    let Some((_, "user", Some(text))) = said.last().cloned() else {
+        return Err(bad("the last input item must be the new user message (text), or function_call_output items"));
+    };
+    let earlier: Vec<Earlier> = said[..said.len() - 1]
+        .iter()
+        .filter_map(|(index, role, text)| {
+            let role = match *role {
+                "user" => "user",
+                "assistant" => "assistant",
+                _ => return None,
+            };
+            Some(Earlier {
+                index: *index,
+                role,
+                text: text.clone()?,
+            })
+        })
+        .collect();
+    transcript::check(state, key, &earlier).await?;
+    let turn = HostTurn {
+        sender: Participant::User,
+        to: Some(agent.clone()),
+        text,
+        tools,
+    };
+    Ok(Run::start(state, key.clone(), turn))
+}
+
+fn function_call_item(call: &HostToolCall) -> Value {
+    json!({
+        "type": "function_call",
+        "id": format!("fc_{}", call.id),
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": call.arguments,
+        "status": "completed",
+    })
+}
+
+fn message_item(text: &str, seq: Seq) -> Value {
+    json!({
+        "type": "message",
+        "id": format!("msg_{}", seq.get()),
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    })
+}
+
+/// Follows the run to its output (a message, or tool calls: the run is parked), reporting text
+/// deltas to `on_delta`: the output items, the response's seq and the usage.
+async fn outcome(
+    state: &Arc<AppState>,
+    shape: &Shape,
+    mut run: Run,
+    mut on_delta: impl FnMut(String),
+) -> Result<(Vec<Value>, Seq, TokenUsage), ApiError> {
+    loop {
+        match run.next().await {
+            Next::Progress(Progress::Delta { agent, text }) if agent == shape.agent => {
+                on_delta(text)
+            }
+            Next::Progress(_) => {}
+            Next::ToolCalls(calls) => {
+                let items = calls.iter().map(function_call_item).collect();
+                state.park(&shape.key, &calls, run);
+                let seq = state.runtime.log().last_seq();
+                let usage = usage(state, &shape.key, &shape.agent, None).await;
+                return Ok((items, seq, usage));
+            }
+            Next::Finished(result) => {
+                let posted = result?;
+                let reply = posted
+                    .replies
+                    .iter()
+                    .find(|r| r.agent == shape.agent)
+                    .ok_or_else(|| ApiError::new("internal", "the agent gave no reply"))?;
+                let reply = reply
+                    .outcome
+                    .as_ref()
+                    .map_err(|e| ApiError::new("agent_failed", e.message.clone()))?;
+                let usage = usage(state, &shape.key, &shape.agent, Some(reply.seq)).await;
+                return Ok((vec![message_item(&reply.text, reply.seq)], reply.seq, usage));
+            }
+        }
+    }
+}
+
+fn response_json(shape: &Shape, seq: Seq, output: Vec<Value>, usage: &TokenUsage) -> Value {
+    let input = usage.context_tokens();
+    json!({
+        "id": response_id(&shape.key, seq),
+        "object": "response",
+        "created_at": shape.created,
+        "status": "completed",
+        "model": shape.model,
+        "output": output,
+        "previous_response_id": shape.previous,
+        "metadata": {"conversation": shape.key.as_str()},
+        "parallel_tool_calls": true,
+        "tool_choice": "auto",
+        "tools": [],
+        "error": null,
+        "incomplete_details": null,
+        "instructions": null,
+        "usage": {
+            "input_tokens": input,
+            "input_tokens_details": {"cached_tokens": usage.cache_read},
+            "output_tokens": usage.output,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input + usage.output,
+        },
+    })
+}
+
+fn event(data: &Value) -> SseEvent {
+    let name = data["type"].as_str().unwrap_or("message").to_owned();
+    SseEvent::default().event(name).data(data.to_string())
+}
+
+/// The streamed response: the run goes on its own task, its events through a channel.
+async fn streamed(state: Arc<AppState>, shape: Shape, run: Run) -> Result<Response, ApiError> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let created = json!({
+        "type": "response.created",
+        "response": {
+            "id": format!("resp_pending_{}", shape.created), "object": "response",
+            "created_at": shape.created, "status": "in_progress", "model": shape.model,
+            "output": [], "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
+        },
+    });
+    let _ = tx.send(created);
+    tokio::spawn(async move {
+        let deltas = tx.clone();
+        let sent = outcome(&state, &shape, run, move |text| {
+            let _ = deltas.send(json!({
+                "type": "response.output_text.delta", "item_id": "msg_streaming",
+                "output_index": 0, "content_index": 0, "delta": text, "logprobs": [],
+            }));
+        })
+        .await;
+        match sent {
+            Ok((output, seq, usage)) => {
+                for (index, item) in output.iter().enumerate() {
+                    let _ = tx.send(json!({"type": "response.output_item.done", "output_index": index, "item": item}));
+                }
+                let response = response_json(&shape, seq, output, &usage);
+                let _ = tx.send(json!({"type": "response.completed", "response": response}));
+            }
+            Err(e) => {
+                let body = e.body();
+                let _ = tx.send(json!({
+                    "type": "error", "code": e.code, "message": e.message,
+                    "param": body["error"]["param"],
+                }));
+            }
+        }
+    });
+    let numbered = stream::unfold((rx, 0u64), |(mut rx, n)| async move {
+        let mut data = rx.recv().await?;
+        data["sequence_number"] = json!(n);
+        Some((event(&data), (rx, n + 1)))
+    });
+    Ok(sse(numbered.map(Ok)))
+}
