@@ -496,6 +496,8 @@ fn inspect_stats_and_verify() {
     assert!(stdout(&out).contains("seq 2"), "{}", stdout(&out));
 }
 
+mod plain;
+
 #[path = "../support/archive.rs"]
 mod archive;
 

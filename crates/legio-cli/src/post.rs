@@ -28,13 +28,13 @@ pub fn print_replies(replies: &[AgentReply], colour: bool) {
     for reply in replies {
         let header = format!("── {} ──", reply.agent);
         if colour {
-            println!("\x1b[1m{header}\x1b[0m");
+            outln!("\x1b[1m{header}\x1b[0m");
         } else {
-            println!("{header}");
+            outln!("{header}");
         }
         match &reply.outcome {
-            Ok(reply) => println!("{}", reply.text),
-            Err(error) => println!("(error) {error}"),
+            Ok(reply) => outln!("{}", reply.text),
+            Err(error) => outln!("(error) {error}"),
         }
     }
 }
@@ -81,7 +81,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             eprintln!("{warning}");
         }
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&replies_json(&replies))?);
+            outln!("{}", serde_json::to_string_pretty(&replies_json(&replies))?);
         } else {
             print_replies(&replies, common::colour());
         }

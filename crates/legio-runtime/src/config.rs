@@ -30,6 +30,9 @@ struct FileConfig {
     /// Read by legio-server; parsed here so one file serves every layer.
     #[serde(default)]
     server: crate::server_settings::ServerSection,
+    /// Scheduled heartbeats per agent (schedule.rs).
+    #[serde(default)]
+    heartbeats: BTreeMap<String, crate::schedule::HeartbeatSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -235,6 +238,8 @@ pub struct RuntimeConfig {
     pub providers: BTreeMap<String, ProviderSpec>,
     /// The `[server]` section (used by `legio serve`).
     pub server: crate::server_settings::ServerSettings,
+    /// The `[heartbeats.AGENT]` schedules the runtime runs (schedule.rs).
+    pub heartbeats: Vec<crate::schedule::HeartbeatSchedule>,
 }
 
 /// `section`'s compaction keys over `base`; errors name `where_`'s key.
@@ -471,6 +476,9 @@ impl RuntimeConfig {
             )));
         }
         agents.sort_by_key(|a| (a.role != Role::Orchestrator, a.name.clone()));
+        let names: Vec<AgentName> = agents.iter().map(|a| a.name.clone()).collect();
+        let heartbeats =
+            crate::schedule::parse_schedules(&parsed.heartbeats, &names).map_err(&invalid)?;
         Ok(Self {
             source: Some(file.to_owned()),
             store: StoreSettings {
@@ -482,6 +490,7 @@ impl RuntimeConfig {
             agents,
             providers,
             server,
+            heartbeats,
         })
     }
 

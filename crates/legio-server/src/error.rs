@@ -1,7 +1,7 @@
 //! The server's errors, and the one place they map to HTTP statuses. Every error response is
 //! `{"error": {"code": "...", "message": "..."}}`; bad input is always a 4xx.
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use legio_runtime::RuntimeError;
@@ -35,6 +35,7 @@ impl ApiError {
             | "bad_conversation_key"
             | "bad_name"
             | "bad_query"
+            | "bad_path"
             | "bad_seq" => StatusCode::BAD_REQUEST,
             "unauthorized" => StatusCode::UNAUTHORIZED,
             "unknown_agent" | "unknown_conversation" | "not_found" => StatusCode::NOT_FOUND,
@@ -109,6 +110,14 @@ impl From<JsonRejection> for ApiError {
 impl From<QueryRejection> for ApiError {
     fn from(e: QueryRejection) -> Self {
         Self::new("bad_query", e.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    /// A path segment that cannot be read (not UTF-8 once percent-decoded): a JSON 400 like
+    /// every other error, never axum's plain-text one.
+    fn from(e: PathRejection) -> Self {
+        Self::new("bad_path", e.body_text())
     }
 }
 

@@ -6,7 +6,7 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -69,10 +69,11 @@ fn wants_stream(headers: &HeaderMap) -> bool {
 
 pub(crate) async fn post_turn(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Json<TurnBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = path?;
     let key = conversation_key(&id)?;
     let Json(body) = body?;
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
