@@ -7,6 +7,7 @@
 mod behaviours;
 mod heartbeats;
 mod openapi;
+mod progress;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -97,7 +97,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                 (command, _) if command.starts_with('/') => {
                     outln!("unknown command {command}; {HELP}")
                 }
-                _ => match common::post_with_warnings(&runtime, &args.conversation, line).await {
+                _ => match common::post_with_status(&runtime, &args.conversation, line).await {
                     Ok(replies) => {
                         failed |= replies.iter().any(|r| r.outcome.is_err());
                         if let Some(warning) = unknown_mentions_warning(&replies) {

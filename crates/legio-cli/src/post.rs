@@ -74,7 +74,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let tokio = common::tokio()?;
     tokio.block_on(async {
         let runtime = common::open_runtime(context).await?;
-        let result = common::post_with_warnings(&runtime, &args.conversation, &args.text).await;
+        let result = common::post_with_status(&runtime, &args.conversation, &args.text).await;
         runtime.shutdown().await?;
         let replies = result?;
         if let Some(warning) = unknown_mentions_warning(&replies) {

@@ -28,6 +28,7 @@ mod shared;
 mod status;
 mod store_backend;
 mod supervisor;
+mod tool_progress;
 mod tools;
 mod turn;
 

@@ -1,6 +1,7 @@
 //! `POST /sessions/{id}/turns`: the client sends only the new turn; the server owns the history.
 //! The reply is JSON, or with `Accept: text/event-stream` a stream of progress (`agent_started`,
-//! `delta`, `agent_done`) ending with the `replies`. Everything is validated before anything is
+//! `delta`, `thinking`, `tool_call`, `tool_done`, `tool_failed`, `compaction_failed`,
+//! `agent_done`) ending with the `replies`. Everything is validated before anything is
 //! stored: a refused turn stores nothing.
 
 use std::convert::Infallible;
@@ -222,6 +223,31 @@ fn progress_event(update: Progress) -> SseEvent {
             &json!({"agent": agent.as_str(), "reason": reason}),
         ),
         Progress::AgentDone { reply } => event("agent_done", &reply_json(&reply)),
+        Progress::Thinking { agent, text } => {
+            event("thinking", &json!({"agent": agent.as_str(), "text": text}))
+        }
+        Progress::ToolCalled {
+            agent,
+            id,
+            name,
+            arguments,
+        } => event(
+            "tool_call",
+            &json!({"agent": agent.as_str(), "id": id, "name": name, "arguments": arguments}),
+        ),
+        Progress::ToolDone { agent, id, name } => event(
+            "tool_done",
+            &json!({"agent": agent.as_str(), "id": id, "name": name}),
+        ),
+        Progress::ToolFailed {
+            agent,
+            id,
+            name,
+            error,
+        } => event(
+            "tool_failed",
+            &json!({"agent": agent.as_str(), "id": id, "name": name, "error": error}),
+        ),
     }
 }
 
