@@ -335,3 +335,38 @@ fn serve_on_a_busy_port_fails_before_creating_the_database() {
     assert!(stderr(&out).contains(&port.to_string()), "{}", stderr(&out));
     assert!(!Path::new(&db).exists(), "serve created {}", db.display());
 }
+
+#[test]
+fn a_local_heartbeat_is_recorded_and_replayed_in_plain_words() {
+    let f = fixture();
+    let out = f.legio(&[
+        "heartbeat",
+        "--conversation",
+        CONV,
+        "--agent",
+        "bob",
+        "--json",
+        "anything due?",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let reply: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(reply["agent"], "bob");
+    assert!(
+        reply["error"].is_null() && reply["content"].is_string(),
+        "{reply}"
+    );
+    let seq = Seq(reply["seq"].as_u64().unwrap());
+    let log = f.log();
+    let record = log.read_range(seq, seq, 1).unwrap().remove(0);
+    assert_eq!(record.event.kind(), EventKind::HeartbeatRan);
+    drop(log);
+    let out = f.legio(&["replay", "--from", &seq.get().to_string()]);
+    assert!(
+        stdout(&out).contains("bob heartbeat \"anything due?\" -> "),
+        "{}",
+        stdout(&out)
+    );
+    let out = f.legio(&["heartbeat", "--agent", "zed", "hello"]);
+    assert_eq!(code(&out), 1);
+    assert!(stderr(&out).contains("unknown agent"), "{}", stderr(&out));
+}

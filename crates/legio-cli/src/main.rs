@@ -209,7 +209,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if output::is_closed(&e) => ExitCode::from(output::STDOUT_CLOSED),
         Err(e) if live && is_locked(&e) => {
-            eprintln!("legio: {e:#}; if `legio serve` holds it, ask the server instead: legio --server http://ADDRESS (e.g. http://127.0.0.1:7878) replay|inspect|context|verify|reset");
+            eprintln!("legio: {e:#}; if `legio serve` holds it, ask the server instead: legio --server http://ADDRESS (e.g. http://127.0.0.1:7878) replay|inspect|context|verify|reset|heartbeat");
             ExitCode::from(1)
         }
         Err(e) => {
