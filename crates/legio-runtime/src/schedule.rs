@@ -152,8 +152,8 @@ async fn run_once(shared: &Arc<Shared>, root: &ActorRef<RootMsg>, schedule: &Hea
             None,
         )
         .await;
-        for reply in replies.iter().filter(|r| r.outcome.is_err()) {
-            tracing::warn!(agent = %schedule.agent, conversation = %key, error = ?reply.error(), "scheduled heartbeat failed");
+        for error in replies.iter().filter_map(|r| r.error()) {
+            tracing::warn!(agent = %schedule.agent, conversation = %key, error, "scheduled heartbeat failed");
         }
     }
 }
