@@ -119,8 +119,9 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             let log = common::open_log(context)?;
             let only = args.conversation.map(ConversationKey::new).transpose()?;
             match kind {
-                // With the roster: every configured agent, even before its first session.
-                InspectKind::Agents => {
+                // With the roster when there is a configuration; a bare `--db` without one (the
+                // default file absent) still gets the log's own table.
+                InspectKind::Agents if context.config_explicit || context.config.exists() => {
                     let config = common::config(context)?;
                     legio_runtime::agents_with_roster(&*log, &config, only.as_ref())?
                 }
