@@ -496,6 +496,8 @@ fn inspect_stats_and_verify() {
     assert!(stdout(&out).contains("seq 2"), "{}", stdout(&out));
 }
 
+mod plain;
+
 #[path = "../support/archive.rs"]
 mod archive;
 
@@ -1096,6 +1098,28 @@ fn live_mode_agrees_with_offline_while_the_server_holds_the_log() {
     reader.join().unwrap();
     assert_eq!(followed[0]["seq"], reset_seq);
     assert_eq!(followed[0]["kind"], "session_closed", "{}", followed[0]);
+    // A live heartbeat goes through the server's runtime (POST /sessions/{id}/heartbeats).
+    let out = live(&[
+        "heartbeat",
+        "--conversation",
+        CONV,
+        "--agent",
+        "ann",
+        "anything due?",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).starts_with("── ann (heartbeat) ──\n"),
+        "{}",
+        stdout(&out)
+    );
+    let out = live(&["replay", "--kind", "heartbeat_ran"]);
+    assert!(
+        stdout(&out).contains("ann heartbeat \"anything due?\" -> "),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
     let out = live(&["verify"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let before_stop = verified_seq(&out);

@@ -6,7 +6,9 @@
 
 mod behaviours;
 mod door;
+mod heartbeats;
 mod openapi;
+mod progress;
 mod sdk;
 
 use std::collections::HashMap;

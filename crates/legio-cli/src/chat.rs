@@ -2,7 +2,7 @@
 //! agent's name. `/history`, `/status`, `/reset NAME`, `/quit`. With piped input: one message per
 //! line, no prompts, exit at the end of input.
 
-use std::io::{BufRead, IsTerminal, Write};
+use std::io::{BufRead, IsTerminal};
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -35,19 +35,19 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                 .iter()
                 .map(|a| format!("{} ({})", a.name, a.role.as_str()))
                 .collect();
-            println!("legio chat in {}: {}", args.conversation, roster.join(", "));
-            println!("{HELP}");
+            outln!("legio chat in {}: {}", args.conversation, roster.join(", "));
+            outln!("{HELP}");
         }
         let mut failed = false;
-        let stdin = std::io::stdin();
-        let mut lines = stdin.lock().lines();
+        let mut stdin = std::io::stdin().lock();
+        let mut number = 0u64;
         loop {
             if interactive {
-                print!("you> ");
-                std::io::stdout().flush()?;
+                out!("you> ");
             }
-            let Some(line) = lines.next() else { break };
-            let line = line?;
+            let Some(line) = next_line(&mut stdin, &mut number)? else {
+                break;
+            };
             let line = line.trim();
             if line.is_empty() {
                 continue;
@@ -57,10 +57,10 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                 .map_or((line, ""), |(a, b)| (a, b.trim()))
             {
                 ("/quit" | "/exit", _) => break,
-                ("/help", _) => println!("{HELP}"),
+                ("/help", _) => outln!("{HELP}"),
                 ("/history", _) => {
                     for record in runtime.history(&args.conversation, None, 50).await? {
-                        println!("{}", render::line(&record));
+                        outln!("{}", render::line(&record));
                     }
                 }
                 ("/status", _) => {
@@ -78,7 +78,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                                     c.usage.context_tokens()
                                 )
                             });
-                        println!(
+                        outln!(
                             "{:<10} {:<12} {:<10} {session}",
                             s.agent.as_str(),
                             s.role.as_str(),
@@ -88,26 +88,26 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                 }
                 ("/reset", name) if !name.is_empty() => {
                     match runtime.reset(&args.conversation, name).await {
-                        Ok(()) => println!(
+                        Ok(()) => outln!(
                         "reset {name}: its next turn starts a new session restored from the log"
                     ),
-                        Err(e) => println!("(error) {e}"),
+                        Err(e) => outln!("(error) {e}"),
                     }
                 }
                 (command, _) if command.starts_with('/') => {
-                    println!("unknown command {command}; {HELP}")
+                    outln!("unknown command {command}; {HELP}")
                 }
-                _ => match agents::post_with_warnings(&runtime, &args.conversation, line).await {
+                _ => match agents::post_with_status(&runtime, &args.conversation, line).await {
                     Ok(replies) => {
                         failed |= replies.iter().any(|r| r.outcome.is_err());
                         if let Some(warning) = unknown_mentions_warning(&replies) {
-                            println!("{warning}");
+                            outln!("{warning}");
                         }
                         print_replies(&replies, colour);
                     }
                     Err(e) => {
                         failed = true;
-                        println!("(error) {e}");
+                        outln!("(error) {e}");
                     }
                 },
             }
@@ -119,4 +119,23 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             ExitCode::SUCCESS
         })
     })
+}
+
+/// The next line of input (`None` at its end). A line that is not UTF-8 is not the end of a piped
+/// chat: it is read with each bad byte replaced by U+FFFD, and a warning names the line.
+fn next_line(input: &mut impl BufRead, number: &mut u64) -> Result<Option<String>> {
+    let mut bytes = Vec::new();
+    if input.read_until(b'\n', &mut bytes)? == 0 {
+        return Ok(None);
+    }
+    *number += 1;
+    Ok(Some(match String::from_utf8(bytes) {
+        Ok(line) => line,
+        Err(e) => {
+            eprintln!(
+                "warning: line {number} of the input is not UTF-8; its bad bytes are replaced by U+FFFD"
+            );
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
+        }
+    }))
 }

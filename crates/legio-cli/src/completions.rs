@@ -1,5 +1,6 @@
 //! `legio completions SHELL`: shell completions on standard output.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Result;
@@ -15,6 +16,10 @@ pub struct Args {
 /// Runs the command.
 pub fn run(args: Args) -> Result<ExitCode> {
     let mut command = crate::Cli::command();
-    clap_complete::generate(args.shell, &mut command, "legio", &mut std::io::stdout());
+    // Generated into memory first: clap_complete panics when its writer fails, and a reader that
+    // stops early (`| head`) must end the command quietly (see output.rs).
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "legio", &mut script);
+    std::io::stdout().write_all(&script)?;
     Ok(ExitCode::SUCCESS)
 }

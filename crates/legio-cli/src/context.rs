@@ -15,6 +15,7 @@ use legio_store::EventLog;
 
 use crate::common;
 use crate::invocation::Context;
+use crate::output::visible;
 
 /// Arguments of `legio context`.
 #[derive(Debug, clap::Args)]
@@ -69,7 +70,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         },
     };
     match args.format {
-        PlanFormat::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+        PlanFormat::Json => outln!("{}", serde_json::to_string_pretty(&report)?),
         PlanFormat::Text => print_text(&report),
     }
     Ok(ExitCode::SUCCESS)
@@ -153,16 +154,18 @@ fn fit_offline(
 }
 
 fn print_text(report: &ContextReport) {
-    println!(
+    outln!(
         "context of {} in {} as of seq {}",
-        report.agent, report.conversation, report.at
+        report.agent,
+        report.conversation,
+        report.at
     );
-    println!("session: {}", report.session);
-    println!("decision: {}", report.decision);
+    outln!("session: {}", report.session);
+    outln!("decision: {}", report.decision);
     if let Some(first) = &report.first {
-        println!("first: {first}");
+        outln!("first: {first}");
     }
-    println!(
+    outln!(
         "mode: {} ({} messages, ~{} tokens)",
         report.mode,
         report.history.len() + usize::from(report.new_message.is_some()),
@@ -183,16 +186,16 @@ fn print_text(report: &ContextReport) {
         }
     }
     if let Some(summary) = &report.summary {
-        println!(
+        outln!(
             "summary (stands for the messages up to #{}):",
             summary.covers_up_to
         );
         for line in summary.text.lines() {
-            println!("  | {line}");
+            outln!("  | {}", visible(line));
         }
     }
     if let Some(notice) = &report.notice {
-        println!("notice: {notice}");
+        outln!("notice: {}", visible(notice));
     }
     for item in &report.history {
         let mark = if item.redelivered == Some(true) {
@@ -200,7 +203,7 @@ fn print_text(report: &ContextReport) {
         } else {
             ""
         };
-        println!(
+        outln!(
             "  #{:<6} {:<10} {}{mark}",
             item.seq,
             item.sender,
@@ -209,23 +212,24 @@ fn print_text(report: &ContextReport) {
     }
     match &report.new_message {
         Some(item) => {
-            println!("new message:");
-            println!(
+            outln!("new message:");
+            outln!(
                 "  #{:<6} {:<10} {}",
                 item.seq,
                 item.sender,
                 one_line(&item.text)
             );
         }
-        None => println!(
+        None => outln!(
             "new message: (none yet; the above would precede the next message addressed to {})",
             report.agent
         ),
     }
 }
 
+/// `text` on one line of at most 100 characters, its control characters escaped visibly.
 fn one_line(text: &str) -> String {
-    let flat = text.replace('\n', " ");
+    let flat = visible(&text.replace('\n', " "));
     if flat.chars().count() > 100 {
         format!("{}…", flat.chars().take(99).collect::<String>())
     } else {

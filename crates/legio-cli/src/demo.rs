@@ -97,7 +97,7 @@ impl Tour {
                 .messages()
                 .map(|i| format!("#{}{}", i.seq, if i.redelivered { "*" } else { "" }))
                 .collect();
-            println!(
+            outln!(
                 "   → {agent}'s model was sent a {} of {} message(s): {}{}{}",
                 r.plan.mode.as_str(),
                 seqs.len(),
@@ -114,13 +114,13 @@ impl Tour {
                 }
             );
             if let Some(notice) = &r.plan.notice {
-                println!("     with the notice: \"{notice}\"");
+                outln!("     with the notice: \"{notice}\"");
             }
         }
     }
 
     async fn say(&self, runtime: &Runtime, text: &str, explain: &[&str]) -> Result<()> {
-        println!("\nuser> {text}");
+        outln!("\nuser> {text}");
         let replies = runtime.post(CONVERSATION, text).await?;
         print_replies(&replies, self.colour);
         for agent in explain {
@@ -177,11 +177,11 @@ pub fn run(_context: &Context, args: Args) -> Result<ExitCode> {
         providers,
         colour: common::colour(),
     };
-    println!("legio demo: an orchestrator (legatus) and two specialists (vorenus, pullo) on scripted models.");
-    println!(
+    outln!("legio demo: an orchestrator (legatus) and two specialists (vorenus, pullo) on scripted models.");
+    outln!(
         "legatus and vorenus use a provider that keeps its own history and can resume a session;"
     );
-    println!(
+    outln!(
         "pullo's provider keeps history but cannot resume after a restart. Log: {}",
         root.join("log").display()
     );
@@ -198,25 +198,25 @@ pub fn run(_context: &Context, args: Args) -> Result<ExitCode> {
     let tokio = common::tokio()?;
     tokio.block_on(async {
         let runtime = tour.open().await?;
-        println!("\n1. No mention: the orchestrator answers. Its first turn is a bootstrap from the log.");
+        outln!("\n1. No mention: the orchestrator answers. Its first turn is a bootstrap from the log.");
         tour.say(&runtime, "Good morning. What is on today's agenda?", &["legatus"]).await?;
-        println!("\n2. @mentions address specialists, in parallel; each sees only what concerns it.");
+        outln!("\n2. @mentions address specialists, in parallel; each sees only what concerns it.");
         tour.say(&runtime, "@vorenus review deploy.sh", &["vorenus"]).await?;
         tour.say(&runtime, "@vorenus @pullo compare a blue-green and a canary rollout", &["vorenus", "pullo"]).await?;
-        println!("\n3. The orchestrator sees everything, but its session already holds its own thread:");
-        println!("   it is sent only the delta (the specialists' exchanges since its last turn).");
+        outln!("\n3. The orchestrator sees everything, but its session already holds its own thread:");
+        outln!("   it is sent only the delta (the specialists' exchanges since its last turn).");
         tour.say(&runtime, "Summarize what the specialists said.", &["legatus"]).await?;
 
-        println!("\n4. vorenus crashes in the middle of a turn (an injected panic). Only vorenus fails;");
-        println!("   its supervisor restarts it with backoff, and the next turn resumes its session.");
+        outln!("\n4. vorenus crashes in the middle of a turn (an injected panic). Only vorenus fails;");
+        outln!("   its supervisor restarts it with backoff, and the next turn resumes its session.");
         let vorenus = AgentName::new("vorenus")?;
         tour.providers["stateful"].inject(Some(&vorenus), Fault::Panic);
         tour.say(&runtime, "@vorenus also check the rollback script", &[]).await?;
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         tour.say(&runtime, "@vorenus are you back?", &["vorenus"]).await?;
 
-        println!("\n5. The whole process dies (every actor stops, nothing is recorded) and a new one opens");
-        println!("   the same log. The first turn of each agent shows how its session came back.");
+        outln!("\n5. The whole process dies (every actor stops, nothing is recorded) and a new one opens");
+        outln!("   the same log. The first turn of each agent shows how its session came back.");
         runtime.abort().await;
         let runtime = tour.open().await?;
         tour.say(&runtime, "@all we ship the canary at noon", &["legatus", "vorenus", "pullo"]).await?;
@@ -231,24 +231,24 @@ pub fn run(_context: &Context, args: Args) -> Result<ExitCode> {
             naive += window.iter().filter_map(|w| w.event.as_message()).map(estimate_message_tokens).sum::<u64>()
                 + estimate_message_tokens(&r.plan.new_message.message);
         }
-        println!("\n6. Tokens of conversation context sent to the models in this demo (estimated):");
-        println!("   legio (bootstrap once, then deltas): {ours}");
-        println!("   re-sending the last 50 visible messages on every turn: {naive}");
+        outln!("\n6. Tokens of conversation context sent to the models in this demo (estimated):");
+        outln!("   legio (bootstrap once, then deltas): {ours}");
+        outln!("   re-sending the last 50 visible messages on every turn: {naive}");
         if naive > 0 {
-            println!("   {:.0}% fewer, and no message was sent twice without a redelivered mark.", 100.0 * (1.0 - ours as f64 / naive as f64));
+            outln!("   {:.0}% fewer, and no message was sent twice without a redelivered mark.", 100.0 * (1.0 - ours as f64 / naive as f64));
         }
         drop(log); // the runtime must hold the last handle, so shutdown closes the log
         runtime.shutdown().await?;
 
-        println!("\n7. The log, replayed (`legio replay` does this for any log, without calling a model):");
+        outln!("\n7. The log, replayed (`legio replay` does this for any log, without calling a model):");
         let log = legio_store::SledLog::open(root.join("log"), &tour.config.store.options)?;
         common::for_each_record(&log, None, Seq::FIRST, log.last_seq(), |record| {
-            println!("   {}", render::line(&record));
+            outln!("   {}", render::line(&record));
             Ok(())
         })?;
         let report = log.verify(&mut |_| {})?;
-        println!("\n8. verify: {} events, {}.", report.events, if report.is_clean() { "clean" } else { "PROBLEMS FOUND" });
-        println!("\nNext: `legio chat` talks to the legion in config/legio.toml; `legio --help` lists every command.");
+        outln!("\n8. verify: {} events, {}.", report.events, if report.is_clean() { "clean" } else { "PROBLEMS FOUND" });
+        outln!("\nNext: `legio chat` talks to the legion in config/legio.toml; `legio --help` lists every command.");
         Ok(if report.is_clean() { ExitCode::SUCCESS } else { ExitCode::from(3) })
     })
 }

@@ -82,14 +82,12 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     }
     log.flush()?;
     bar.finish_and_clear();
-    println!(
+    outln!(
         "imported {count} events into {}",
         context.store()?.path.display()
     );
     if renumbered {
-        println!(
-            "note: the file's seqs were not 1, 2, 3, ...: events were renumbered in file order"
-        );
+        outln!("note: the file's seqs were not 1, 2, 3, ...: events were renumbered in file order");
     }
     Ok(ExitCode::SUCCESS)
 }

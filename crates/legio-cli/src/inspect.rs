@@ -16,7 +16,8 @@ use crate::invocation::Context;
 pub enum What {
     /// Message counts and last activity per conversation.
     Conversations,
-    /// Per agent: status, current session, provider session, tokens, checkpoint.
+    /// Every configured agent (role, provider, history mode) and, per conversation, its status,
+    /// current session, provider session, tokens, checkpoint.
     Agents,
     /// Every session with why it opened and why it ended.
     Sessions,
@@ -62,7 +63,7 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
                     )
                 })
                 .collect();
-            println!("{}", serde_json::to_string_pretty(&objects)?);
+            outln!("{}", serde_json::to_string_pretty(&objects)?);
         }
         TableFormat::Table => {
             let mut table = comfy_table::Table::new();
@@ -70,9 +71,10 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
                 .load_preset(UTF8_FULL_CONDENSED)
                 .set_header(header.to_vec());
             for row in rows {
-                table.add_row(row);
+                // Cells quote what agents wrote (notes, notebooks): escaped for the terminal.
+                table.add_row(row.iter().map(|cell| crate::output::visible(cell)));
             }
-            println!("{table}");
+            outln!("{table}");
         }
     }
     Ok(())
@@ -93,7 +95,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
                 None => legio_ops::read_memory(&*common::open_log(context)?)?,
             };
             if args.format == TableFormat::Json {
-                println!("{}", serde_json::to_string_pretty(&state)?);
+                outln!("{}", serde_json::to_string_pretty(&state)?);
                 return Ok(ExitCode::SUCCESS);
             }
             let table = legio_ops::memory_table(&state);
@@ -116,7 +118,15 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         None => {
             let log = common::open_log(context)?;
             let only = args.conversation.map(ConversationKey::new).transpose()?;
-            legio_ops::inspect(&*log, kind, only.as_ref())?
+            match kind {
+                // With the roster when there is a configuration; a bare `--db` without one (the
+                // default file absent) still gets the log's own table.
+                InspectKind::Agents if context.config_explicit || context.config.exists() => {
+                    let config = common::config(context)?;
+                    legio_ops::agents_with_roster(&*log, &config, only.as_ref())?
+                }
+                _ => legio_ops::inspect(&*log, kind, only.as_ref())?,
+            }
         }
     };
     let header: Vec<&str> = table.header.iter().map(String::as_str).collect();

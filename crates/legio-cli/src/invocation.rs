@@ -36,6 +36,19 @@ impl Context {
         Ok(Some(crate::remote::Remote::new(url, token)?))
     }
 
+    /// The client for a host endpoint (`heartbeat --server`): the API token first (`--token`,
+    /// then `LEGIO_API_TOKEN`), since the operator token does not open host endpoints.
+    pub fn host_remote(&self) -> anyhow::Result<Option<crate::remote::Remote>> {
+        let Some(url) = &self.server else {
+            return Ok(None);
+        };
+        let token = self
+            .token
+            .clone()
+            .or_else(|| std::env::var("LEGIO_API_TOKEN").ok());
+        Ok(Some(crate::remote::Remote::new(url, token)?))
+    }
+
     /// The validated configuration, with `--db` applied.
     pub fn runtime_config(&self) -> anyhow::Result<legio_config::RuntimeConfig> {
         let mut config = legio_config::RuntimeConfig::load(&self.config).map_err(|e| match e {

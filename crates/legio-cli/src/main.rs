@@ -1,6 +1,18 @@
 //! `legio`, the operator command line: talk to the legion, replay and inspect its log, verify,
 //! export and import. Offline commands read the log directly and never call a model.
 
+/// `println!` for the operator's output: a reader that stops early ends the command quietly
+/// (`output::STDOUT_CLOSED`) instead of a panic.
+macro_rules! outln {
+    ($($arg:tt)*) => { $crate::output::line(format_args!($($arg)*)) };
+}
+
+/// `print!` and a flush (prompts), with `outln!`'s handling of a closed standard output.
+#[allow(unused_macros)] // only `chat` prompts, and it needs the `runtime` feature
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::output::text(format_args!($($arg)*)) };
+}
+
 #[cfg(feature = "runtime")]
 mod agents;
 #[cfg(feature = "runtime")]
@@ -11,10 +23,12 @@ mod context;
 #[cfg(feature = "runtime")]
 mod demo;
 mod export;
+mod heartbeat;
 mod import;
 mod inspect;
 mod invocation;
 mod migrate;
+mod output;
 #[cfg(feature = "runtime")]
 mod post;
 mod remote;
@@ -63,10 +77,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///
 /// Serve it (HTTP API, metrics, dashboard), and look at it live while it runs:
 ///   legio serve                                  # http://127.0.0.1:7878 (see [server] in the config)
-///   legio --server http://127.0.0.1:7878 replay --follow    # also inspect, context, verify, reset
+///   legio --server http://127.0.0.1:7878 replay --follow    # also inspect, context, verify, reset,
+///                                                           # heartbeat
+///   legio heartbeat --agent lead "anything due?" # one answer with no history, recorded
 ///
 /// Exit codes: 0 ok, 1 an error (one line on stderr, saying what to do), 2 a usage error,
-/// 3 `verify` found problems.
+/// 3 `verify` found problems, 141 standard output closed early (`legio replay | head`: the
+/// command stops quietly, as if ended by SIGPIPE).
 #[derive(Debug, Parser)]
 #[command(name = "legio", version, verbatim_doc_comment)]
 pub struct Cli {
@@ -109,6 +126,8 @@ enum Command {
     /// Post one message and print the replies (exit 1 if an agent failed).
     #[cfg(feature = "runtime")]
     Post(post::Args),
+    /// One agent answers a text with no history, recorded as a heartbeat (exit 1 if it failed).
+    Heartbeat(heartbeat::Args),
     /// Print the log's events in order, filtered; --follow for new ones.
     Replay(replay::Args),
     /// What an agent's model would receive for its next turn, at any point of the log.
@@ -159,6 +178,7 @@ fn main() -> ExitCode {
             | Command::Context(_)
             | Command::Verify(_)
             | Command::Reset(_)
+            | Command::Heartbeat(_)
             | Command::Completions(_)
     );
     let reads_the_log = matches!(
@@ -176,7 +196,7 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     if context.server.is_some() && !live {
-        eprintln!("legio: --server works with replay, inspect, context, verify and reset; this command opens the log or the legion itself");
+        eprintln!("legio: --server works with replay, inspect, context, verify, reset and heartbeat; this command opens the log or the legion itself");
         return ExitCode::from(2);
     }
     let result = match cli.command {
@@ -186,6 +206,7 @@ fn main() -> ExitCode {
         Command::Chat(args) => chat::run(&context, args),
         #[cfg(feature = "runtime")]
         Command::Post(args) => post::run(&context, args),
+        Command::Heartbeat(args) => heartbeat::run(&context, args),
         Command::Replay(args) => replay::run(&context, args),
         Command::Context(args) => context::run(&context, args),
         Command::Inspect(args) => inspect::run(&context, args),
@@ -201,8 +222,9 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(e) if output::is_closed(&e) => ExitCode::from(output::STDOUT_CLOSED),
         Err(e) if live && is_locked(&e) => {
-            eprintln!("legio: {e:#}; if `legio serve` holds it, ask the server instead: legio --server http://ADDRESS (e.g. http://127.0.0.1:7878) replay|inspect|context|verify|reset");
+            eprintln!("legio: {e:#}; if `legio serve` holds it, ask the server instead: legio --server http://ADDRESS (e.g. http://127.0.0.1:7878) replay|inspect|context|verify|reset|heartbeat");
             ExitCode::from(1)
         }
         Err(e) => {

@@ -27,13 +27,13 @@ pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
     bar.finish_and_clear();
     let migration = log.migration();
     if migration.from == migration.to {
-        println!(
+        outln!(
             "{} is already in layout v{}: nothing to do",
             store.path.display(),
             migration.to
         );
     } else {
-        println!(
+        outln!(
             "migrated {} events in {} from layout v{} to v{}",
             migration.events,
             store.path.display(),

@@ -28,13 +28,13 @@ pub fn print_replies(replies: &[AgentReply], colour: bool) {
     for reply in replies {
         let header = format!("── {} ──", reply.agent);
         if colour {
-            println!("\x1b[1m{header}\x1b[0m");
+            outln!("\x1b[1m{header}\x1b[0m");
         } else {
-            println!("{header}");
+            outln!("{header}");
         }
         match &reply.outcome {
-            Ok(reply) => println!("{}", reply.text),
-            Err(error) => println!("(error) {error}"),
+            Ok(reply) => outln!("{}", reply.text),
+            Err(error) => outln!("(error) {error}"),
         }
     }
 }
@@ -74,14 +74,14 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let tokio = common::tokio()?;
     tokio.block_on(async {
         let runtime = agents::open_runtime(context).await?;
-        let result = agents::post_with_warnings(&runtime, &args.conversation, &args.text).await;
+        let result = agents::post_with_status(&runtime, &args.conversation, &args.text).await;
         runtime.shutdown().await?;
         let replies = result?;
         if let Some(warning) = unknown_mentions_warning(&replies) {
             eprintln!("{warning}");
         }
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&replies_json(&replies))?);
+            outln!("{}", serde_json::to_string_pretty(&replies_json(&replies))?);
         } else {
             print_replies(&replies, common::colour());
         }

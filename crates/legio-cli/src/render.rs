@@ -5,8 +5,10 @@ use legio_core::{Event, Part, Record, SessionStart};
 /// How many characters of a message's text a line shows.
 const TEXT_CUT: usize = 72;
 
-fn cut(text: &str) -> String {
-    let flat = text.replace('\n', " ");
+/// `text` on one line, cut to `TEXT_CUT` characters, its control characters escaped visibly
+/// (message text must not reach the operator's terminal as escape sequences).
+pub fn cut(text: &str) -> String {
+    let flat = crate::output::visible(&text.replace('\n', " "));
     if flat.chars().count() <= TEXT_CUT {
         flat
     } else {
@@ -44,11 +46,11 @@ pub fn line(record: &Record) -> String {
                     provider_session,
                     checkpoint,
                 } => {
-                    format!("resumed {provider_session} at #{checkpoint}")
+                    format!("resumed {} at #{checkpoint}", cut(provider_session))
                 }
             };
             format!(
-                "{} session {} ({:?}; {how})",
+                "{} session {} ({}; {how})",
                 e.agent,
                 short(&e.session.to_string()),
                 e.why
@@ -111,13 +113,13 @@ pub fn line(record: &Record) -> String {
         }
         Event::HeartbeatRan(e) => match (&e.reply, &e.error) {
             (Some(reply), _) => format!(
-                "{} heartbeat {:?} -> {}",
+                "{} heartbeat \"{}\" -> {}",
                 e.agent,
                 cut(&e.prompt),
                 cut(reply)
             ),
             (None, error) => format!(
-                "{} heartbeat {:?} failed: {}",
+                "{} heartbeat \"{}\" failed: {}",
                 e.agent,
                 cut(&e.prompt),
                 cut(error.as_deref().unwrap_or("unknown error"))

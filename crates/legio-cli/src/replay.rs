@@ -273,7 +273,9 @@ fn live(
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
     remote.stream_lines("/operator/events", &query, |line| {
         let value: serde_json::Value = serde_json::from_str(line)?;
-        if let Some(error) = value.get("error") {
+        // The server's error line is `{"error": {"code", "message"}}`; a record may have an
+        // `error` field of its own (turn_failed, heartbeat_ran), never without its `kind`.
+        if let (None, Some(error)) = (value.get("kind"), value.get("error")) {
             bail!("the server says: {}", error["message"]);
         }
         let record = legio_core::record_from_json(value)?;

@@ -28,7 +28,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             "/operator/reset",
             &serde_json::json!({"conversation": args.conversation, "agent": args.agent}),
         )?;
-        println!(
+        outln!(
             "reset {} in {} at seq {}{}; its next turn opens a new session restored from the log",
             done["agent"].as_str().unwrap_or_default(),
             done["conversation"].as_str().unwrap_or_default(),
@@ -58,7 +58,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         at,
     )])?;
     let was_failed = state.is_some_and(|s| s.failed.is_some());
-    println!(
+    outln!(
         "reset {} in {} at seq {}{}; its next turn opens a new session restored from the log",
         spec.name,
         conversation,

@@ -54,14 +54,13 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     Server::check_bind(&settings, bind)?;
     let tokio = common::tokio()?;
     tokio.block_on(async move {
+        // The port first: a busy one fails before the log is opened (or its folder created).
+        let listener = Server::listen(&settings, bind).await?;
         let metrics = install_metrics()?;
         let runtime = Runtime::open(config).await?;
-        let server = match Server::bind(runtime, settings.clone(), Some(bind), metrics).await {
-            Ok(server) => server,
-            Err(e) => return Err(anyhow::Error::from(e)),
-        };
+        let server = Server::on(listener, runtime, settings.clone(), metrics);
         let addr = server.local_addr()?;
-        println!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.token.is_some() { "?token=…" } else { "" });
+        outln!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.token.is_some() { "?token=…" } else { "" });
         std::io::stdout().flush()?;
         let report = server.serve(stop_signal()).await?;
         eprintln!(

@@ -31,19 +31,19 @@ pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
         Ok(())
     })?;
     bar.finish_and_clear();
-    println!("events: {}", last.get());
-    println!(
+    outln!("events: {}", last.get());
+    outln!(
         "on disk: {:.1} MiB at {}",
         log.size_on_disk()? as f64 / (1024.0 * 1024.0),
         context.store()?.path.display()
     );
-    println!("by kind:");
+    outln!("by kind:");
     for (kind, count) in &kinds {
-        println!("  {:<18} {count}", kind.as_str());
+        outln!("  {:<18} {count}", kind.as_str());
     }
-    println!("by conversation ({}):", conversations.len());
+    outln!("by conversation ({}):", conversations.len());
     for (conversation, (events, messages)) in &conversations {
-        println!("  {conversation:<24} {events} events, {messages} messages");
+        outln!("  {conversation:<24} {events} events, {messages} messages");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -16,38 +16,39 @@ pub struct Args {}
 pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
     if let Some(remote) = context.remote()? {
         let report = remote.get_json("/operator/verify", &[])?;
-        println!(
+        outln!(
             "verified {} events up to seq {} on the running server",
-            report["events"], report["last_seq"]
+            report["events"],
+            report["last_seq"]
         );
         if report["clean"] == true {
-            println!("clean: no gaps, every record decodes, indexes agree with the events");
+            outln!("clean: no gaps, every record decodes, indexes agree with the events");
             return Ok(ExitCode::SUCCESS);
         }
-        println!("{} problems found:", report["total_findings"]);
+        outln!("{} problems found:", report["total_findings"]);
         for finding in report["findings"].as_array().into_iter().flatten() {
-            println!("  {}", finding.as_str().unwrap_or_default());
+            outln!("  {}", finding.as_str().unwrap_or_default());
         }
         return Ok(ExitCode::from(3));
     }
     let log = common::open_log(context)?;
     let report = log.verify(&mut |_| {})?;
-    println!(
+    outln!(
         "verified {} events up to seq {} in {}",
         report.events,
         report.last_seq,
         common::log_location(context)?
     );
     if report.is_clean() {
-        println!("clean: no gaps, every record decodes, indexes agree with the events");
+        outln!("clean: no gaps, every record decodes, indexes agree with the events");
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{} problems found:", report.total_findings());
+    outln!("{} problems found:", report.total_findings());
     for finding in &report.findings {
-        println!("  {finding}");
+        outln!("  {finding}");
     }
     if report.total_findings() > report.findings.len() as u64 {
-        println!(
+        outln!(
             "  ... and {} more",
             report.total_findings() - report.findings.len() as u64
         );

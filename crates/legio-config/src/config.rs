@@ -30,6 +30,9 @@ struct FileConfig {
     /// Kept as written: legio-server parses its own table (`ServerSettings`).
     #[serde(default)]
     server: toml::Table,
+    /// Scheduled heartbeats per agent (schedule.rs).
+    #[serde(default)]
+    heartbeats: BTreeMap<String, crate::schedule::HeartbeatSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -241,6 +244,8 @@ pub struct RuntimeConfig {
     pub providers: BTreeMap<String, ProviderSpec>,
     /// The `[server]` table as written, for legio-server to parse (`ServerSettings`).
     pub server: crate::raw::RawSection,
+    /// The `[heartbeats.AGENT]` schedules the runtime runs (schedule.rs).
+    pub heartbeats: Vec<crate::schedule::HeartbeatSchedule>,
 }
 
 /// `section`'s compaction keys over `base`; errors name `where_`'s key.
@@ -476,6 +481,9 @@ impl RuntimeConfig {
             )));
         }
         agents.sort_by_key(|a| (a.role != Role::Orchestrator, a.name.clone()));
+        let names: Vec<AgentName> = agents.iter().map(|a| a.name.clone()).collect();
+        let heartbeats =
+            crate::schedule::parse_schedules(&parsed.heartbeats, &names).map_err(&invalid)?;
         Ok(Self {
             source: Some(file.to_owned()),
             store: StoreSettings {
@@ -487,6 +495,7 @@ impl RuntimeConfig {
             agents,
             providers,
             server: crate::raw::RawSection::new(parsed.server),
+            heartbeats,
         })
     }
 

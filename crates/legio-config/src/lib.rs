@@ -6,6 +6,7 @@ mod config;
 mod error;
 mod provider_settings;
 mod raw;
+mod schedule;
 mod store_backend;
 
 pub use config::{
@@ -14,4 +15,5 @@ pub use config::{
 };
 pub use error::{ConfigError, UnknownAgent};
 pub use raw::RawSection;
+pub use schedule::HeartbeatSchedule;
 pub use store_backend::StoreBackend;

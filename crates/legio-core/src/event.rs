@@ -92,6 +92,16 @@ pub enum OpenReason {
     After(BoundaryReason),
 }
 
+impl fmt::Display for OpenReason {
+    /// Plain words for operators: `first use`, `after shutdown`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::FirstUse => f.write_str("first use"),
+            Self::After(reason) => write!(f, "after {reason}"),
+        }
+    }
+}
+
 /// How a session got its context.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum SessionStart {

@@ -28,6 +28,16 @@ impl History {
     pub fn is_resumable(self) -> bool {
         matches!(self, Self::Session { resumable: true })
     }
+
+    /// The capability as the configuration's word: `stateless`, `session` or
+    /// `session-not-resumable`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Stateless => "stateless",
+            Self::Session { resumable: true } => "session",
+            Self::Session { resumable: false } => "session-not-resumable",
+        }
+    }
 }
 
 /// Ending the current session before the turn.
@@ -63,6 +73,28 @@ pub enum Start {
         /// What it already holds.
         checkpoint: Seq,
     },
+}
+
+impl std::fmt::Display for Start {
+    /// Plain words for operators: `continue the open session`, `open a session resuming provider
+    /// session S at #N (after shutdown)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Continue => f.write_str("continue the open session"),
+            Self::OpenStateless { why } => write!(f, "open a stateless session ({why})"),
+            Self::OpenBootstrap { why } => {
+                write!(f, "open a new provider session bootstrapped from the log ({why})")
+            }
+            Self::OpenResume {
+                why,
+                provider_session,
+                checkpoint,
+            } => write!(
+                f,
+                "open a session resuming provider session {provider_session} at #{checkpoint} ({why})"
+            ),
+        }
+    }
 }
 
 /// What the context of the turn is.

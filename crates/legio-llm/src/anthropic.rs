@@ -32,6 +32,7 @@ use serde_json::{json, Map, Value};
 use crate::http::{self, Auth, BuildError, HttpClient};
 use crate::provider::{
     Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+    StreamDelta,
 };
 use crate::render::{structured_turns, ChatRole, ToolCallPart, ToolResultPart};
 use crate::settings::HttpSettings;
@@ -508,7 +509,14 @@ async fn read_stream(
         }
         text.push_str(fragment);
         if let Some(sink) = &request.deltas {
-            let _ = sink.send(fragment.to_owned());
+            let _ = sink.send(StreamDelta::Text(fragment.to_owned()));
+        }
+    };
+    // Thinking is progress only: it never joins the reply.
+    let think = |fragment: Option<&str>| {
+        if let (Some(sink), Some(fragment)) = (&request.deltas, fragment.filter(|f| !f.is_empty()))
+        {
+            let _ = sink.send(StreamDelta::Thinking(fragment.to_owned()));
         }
     };
     while let Some(event) = events.next().await? {
@@ -527,6 +535,9 @@ async fn read_stream(
                         .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
                         .map_or_else(String::new, Value::to_string);
                     calls.push((index, block.clone(), input));
+                }
+                if is_type(block, "thinking") {
+                    think(block.get("thinking").and_then(Value::as_str));
                 }
                 if is_type(block, "text") {
                     emit(
@@ -548,6 +559,9 @@ async fn read_stream(
                         ))
                     })?;
                     emit(fragment, &mut text);
+                }
+                if is_type(delta, "thinking_delta") {
+                    think(delta.get("thinking").and_then(Value::as_str));
                 }
                 if is_type(delta, "input_json_delta") {
                     let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);

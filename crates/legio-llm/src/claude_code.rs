@@ -24,6 +24,7 @@ use tokio::time::timeout;
 use crate::http::{cut, metric, BuildError};
 use crate::provider::{
     Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+    StreamDelta,
 };
 use crate::render::bootstrap_block;
 use crate::settings::ClaudeCodeSettings;
@@ -369,7 +370,7 @@ impl Events {
         }
         let send = |text: &str| {
             if let (Some(sink), false) = (&request.deltas, text.is_empty()) {
-                let _ = sink.send(text.to_owned());
+                let _ = sink.send(StreamDelta::Text(text.to_owned()));
             }
         };
         match event.get("type").and_then(Value::as_str) {

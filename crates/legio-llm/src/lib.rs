@@ -20,7 +20,7 @@ pub use build::{build_provider, ProviderSettings};
 pub use http::BuildError;
 pub use provider::{
     Capabilities, DeltaSink, Provider, ProviderError, ProviderFuture, ProviderReply,
-    ProviderRequest, ToolDef,
+    ProviderRequest, StreamDelta, ToolDef,
 };
 pub use render::{
     bootstrap_block, chat_turns, structured_turns, ChatRole, ChatTurn, StructuredTurn,

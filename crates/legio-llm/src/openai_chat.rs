@@ -11,6 +11,7 @@ use serde_json::{json, Value};
 use crate::http::{self, Auth, BuildError, HttpClient};
 use crate::provider::{
     Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+    StreamDelta,
 };
 use crate::render::{structured_turns, ChatRole, ToolCallPart};
 use crate::settings::{is_openai_api, HttpSettings};
@@ -396,10 +397,11 @@ async fn read_stream(
             if !fragment.is_empty() {
                 text.push_str(fragment);
                 if let Some(sink) = &request.deltas {
-                    let _ = sink.send(fragment.to_owned());
+                    let _ = sink.send(StreamDelta::Text(fragment.to_owned()));
                 }
             }
         }
+        forward_reasoning(&chunk, request);
     }
     Err(ended_early(
         http,
@@ -407,6 +409,21 @@ async fn read_stream(
         request_tokens,
         !request.tools.is_empty(),
     ))
+}
+
+/// Reasoning a server streams beside the text (`reasoning_content`: llama.cpp, vLLM, DeepSeek;
+/// `reasoning`: OpenRouter, Ollama) goes to the delta sink as thinking: progress, never the reply.
+fn forward_reasoning(chunk: &Value, request: &ProviderRequest) {
+    let Some(sink) = &request.deltas else { return };
+    for key in ["reasoning_content", "reasoning"] {
+        let fragment = chunk
+            .pointer(&format!("/choices/0/delta/{key}"))
+            .and_then(Value::as_str)
+            .filter(|f| !f.is_empty());
+        if let Some(fragment) = fragment {
+            let _ = sink.send(StreamDelta::Thinking(fragment.to_owned()));
+        }
+    }
 }
 
 /// `[DONE]` without a `finish_reason`: the server stopped the reply (llama.cpp's server does when

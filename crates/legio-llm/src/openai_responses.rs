@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use crate::http::{self, Auth, BuildError, HttpClient, HttpFailure};
 use crate::provider::{
     Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+    StreamDelta,
 };
 use crate::render::{bootstrap_block, ToolCallPart, ToolResultPart};
 use crate::settings::HttpSettings;
@@ -318,7 +319,13 @@ async fn read_stream(
         match kind.as_str() {
             "response.output_text.delta" => {
                 if let (Some(sink), Some(delta)) = (&request.deltas, value["delta"].as_str()) {
-                    let _ = sink.send(delta.to_owned());
+                    let _ = sink.send(StreamDelta::Text(delta.to_owned()));
+                }
+            }
+            // Reasoning, where the model shares it (its text or its summary): progress only.
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                if let (Some(sink), Some(delta)) = (&request.deltas, value["delta"].as_str()) {
+                    let _ = sink.send(StreamDelta::Thinking(delta.to_owned()));
                 }
             }
             "response.completed" => return read_response(http, &value["response"]),

@@ -49,16 +49,28 @@ pub struct ProviderRequest {
     /// prompt, so it cannot go stale).
     pub status: Option<String>,
     /// Where a streaming provider sends the reply's text as it arrives (each item a fragment, in
-    /// order); `None` when nobody listens. The reply itself still arrives whole in
-    /// [`ProviderReply`]: fragments are progress, never the record.
+    /// order), and the model's thinking where the provider streams it; `None` when nobody
+    /// listens. The reply itself still arrives whole in [`ProviderReply`]: fragments are
+    /// progress, never the record (thinking is not recorded at all).
     pub deltas: Option<DeltaSink>,
     /// The tools the model may call this step (empty: none). Described in the provider's own
     /// tool format; a provider without tool support ([`Capabilities::tools`]) ignores them.
     pub tools: std::sync::Arc<[ToolDef]>,
 }
 
-/// The receiving end of a provider's text fragments lives with whoever shows progress.
-pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<String>;
+/// The receiving end of a provider's fragments lives with whoever shows progress.
+pub type DeltaSink = tokio::sync::mpsc::UnboundedSender<StreamDelta>;
+
+/// One streamed fragment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamDelta {
+    /// A fragment of the reply's text; concatenated, the fragments are the reply.
+    Text(String),
+    /// A fragment of the model's thinking, where the provider streams it (Anthropic's
+    /// `thinking_delta`, the Responses API's reasoning text and summaries, a chat completion's
+    /// `reasoning_content` or `reasoning`). Progress only: never part of the reply or the log.
+    Thinking(String),
+}
 
 /// A successful turn.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,7 +12,8 @@ use std::time::Duration;
 use legio_core::{estimate_tokens, AgentName, ContextPlan, History, Seq, TokenUsage};
 
 use crate::provider::{
-    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest, ToolDef,
+    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
+    StreamDelta, ToolDef,
 };
 use crate::render::{bootstrap_block, chat_turns, ToolCallPart};
 
@@ -305,7 +306,7 @@ impl Provider for ScriptedProvider {
                     let reply = self.run(request, other)?;
                     if let Some(sink) = deltas {
                         for fragment in fragments(&reply.text) {
-                            let _ = sink.send(fragment.to_owned());
+                            let _ = sink.send(StreamDelta::Text(fragment.to_owned()));
                         }
                     }
                     Ok(reply)

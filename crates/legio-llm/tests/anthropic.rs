@@ -11,7 +11,7 @@ use legio_core::{
 use legio_llm::anthropic::{request_body, AnthropicMessages, CONTINUES};
 use legio_llm::{
     build_provider, BuildError, HttpSettings, Provider, ProviderError, ProviderRequest,
-    ProviderSettings, RetrySettings,
+    ProviderSettings, RetrySettings, StreamDelta,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -392,7 +392,7 @@ async fn streamed_reply_reads_text_usage_and_deltas() {
     );
     assert_eq!(reply.provider_session, None);
     let mut fragments = Vec::new();
-    while let Ok(f) = rx.try_recv() {
+    while let Ok(StreamDelta::Text(f)) = rx.try_recv() {
         fragments.push(f);
     }
     assert_eq!(fragments, ["Hel", "lo", " world"]);
@@ -609,7 +609,7 @@ async fn error_event_in_the_stream_is_an_error() {
         "{message}"
     );
     // Fragments before the error were progress only.
-    assert_eq!(rx.try_recv().ok().as_deref(), Some("Hel"));
+    assert_eq!(rx.try_recv().ok(), Some(StreamDelta::Text("Hel".into())));
 }
 
 #[tokio::test]
@@ -908,4 +908,58 @@ async fn a_reply_cut_at_max_tokens_is_an_error_whole_or_streamed() {
     let p = provider(settings(&server.uri(), "LEGIO_TEST_ANTHROPIC_CUT2", true));
     let e = failed(p.call(simple_request()).await.unwrap_err());
     assert!(e.contains("max_tokens"), "{e}");
+}
+
+#[tokio::test]
+async fn streamed_thinking_is_progress_and_never_the_reply() {
+    let server = MockServer::start().await;
+    let mut events = stream_events(&["Answer."]);
+    // A thinking block first (index 0), its deltas and signature, then the text block.
+    let thinking = [
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "thinking", "thinking": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "thinking_delta", "thinking": "Let me "}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "thinking_delta", "thinking": "check."}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                   "delta": {"type": "signature_delta", "signature": "sig"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+    ];
+    events.splice(1..1, thinking);
+    events.push(("message_stop", json!({"type": "message_stop"})));
+    mock(&server, sse_response(sse(&events))).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut request = simple_request();
+    request.deltas = Some(tx);
+    let p = provider(settings(&server.uri(), "LEGIO_TEST_ANTHROPIC_THINK", true));
+    let reply = p.call(request).await.expect("reply");
+    assert_eq!(reply.text, "Answer.");
+    let mut fragments = Vec::new();
+    while let Ok(f) = rx.try_recv() {
+        fragments.push(f);
+    }
+    assert_eq!(
+        fragments,
+        [
+            StreamDelta::Thinking("Let me ".into()),
+            StreamDelta::Thinking("check.".into()),
+            StreamDelta::Text("Answer.".into()),
+        ]
+    );
 }

@@ -12,7 +12,7 @@ use legio_core::{
 use legio_llm::claude_code::{arguments, ClaudeCode};
 use legio_llm::{
     bootstrap_block, build_provider, ClaudeCodeSettings, Provider, ProviderError, ProviderReply,
-    ProviderRequest, ProviderSettings,
+    ProviderRequest, ProviderSettings, StreamDelta,
 };
 use tempfile::TempDir;
 
@@ -196,7 +196,7 @@ async fn a_new_session_then_a_resumed_one_that_gets_only_the_delta() {
         })
     );
     let mut fragments = Vec::new();
-    while let Ok(fragment) = deltas.try_recv() {
+    while let Ok(StreamDelta::Text(fragment)) = deltas.try_recv() {
         fragments.push(fragment);
     }
     assert_eq!(fragments, ["Hello ", "from call 1."]);
@@ -447,7 +447,7 @@ async fn partial_deltas_are_forwarded_once() {
     let reply = fake.provider("partial").call(req).await.unwrap();
     assert_eq!(reply.text, "Hello from call 1.");
     let mut fragments = Vec::new();
-    while let Ok(fragment) = deltas.try_recv() {
+    while let Ok(StreamDelta::Text(fragment)) = deltas.try_recv() {
         fragments.push(fragment);
     }
     assert_eq!(fragments, ["Hel", "lo"]);

@@ -11,7 +11,7 @@ use legio_core::{
 };
 use legio_llm::openai_chat::OpenAiChat;
 use legio_llm::openai_responses::OpenAiResponses;
-use legio_llm::{BuildError, HttpSettings, Provider, ProviderError, ProviderRequest};
+use legio_llm::{BuildError, HttpSettings, Provider, ProviderError, ProviderRequest, StreamDelta};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use wiremock::matchers::{header, method, path};
@@ -149,7 +149,7 @@ async fn chat_request_has_roles_names_and_tool_ids_and_streams_with_usage() {
     assert_eq!(usage.context_tokens(), 42);
     assert_eq!(reply.provider_session, None);
     let mut fragments = Vec::new();
-    while let Ok(f) = deltas.try_recv() {
+    while let Ok(StreamDelta::Text(f)) = deltas.try_recv() {
         fragments.push(f);
     }
     assert_eq!(fragments, ["Hel", "lo ", "there"]);
@@ -980,5 +980,80 @@ async fn errors_name_the_cause_overflow_early_end_and_error_events() {
     assert!(
         e.contains("error in the stream: Automatic streaming tool choice"),
         "{e}"
+    );
+}
+
+#[tokio::test]
+async fn streamed_reasoning_is_thinking_progress_and_never_the_reply() {
+    // A chat completion server that streams reasoning beside the text (llama.cpp, vLLM,
+    // DeepSeek: `reasoning_content`; OpenRouter, Ollama: `reasoning`).
+    let server = MockServer::start().await;
+    let events = vec![
+        json!({"choices": [{"index": 0, "delta": {"reasoning_content": "Weighing "}}]}),
+        json!({"choices": [{"index": 0, "delta": {"reasoning": "options."}}]}),
+        json!({"choices": [{"index": 0, "delta": {"content": "Go."}}]}),
+        json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
+    ];
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(sse_template(format!("{}data: [DONE]\n\n", sse(&events))))
+        .mount(&server)
+        .await;
+    let chat = OpenAiChat::new("openai", settings(&server, true)).unwrap();
+    let (past, new) = history();
+    let mut req = request(DeliveryMode::Full, past, new);
+    let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel();
+    req.deltas = Some(sink);
+    assert_eq!(chat.call(req).await.unwrap().text, "Go.");
+    let mut got = Vec::new();
+    while let Ok(f) = deltas.try_recv() {
+        got.push(f);
+    }
+    assert_eq!(
+        got,
+        [
+            StreamDelta::Thinking("Weighing ".into()),
+            StreamDelta::Thinking("options.".into()),
+            StreamDelta::Text("Go.".into()),
+        ]
+    );
+
+    // The Responses API: reasoning summaries and reasoning text, then the answer.
+    let server = MockServer::start().await;
+    let mut body = String::new();
+    for e in [
+        json!({"type": "response.created", "response": {"id": "resp_t", "status": "in_progress"}}),
+        json!({"type": "response.reasoning_summary_text.delta", "delta": "Summary."}),
+        json!({"type": "response.reasoning_text.delta", "delta": "Raw."}),
+        json!({"type": "response.output_text.delta", "delta": "Done."}),
+        json!({"type": "response.completed", "response": responses_completed("resp_t", "Done.")}),
+    ] {
+        body.push_str(&format!(
+            "event: {}\ndata: {e}\n\n",
+            e["type"].as_str().unwrap()
+        ));
+    }
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(sse_template(body))
+        .mount(&server)
+        .await;
+    let responses = OpenAiResponses::new("openai", settings(&server, true)).unwrap();
+    let (past, new) = history();
+    let mut req = request(DeliveryMode::Bootstrap, past, new);
+    let (sink, mut deltas) = tokio::sync::mpsc::unbounded_channel();
+    req.deltas = Some(sink);
+    assert_eq!(responses.call(req).await.unwrap().text, "Done.");
+    let mut got = Vec::new();
+    while let Ok(f) = deltas.try_recv() {
+        got.push(f);
+    }
+    assert_eq!(
+        got,
+        [
+            StreamDelta::Thinking("Summary.".into()),
+            StreamDelta::Thinking("Raw.".into()),
+            StreamDelta::Text("Done.".into()),
+        ]
     );
 }

@@ -6,6 +6,7 @@ mod error;
 mod memory_view;
 mod operator;
 mod prepare;
+mod roster_view;
 mod window;
 
 pub use error::OpsError;
@@ -17,6 +18,7 @@ pub use prepare::{
     compaction_job, prepare_turn, preview_turn, window_tokens, CompactionJob, PreparedTurn,
     TurnInputs, TurnPreview, MAX_DELTA,
 };
+pub use roster_view::{agents_with_roster, NO_SESSION};
 pub use window::{
     check_window, fit_preview, preview_calibration, provider_budget, seed_calibration,
     status_block, tool_tokens, Fixed, WindowReport,

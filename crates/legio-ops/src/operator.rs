@@ -4,9 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use legio_core::{
-    ConversationKey, Event, History, OpenReason, Record, Seq, SessionStart, Start, Timestamp,
-};
+use legio_core::{ConversationKey, Event, History, Record, Seq, SessionStart, Start, Timestamp};
 use legio_store::EventLog;
 use serde::{Deserialize, Serialize};
 
@@ -189,10 +187,7 @@ pub fn inspect(
             let mut index: BTreeMap<String, usize> = BTreeMap::new();
             for_each(log, only, |record| match &record.event {
                 Event::SessionOpened(e) => {
-                    let why = match e.why {
-                        OpenReason::FirstUse => "first use".to_owned(),
-                        OpenReason::After(r) => format!("after {r}"),
-                    };
+                    let why = e.why.to_string();
                     let how = match &e.how {
                         SessionStart::Stateless => "stateless".to_owned(),
                         SessionStart::Bootstrapped { up_to } => {
@@ -345,7 +340,7 @@ pub fn context_report(
                     c.checkpoint
                 )
             }),
-        decision: format!("{:?}", preview.turn.decision.start),
+        decision: preview.turn.decision.start.to_string(),
         first: preview.turn.decision.end.map(|end| {
             format!(
                 "{} the current session ({})",

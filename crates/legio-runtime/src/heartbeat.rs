@@ -102,6 +102,9 @@ async fn run_inner(
             usage,
         })])
         .await?;
+    let counted = if outcome.is_ok() { "ok" } else { "failed" };
+    metrics::counter!(crate::metrics::HEARTBEATS, "agent" => agent.to_string(), "outcome" => counted)
+        .increment(1);
     Ok(match outcome {
         Ok(text) => AgentReply::answered(
             agent,

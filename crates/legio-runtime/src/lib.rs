@@ -19,22 +19,25 @@ mod registry;
 mod reply;
 mod restart;
 mod runtime;
+mod schedule;
 mod shared;
 mod status;
 mod supervisor;
+mod tool_progress;
 mod tools;
 mod turn;
 
 pub use error::{ErrorCode, RuntimeError};
-pub use legio_config::{
-    AgentSpec, ConfigError, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings,
-    StoreBackend, StoreSettings, UnknownMentions,
-};
 pub use host_tools::{HostToolCall, HostToolResult, HostTurn};
+pub use legio_config::{
+    AgentSpec, ConfigError, HeartbeatSchedule, ProviderSpec, RestartSettings, Role, RuntimeConfig,
+    RuntimeSettings, StoreBackend, StoreSettings, UnknownMentions,
+};
 pub use legio_ops::{
-    compaction_job, context_report, fold_memory, inspect, memory_table, prepare_turn, preview_turn,
-    read_memory, require_conversation, CompactionJob, ContextReport, InspectKind, OpsError,
-    PreparedTurn, ReportItem, Table, TurnInputs, TurnPreview, MAX_DELTA,
+    agents_with_roster, compaction_job, context_report, fold_memory, inspect, memory_table,
+    prepare_turn, preview_turn, read_memory, require_conversation, CompactionJob, ContextReport,
+    InspectKind, OpsError, PreparedTurn, ReportItem, Table, TurnInputs, TurnPreview, MAX_DELTA,
+    NO_SESSION,
 };
 pub use memory::{MemoryTools, ToolError, ToolSpec};
 pub use names::IntoName;

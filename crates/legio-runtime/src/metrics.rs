@@ -2,6 +2,9 @@
 
 /// Turns, labelled by `agent` and `outcome` (ok, error, timeout, crashed, failed_agent).
 pub const TURNS: &str = "legio_turns_total";
+/// Counter: heartbeats run (host, operator or schedule), labels `agent` and `outcome` (`ok`,
+/// `failed`).
+pub const HEARTBEATS: &str = "legio_heartbeats_total";
 /// Turn latency in seconds (histogram), labelled by `agent`.
 pub const TURN_LATENCY: &str = "legio_turn_latency_seconds";
 /// Estimated tokens sent, labelled by `mode` (full, bootstrap, delta).
@@ -43,6 +46,7 @@ pub const TURN_LATENCY_BUCKETS: [f64; 14] = [
 /// Registers descriptions of the runtime's metrics.
 pub fn describe() {
     metrics::describe_counter!(TURNS, "Agent turns by agent and outcome");
+    metrics::describe_counter!(HEARTBEATS, "Heartbeats run, by agent and outcome");
     metrics::describe_histogram!(TURN_LATENCY, metrics::Unit::Seconds, "Agent turn latency");
     metrics::describe_counter!(
         TOKENS_SENT,

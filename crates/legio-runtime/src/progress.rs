@@ -9,8 +9,9 @@ use legio_core::AgentName;
 
 /// One step of a post's progress. For each addressed agent: `AgentStarted` (when its actor takes
 /// the turn), any number of `Delta`s (fragments of the reply's text, in order, only where the
-/// provider streams), then exactly one `AgentDone` with its reply or error. Steps of different
-/// agents interleave.
+/// provider streams), `Thinking` fragments (where the provider streams them), and for each tool
+/// the model calls a `ToolCalled` then its `ToolDone` or `ToolFailed`; then exactly one
+/// `AgentDone` with its reply or error. Steps of different agents interleave.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Progress {
     /// The agent's actor started the turn (after any wait in its mailbox or a restart backoff).
@@ -24,6 +25,44 @@ pub enum Progress {
         agent: AgentName,
         /// The fragment.
         text: String,
+    },
+    /// A fragment of the model's thinking, where its provider streams it (never recorded).
+    Thinking {
+        /// The agent.
+        agent: AgentName,
+        /// The fragment.
+        text: String,
+    },
+    /// The model called a tool; it runs now (its result follows as `ToolDone` or `ToolFailed`).
+    ToolCalled {
+        /// The agent whose model called it.
+        agent: AgentName,
+        /// The call's id (as in the log's tool-call part).
+        id: String,
+        /// The tool.
+        name: String,
+        /// Its arguments, as JSON text.
+        arguments: String,
+    },
+    /// A tool call ended with a result.
+    ToolDone {
+        /// The agent.
+        agent: AgentName,
+        /// The call's id.
+        id: String,
+        /// The tool.
+        name: String,
+    },
+    /// A tool call ended with an error result (the model gets the error and goes on).
+    ToolFailed {
+        /// The agent.
+        agent: AgentName,
+        /// The call's id.
+        id: String,
+        /// The tool.
+        name: String,
+        /// What went wrong.
+        error: String,
     },
     /// Compacting the agent's context failed; the turn goes on without a new summary (older
     /// messages may be left out to fit the window). A warning, not the turn's outcome.

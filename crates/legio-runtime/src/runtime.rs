@@ -64,6 +64,8 @@ pub struct Runtime {
     /// Conversation supervisors already looked up (the root owns them).
     supervisors_by_key: Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>,
     reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The heartbeat schedules' tasks (schedule.rs), aborted with the reaper.
+    schedules: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     stopped: AtomicBool,
 }
 
@@ -220,9 +222,13 @@ impl Runtime {
             root,
             supervisors_by_key: Mutex::new(HashMap::new()),
             reaper: Mutex::new(None),
+            schedules: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
         };
         runtime.start_reaper();
+        if let Ok(mut slot) = runtime.schedules.lock() {
+            *slot = crate::schedule::start(&runtime.shared, &runtime.root);
+        }
         Ok(runtime)
     }
 
@@ -813,9 +819,13 @@ impl Runtime {
         rx.await.unwrap_or_default()
     }
 
+    /// Stops the reaper and the heartbeat schedules (schedule.rs).
     fn stop_reaper(&self) {
         if let Some(task) = self.reaper.lock().ok().and_then(|mut t| t.take()) {
             task.abort();
+        }
+        if let Ok(mut schedules) = self.schedules.lock() {
+            schedules.drain(..).for_each(|task| task.abort());
         }
     }
 

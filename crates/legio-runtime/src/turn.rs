@@ -17,7 +17,9 @@ use legio_core::{
     OpenReason, Part, Participant, Seq, SessionEnded, SessionId, SessionOpened, SessionStart,
     Start, TokenUsage, TurnCompleted, TurnFailed,
 };
-use legio_llm::{Provider, ProviderError, ProviderReply, ProviderRequest, ToolCallPart};
+use legio_llm::{
+    Provider, ProviderError, ProviderReply, ProviderRequest, StreamDelta, ToolCallPart,
+};
 use legio_ops::{
     compaction_job, prepare_turn, window_tokens, CompactionJob, Fixed, PreparedTurn, TurnInputs,
 };
@@ -34,6 +36,7 @@ use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, Reply, TurnErrorKind};
 use crate::shared::Shared;
 use crate::status::Activity;
+use crate::tool_progress;
 use crate::tools::{run_calls, tools_for, CallContext, HostCalls, ToolOutcome};
 
 /// Whose turn it is: the shared state, the conversation, the agent, and the route to its
@@ -129,6 +132,7 @@ async fn tool_loop(
                 } => (calls, message, session),
             };
         let last = steps >= max_steps;
+        tool_progress::called(request.progress.as_ref(), &agent.name, &calls);
         let outcomes = if last {
             let why = format!(
                 "not run: the turn reached its limit of {max_steps} steps (runtime.max_tool_steps)"
@@ -141,6 +145,7 @@ async fn tool_loop(
             let ctx = call_context(agent, &setup, request, message);
             run_calls(&ctx, &calls).await
         };
+        tool_progress::ended(request.progress.as_ref(), &agent.name, &calls, &outcomes);
         answering = record_results(agent, &calls, outcomes, message).await?;
         if last {
             let error = format!(
@@ -575,14 +580,15 @@ async fn call_provider(
     progress: Option<&ProgressSink>,
 ) -> Result<Result<ProviderReply, ProviderError>, tokio::time::error::Elapsed> {
     let forwarder = progress.map(|progress| {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<StreamDelta>();
         request.deltas = Some(tx);
         let (progress, agent) = (progress.clone(), request.agent.clone());
         tokio::spawn(async move {
-            while let Some(text) = rx.recv().await {
-                let _ = progress.send(Progress::Delta {
-                    agent: agent.clone(),
-                    text,
+            while let Some(delta) = rx.recv().await {
+                let agent = agent.clone();
+                let _ = progress.send(match delta {
+                    StreamDelta::Text(text) => Progress::Delta { agent, text },
+                    StreamDelta::Thinking(text) => Progress::Thinking { agent, text },
                 });
             }
         })

@@ -226,9 +226,16 @@ function update(samples, t) {
   const bad = (compactions.failed || 0) + (compactions.empty || 0);
   text("now-compactions", fmt(compactions.ok || 0) + " made, " + fmt(bad) + " failed" + (bad ? " (see the server's warnings)" : "") + ", " + fmt(cut) + " contexts cut to fit");
 
+  // Heartbeats (host, operator or a [heartbeats] schedule), by outcome, since the start.
+  const beats = groupBy(samples, "legio_heartbeats_total", "outcome");
+  push("heartbeats", "answered", t, beats.ok || 0); push("heartbeats", "failed", t, beats.failed || 0);
+  const beatAgents = Object.keys(groupBy(samples, "legio_heartbeats_total", "agent"));
+  text("now-heartbeats", fmt(beats.ok || 0) + " answered, " + fmt(beats.failed || 0) + " failed since start" + (beatAgents.length ? " (" + beatAgents.join(", ") + ")" : ""));
+
   previous = { t, turns, lat, sent, avoided, app };
   drawLines("turns"); drawLines("latency", "s"); drawLines("tokens"); drawLines("restarts");
   drawLines("log"); drawLines("append", "s"); drawLines("actors"); drawLines("compactions");
+  drawLines("heartbeats");
 }
 
 async function poll() {

@@ -2,7 +2,7 @@
 //! OpenAI's error shape, `{"error": {"message", "type", "param", "code"}}` (the same on the native
 //! API and the OpenAI-compatible door); bad input is always a 4xx.
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use legio_runtime::RuntimeError;
@@ -58,6 +58,7 @@ impl ApiError {
             | "bad_conversation_key"
             | "bad_name"
             | "bad_query"
+            | "bad_path"
             | "bad_seq"
             | "invalid_tool"
             | "missing_field" => StatusCode::BAD_REQUEST,
@@ -146,6 +147,14 @@ impl From<JsonRejection> for ApiError {
 impl From<QueryRejection> for ApiError {
     fn from(e: QueryRejection) -> Self {
         Self::new("bad_query", e.body_text())
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    /// A path segment that cannot be read (not UTF-8 once percent-decoded): a JSON 400 like
+    /// every other error, never axum's plain-text one.
+    fn from(e: PathRejection) -> Self {
+        Self::new("bad_path", e.body_text())
     }
 }
 

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
@@ -46,9 +46,10 @@ const CHUNK: usize = 10_000;
 
 pub(crate) async fn history(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     query: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = path?;
     let key = conversation_key(&id)?;
     let Query(query) = query?;
     let runtime = &state.runtime;

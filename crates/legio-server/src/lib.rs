@@ -7,6 +7,7 @@ mod auth;
 mod dashboard;
 mod error;
 mod exporter;
+mod heartbeats;
 mod history;
 mod host_tools;
 mod meta;

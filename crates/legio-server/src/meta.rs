@@ -15,11 +15,7 @@ pub(crate) const HISTORY_VIEWS: [&str; 2] = ["compacted", "full"];
 
 /// A provider's history capability as a word (the configuration's words).
 pub(crate) fn history_word(history: History) -> &'static str {
-    match history {
-        History::Stateless => "stateless",
-        History::Session { resumable: true } => "session",
-        History::Session { resumable: false } => "session-not-resumable",
-    }
+    history.as_str()
 }
 
 pub(crate) async fn meta(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {

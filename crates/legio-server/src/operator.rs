@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -231,9 +231,10 @@ pub(crate) struct InspectQuery {
 
 pub(crate) async fn inspect(
     State(state): State<Arc<AppState>>,
-    Path(what): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     query: Result<Query<InspectQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    let Path(what) = path?;
     let Query(query) = query?;
     let kind = InspectKind::parse(&what).ok_or_else(|| {
         ApiError::new(
@@ -243,8 +244,16 @@ pub(crate) async fn inspect(
     })?;
     let only = optional_key(query.conversation.as_deref())?;
     let log = Arc::clone(state.runtime.log());
+    let runtime = Arc::clone(&state.runtime);
     let table = blocking(move || {
-        inspect_log(log.as_ref(), kind, only.as_ref()).map_err(RuntimeError::from)
+        match kind {
+            // With the roster: every configured agent, even before its first session.
+            InspectKind::Agents => {
+                legio_runtime::agents_with_roster(log.as_ref(), runtime.config(), only.as_ref())
+            }
+            _ => inspect_log(log.as_ref(), kind, only.as_ref()),
+        }
+        .map_err(RuntimeError::from)
     })
     .await?;
     Ok(Json(serde_json::to_value(table).unwrap_or(Value::Null)))

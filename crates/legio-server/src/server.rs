@@ -22,7 +22,9 @@ use crate::error::{ApiError, ServeError};
 use crate::metrics::MetricsHandle;
 use crate::settings::ServerSettings;
 use crate::state::AppState;
-use crate::{auth, dashboard, exporter, history, host_tools, meta, openai, operator, turns};
+use crate::{
+    auth, dashboard, exporter, heartbeats, history, host_tools, meta, openai, operator, turns,
+};
 
 /// How a shutdown went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,14 +67,30 @@ impl Server {
         if let Some(bind) = bind {
             settings.bind = bind;
         }
-        let bind = settings.bind;
-        Self::check_bind(&settings, bind)?;
-        let listener = TcpListener::bind(bind)
-            .await
-            .map_err(|e| ServeError::Bind {
-                bind,
-                reason: e.to_string(),
-            })?;
+        let listener = Self::listen(&settings, settings.bind).await?;
+        Ok(Self::on(listener, runtime, settings, metrics))
+    }
+
+    /// Checks and binds `bind` for `settings` without a runtime, so that a caller can fail on a
+    /// busy port before opening (and creating) the log; then [`Server::on`].
+    pub async fn listen(
+        settings: &ServerSettings,
+        bind: SocketAddr,
+    ) -> Result<TcpListener, ServeError> {
+        Self::check_bind(settings, bind)?;
+        TcpListener::bind(bind).await.map_err(|e| ServeError::Bind {
+            bind,
+            reason: e.to_string(),
+        })
+    }
+
+    /// A server for `runtime` on a listener from [`Server::listen`].
+    pub fn on(
+        listener: TcpListener,
+        runtime: Runtime,
+        settings: ServerSettings,
+        metrics: MetricsHandle,
+    ) -> Self {
         let (stop, stopping) = watch::channel(false);
         let state = Arc::new(AppState {
             runtime: Arc::new(runtime),
@@ -84,11 +102,11 @@ impl Server {
             next_task: AtomicU64::new(0),
             parked: Mutex::new(Vec::new()),
         });
-        Ok(Self {
+        Self {
             listener,
             state,
             stop,
-        })
+        }
     }
 
     /// Refuses a non-loopback address without a token (checked before anything is opened).
@@ -225,6 +243,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             get(host_tools::declared).post(host_tools::declare),
         )
         .route("/sessions/{id}/tool_results", post(host_tools::results))
+        .route(
+            "/sessions/{id}/heartbeats",
+            post(heartbeats::post_heartbeat),
+        )
         .route("/metrics", get(exporter::render))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard.js", get(dashboard::script))

@@ -1,12 +1,13 @@
 //! `POST /sessions/{id}/turns`: the client sends only the new turn; the server owns the history.
 //! The reply is JSON, or with `Accept: text/event-stream` a stream of progress (`agent_started`,
-//! `delta`, `agent_done`) ending with the `replies`. Everything is validated before anything is
+//! `delta`, `thinking`, `tool_call`, `tool_done`, `tool_failed`, `compaction_failed`,
+//! `agent_done`) ending with the `replies`. Everything is validated before anything is
 //! stored: a refused turn stores nothing.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::rejection::JsonRejection;
+use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
@@ -73,10 +74,11 @@ pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
 
 pub(crate) async fn post_turn(
     State(state): State<Arc<AppState>>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Json<TurnBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = path?;
     let key = conversation_key(&id)?;
     let Json(body) = body?;
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
@@ -232,6 +234,31 @@ pub(crate) fn progress_event(update: Progress) -> SseEvent {
         Progress::ToolCallsRequired { calls, .. } => event(
             "requires_action",
             &crate::host_tools::requires_action_json(&calls),
+        ),
+        Progress::Thinking { agent, text } => {
+            event("thinking", &json!({"agent": agent.as_str(), "text": text}))
+        }
+        Progress::ToolCalled {
+            agent,
+            id,
+            name,
+            arguments,
+        } => event(
+            "tool_call",
+            &json!({"agent": agent.as_str(), "id": id, "name": name, "arguments": arguments}),
+        ),
+        Progress::ToolDone { agent, id, name } => event(
+            "tool_done",
+            &json!({"agent": agent.as_str(), "id": id, "name": name}),
+        ),
+        Progress::ToolFailed {
+            agent,
+            id,
+            name,
+            error,
+        } => event(
+            "tool_failed",
+            &json!({"agent": agent.as_str(), "id": id, "name": name, "error": error}),
         ),
     }
 }

@@ -178,3 +178,130 @@ async fn a_missing_key_variable_stops_the_runtime_from_opening_and_names_it() {
     let e = Runtime::open(config).await.unwrap_err().to_string();
     assert!(e.contains("LEGIO_TEST_UNSET_KEY_VARIABLE"), "{e}");
 }
+
+/// Anthropic's stream for the first call: thinking, then a `get_history` call; for the second:
+/// thinking, then the answer.
+struct ThinkThenCall {
+    next: AtomicUsize,
+}
+
+impl Respond for ThinkThenCall {
+    fn respond(&self, _: &Request) -> ResponseTemplate {
+        let first = self.next.fetch_add(1, Ordering::SeqCst) == 0;
+        let mut events = vec![
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                "role": "assistant", "content": [], "model": "claude-test",
+                "usage": {"input_tokens": 20, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "thinking", "thinking": ""}}),
+            json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "thinking_delta", "thinking": if first { "Look back first." } else { "Now answer." }}}),
+            json!({"type": "content_block_stop", "index": 0}),
+        ];
+        let (block, delta, stop) = if first {
+            (
+                json!({"type": "tool_use", "id": "toolu_1", "name": "get_history", "input": {}}),
+                json!({"type": "input_json_delta", "partial_json": "{\"limit\":3}"}),
+                "tool_use",
+            )
+        } else {
+            (
+                json!({"type": "text", "text": ""}),
+                json!({"type": "text_delta", "text": "All quiet."}),
+                "end_turn",
+            )
+        };
+        events.extend([
+            json!({"type": "content_block_start", "index": 1, "content_block": block}),
+            json!({"type": "content_block_delta", "index": 1, "delta": delta}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "message_delta", "delta": {"stop_reason": stop},
+                "usage": {"output_tokens": 9}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let body: String = events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect();
+        ResponseTemplate::new(200).set_body_raw(body, "text/event-stream")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_turn_reports_thinking_and_tool_calls_as_progress() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/messages"))
+        .respond_with(ThinkThenCall {
+            next: AtomicUsize::new(0),
+        })
+        .mount(&server)
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["lead", "ann"] {
+        std::fs::write(dir.path().join(format!("{name}.md")), "You help.").unwrap();
+    }
+    let file = dir.path().join("legio.toml");
+    let config = format!(
+        r#"
+[store]
+path = "db"
+[agents.lead]
+role = "orchestrator"
+prompt = "lead.md"
+provider = "claude"
+[agents.ann]
+role = "specialist"
+prompt = "ann.md"
+provider = "claude"
+[providers.claude]
+kind = "anthropic-messages"
+base_url = "{}/v1"
+model = "claude-test"
+api_key_env = "LEGIO_TEST_PROGRESS_KEY"
+max_retries = 0
+"#,
+        server.uri()
+    );
+    std::fs::write(&file, config).unwrap();
+    std::env::set_var("LEGIO_TEST_PROGRESS_KEY", "k");
+    let rt = Runtime::open(RuntimeConfig::load(&file).unwrap())
+        .await
+        .unwrap();
+    let (sink, mut progress) = tokio::sync::mpsc::unbounded_channel();
+    let posted = rt
+        .post_streaming("prov:think", "user", "@ann anything new?", sink)
+        .await
+        .unwrap();
+    assert_eq!(posted.replies[0].text(), Some("All quiet."));
+    let mut steps = Vec::new();
+    while let Some(step) = progress.recv().await {
+        use legio_runtime::Progress as P;
+        steps.push(match step {
+            P::AgentStarted { .. } => "started".to_owned(),
+            P::Thinking { text, .. } => format!("thinking {text}"),
+            P::ToolCalled {
+                name, arguments, ..
+            } => format!("call {name} {arguments}"),
+            P::ToolDone { name, .. } => format!("done {name}"),
+            P::ToolFailed { name, error, .. } => format!("failed {name}: {error}"),
+            P::Delta { text, .. } => format!("delta {text}"),
+            P::CompactionFailed { reason, .. } => format!("compaction failed {reason}"),
+            P::AgentDone { .. } => "agent done".to_owned(),
+            P::ToolCallsRequired { .. } => "host tools".to_owned(),
+        });
+    }
+    assert_eq!(
+        steps,
+        [
+            "started",
+            "thinking Look back first.",
+            "call get_history {\"limit\":3}",
+            "done get_history",
+            "thinking Now answer.",
+            "delta All quiet.",
+            "agent done"
+        ]
+    );
+    rt.shutdown().await.unwrap();
+}
