@@ -5,7 +5,10 @@
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
 mod behaviours;
+mod fuzz;
+mod limits;
 mod openapi;
+mod scopes;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -296,7 +299,7 @@ async fn health_meta_and_auth() {
         .await;
     assert_eq!(
         status,
-        StatusCode::UNAUTHORIZED,
+        StatusCode::FORBIDDEN,
         "the API token does not open operator endpoints"
     );
     let (status, report) = h
@@ -1067,7 +1070,7 @@ async fn operator_memory_is_the_shared_memory() {
     let (status, _) = h
         .call("get", "/operator/memory", h.get("/operator/memory"))
         .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(status, StatusCode::FORBIDDEN);
     h.stop().await;
 }
 

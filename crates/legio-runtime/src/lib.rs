@@ -21,7 +21,9 @@ mod registry;
 mod reply;
 mod restart;
 mod runtime;
+mod server_limits;
 mod server_settings;
+mod server_tokens;
 mod shared;
 mod status;
 mod store_backend;
@@ -48,6 +50,8 @@ pub use registry::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HI
 pub use reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime, RuntimeBuilder};
+pub use server_limits::ServerLimits;
 pub use server_settings::{ServerSettings, DEFAULT_BIND};
+pub use server_tokens::{Scope, ScopedToken};
 pub use status::Activity;
 pub use store_backend::StoreBackend;

@@ -12,11 +12,12 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use legio_core::{can_see, ContextItem, ContextSummary, Message, Part, Participant, Record, Seq};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::turns::conversation_key;
@@ -39,9 +40,11 @@ const CHUNK: usize = 10_000;
 pub(crate) async fn history(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let key = conversation_key(&id)?;
+    caller.check_conversation(key.as_str())?;
     let Query(query) = query?;
     let runtime = &state.runtime;
     let spec = match &query.agent {
