@@ -61,7 +61,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             Err(e) => return Err(anyhow::Error::from(e)),
         };
         let addr = server.local_addr()?;
-        println!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.token.is_some() { "?token=…" } else { "" });
+        println!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.has_tokens() { "?token=…" } else { "" });
         std::io::stdout().flush()?;
         let report = server.serve(stop_signal()).await?;
         eprintln!(

@@ -92,7 +92,7 @@ impl TurnSlots {
     }
 
     /// A place for one more turn of `token`, or the 429 to answer.
-    pub(crate) fn acquire(self: &Arc<Self>, token: &str) -> Result<TurnSlot, Response> {
+    pub(crate) fn acquire(self: &Arc<Self>, token: &str) -> Result<TurnSlot, TooManyTurns> {
         let mut in_flight = self.in_flight.lock().unwrap_or_else(|p| p.into_inner());
         let count = in_flight.entry(token.to_owned()).or_default();
         if *count >= self.cap {
@@ -105,15 +105,30 @@ impl TurnSlots {
         })
     }
 
-    fn too_many(&self, token: &str) -> Response {
-        let mut response = ApiError::new(
-            "too_many_turns",
-            format!(
-                "token `{token}` already has {} turns in flight (server.limits.max_turns_in_flight_per_token); retry after {} s",
-                self.cap, self.retry_after_seconds
+    fn too_many(&self, token: &str) -> TooManyTurns {
+        TooManyTurns {
+            error: ApiError::new(
+                "too_many_turns",
+                format!(
+                    "token `{token}` already has {} turns in flight (server.limits.max_turns_in_flight_per_token); retry after {} s",
+                    self.cap, self.retry_after_seconds
+                ),
             ),
-        )
-        .into_response();
+            retry_after_seconds: self.retry_after_seconds,
+        }
+    }
+}
+
+/// A turn refused for the token's cap: 429 with `Retry-After`.
+#[derive(Debug)]
+pub(crate) struct TooManyTurns {
+    error: ApiError,
+    retry_after_seconds: u64,
+}
+
+impl IntoResponse for TooManyTurns {
+    fn into_response(self) -> Response {
+        let mut response = self.error.into_response();
         response.headers_mut().insert(
             header::RETRY_AFTER,
             HeaderValue::from(self.retry_after_seconds),
@@ -152,7 +167,7 @@ mod tests {
         let slots = TurnSlots::new(&limits);
         let a1 = slots.acquire("a").unwrap();
         let _a2 = slots.acquire("a").unwrap();
-        let refused = slots.acquire("a").unwrap_err();
+        let refused = slots.acquire("a").unwrap_err().into_response();
         assert_eq!(refused.status().as_u16(), 429);
         assert_eq!(refused.headers()[header::RETRY_AFTER], "3");
         let _b = slots.acquire("b").expect("another token has its own count");

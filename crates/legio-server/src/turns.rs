@@ -82,7 +82,7 @@ pub(crate) async fn post_turn(
     // Held by the turn's task: released when the turn ends, not when the client leaves.
     let slot = match state.turn_slots.acquire(caller.name()) {
         Ok(slot) => slot,
-        Err(too_many) => return Ok(too_many),
+        Err(too_many) => return Ok(too_many.into_response()),
     };
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
     if !wants_stream(&headers) {
