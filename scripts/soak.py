@@ -328,7 +328,9 @@ def main():
             subprocess.run(["umount", mount])
         shutil.rmtree(root, ignore_errors=True)
     else:
-        print(f"kept {root} (server.log, the log{'; the tmpfs stays mounted at ' + mount if mount else ''})")
+        with open(os.path.join(root, "acknowledged.json"), "w") as f:
+            json.dump(figures.acked, f)
+        print(f"kept {root} (server.log, acknowledged.json: content -> conversation, the log{'; the tmpfs stays mounted at ' + mount if mount else ''})")
     sys.exit(0 if ok else 1)
 
 
