@@ -2,6 +2,7 @@
 
 mod contract;
 mod crash;
+mod fuzz;
 mod golden;
 mod golden_log;
 mod memory;

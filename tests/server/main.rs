@@ -6,9 +6,12 @@
 
 mod behaviours;
 mod door;
+mod fuzz;
 mod heartbeats;
+mod limits;
 mod openapi;
 mod progress;
+mod scopes;
 mod sdk;
 
 use std::collections::HashMap;
@@ -300,7 +303,7 @@ async fn health_meta_and_auth() {
         .await;
     assert_eq!(
         status,
-        StatusCode::UNAUTHORIZED,
+        StatusCode::FORBIDDEN,
         "the API token does not open operator endpoints"
     );
     let (status, report) = h
@@ -1071,7 +1074,7 @@ async fn operator_memory_is_the_shared_memory() {
     let (status, _) = h
         .call("get", "/operator/memory", h.get("/operator/memory"))
         .await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(status, StatusCode::FORBIDDEN);
     h.stop().await;
 }
 

@@ -60,7 +60,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         let runtime = Runtime::open(config).await?;
         let server = Server::on(listener, runtime, settings.clone(), metrics);
         let addr = server.local_addr()?;
-        outln!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.token.is_some() { "?token=…" } else { "" });
+        outln!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.has_tokens() { "?token=…" } else { "" });
         std::io::stdout().flush()?;
         let report = server.serve(stop_signal()).await?;
         eprintln!(

@@ -1,11 +1,18 @@
-//! Bearer tokens. Without a configured token (a loopback server) every request passes. With one,
-//! every endpoint but `/healthz` and `/readyz` needs `Authorization: Bearer TOKEN`; the operator
-//! endpoints need the operator token when one is set. A browser opening the dashboard passes
+//! Bearer tokens and their scopes: who may call what. Every endpoint but `/healthz` and
+//! `/readyz` names the scope it needs (`host`, `metrics` or `operator`, see [`Scope`]); a request
+//! without a known token is 401, one whose token lacks the scope (or, for a token limited to a
+//! conversation prefix, names another conversation) is 403 with a JSON error naming what is
+//! missing. Tokens come from `[[server.tokens]]` and from the older keys: `token` alone is an
+//! operator token (it opened everything before scopes existed); with `operator_token` beside it,
+//! `token` is a host and metrics token and `operator_token` the operator's. Without any token (a
+//! loopback server) every request passes as an operator. A browser opening the dashboard passes
 //! `?token=` once: the server answers with an HttpOnly, same-site cookie and a redirect to the
 //! bare URL, and accepts that cookie on GET requests only (so a cookie can never post a turn).
 
 use std::sync::Arc;
 
+use crate::server_tokens::{Scope, ScopedToken};
+use crate::settings::ServerSettings;
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -17,56 +24,131 @@ use crate::state::AppState;
 /// The dashboard's cookie.
 const COOKIE: &str = "legio_token";
 
-/// Guards the host API, the metrics and the dashboard.
-pub(crate) async fn require_api_token(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let token = state.settings.token.clone();
-    guard(token.as_deref(), request, next).await
-}
+/// Who is calling: the token that matched (in the request's extensions for the handlers).
+#[derive(Clone, Debug)]
+pub(crate) struct Caller(pub(crate) Arc<ScopedToken>);
 
-/// Guards the operator endpoints: the operator token if one is set, else the API token.
-pub(crate) async fn require_operator_token(
-    State(state): State<Arc<AppState>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let token = state
-        .settings
-        .operator_token
-        .clone()
-        .or_else(|| state.settings.token.clone());
-    guard(token.as_deref(), request, next).await
-}
+impl Caller {
+    /// The key its turns in flight are counted under (the token's name, never the token).
+    pub(crate) fn name(&self) -> &str {
+        &self.0.name
+    }
 
-async fn guard(expected: Option<&str>, request: Request, next: Next) -> Response {
-    let Some(expected) = expected else {
-        return next.run(request).await;
-    };
-    if let Some(given) = bearer(&request) {
-        if same(given, expected) {
-            return next.run(request).await;
+    /// 403 unless the token may post to and read `conversation`.
+    pub(crate) fn check_conversation(&self, conversation: &str) -> Result<(), ApiError> {
+        if self.0.may_access(conversation) {
+            return Ok(());
         }
-        return ApiError::new("unauthorized", "the bearer token is not valid").into_response();
+        Err(ApiError::new(
+            "forbidden",
+            format!(
+                "token `{}` is limited to conversations starting with `{}`",
+                self.0.name,
+                self.0.conversations.as_deref().unwrap_or_default()
+            ),
+        ))
+    }
+}
+
+/// Every token the server accepts: `[[server.tokens]]` and the older `token` and
+/// `operator_token`, mapped onto scopes. Empty means an open (loopback) server.
+pub(crate) fn tokens(settings: &ServerSettings) -> Vec<Arc<ScopedToken>> {
+    let legacy = |name: &str, token: &Option<String>, scopes: Vec<Scope>| {
+        token.clone().map(|token| ScopedToken {
+            name: name.to_owned(),
+            token,
+            scopes,
+            conversations: None,
+        })
+    };
+    let api_scopes = if settings.operator_token.is_some() {
+        vec![Scope::Host, Scope::Metrics]
+    } else {
+        vec![Scope::Operator]
+    };
+    legacy(
+        "operator_token",
+        &settings.operator_token,
+        vec![Scope::Operator],
+    )
+    .into_iter()
+    .chain(legacy("token", &settings.token, api_scopes))
+    .chain(settings.tokens.iter().cloned())
+    .map(Arc::new)
+    .collect()
+}
+
+/// The open server's caller: an operator.
+fn anonymous() -> Arc<ScopedToken> {
+    Arc::new(ScopedToken {
+        name: "anonymous".into(),
+        token: String::new(),
+        scopes: vec![Scope::Operator],
+        conversations: None,
+    })
+}
+
+/// Guards a group of routes that needs `scope`.
+pub(crate) async fn require(
+    State((state, scope)): State<(Arc<AppState>, Scope)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let token = match identify(&state.tokens, &request) {
+        Ok(token) => token,
+        Err(Refusal::Redirect(token)) => return cookie_redirect(&token),
+        Err(Refusal::Unauthorized(message)) => {
+            return ApiError::new("unauthorized", message).into_response()
+        }
+    };
+    if !token.allows(scope) {
+        return ApiError::new(
+            "forbidden",
+            format!(
+                "token `{}` lacks the `{}` scope that {} {} needs; see docs/http-api.md (Tokens and scopes)",
+                token.name,
+                scope.as_str(),
+                request.method(),
+                request.uri().path()
+            ),
+        )
+        .into_response();
+    }
+    request.extensions_mut().insert(Caller(token));
+    next.run(request).await
+}
+
+/// Why a request has no caller.
+enum Refusal {
+    Unauthorized(&'static str),
+    /// `/dashboard?token=` with a good token: set the cookie.
+    Redirect(String),
+}
+
+fn identify(tokens: &[Arc<ScopedToken>], request: &Request) -> Result<Arc<ScopedToken>, Refusal> {
+    if tokens.is_empty() {
+        return Ok(anonymous());
+    }
+    let find = |given: &str| tokens.iter().find(|t| same(given, &t.token)).cloned();
+    if let Some(given) = bearer(request) {
+        return find(given).ok_or(Refusal::Unauthorized("the bearer token is not valid"));
     }
     if request.method() == Method::GET {
-        if let Some(given) = query_token(&request) {
-            if same(&given, expected) && request.uri().path() == "/dashboard" {
-                return cookie_redirect(expected);
-            }
-            return ApiError::new("unauthorized", "the token is not valid").into_response();
+        if let Some(given) = query_token(request) {
+            return match find(&given) {
+                Some(t) if request.uri().path() == "/dashboard" => {
+                    Err(Refusal::Redirect(t.token.clone()))
+                }
+                _ => Err(Refusal::Unauthorized("the token is not valid")),
+            };
         }
-        if cookie(&request).is_some_and(|c| same(c, expected)) {
-            return next.run(request).await;
+        if let Some(token) = cookie(request).and_then(find) {
+            return Ok(token);
         }
     }
-    ApiError::new(
-        "unauthorized",
-        "send `Authorization: Bearer TOKEN` (the server's [server] token or LEGIO_API_TOKEN); a browser opens /dashboard?token=TOKEN",
-    )
-    .into_response()
+    Err(Refusal::Unauthorized(
+        "send `Authorization: Bearer TOKEN` (a token of [[server.tokens]], [server] token or LEGIO_API_TOKEN); a browser opens /dashboard?token=TOKEN",
+    ))
 }
 
 fn bearer(request: &Request) -> Option<&str> {

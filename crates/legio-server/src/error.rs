@@ -64,6 +64,9 @@ impl ApiError {
             | "missing_field" => StatusCode::BAD_REQUEST,
             "history_mismatch" | "no_pending_tool_call" => StatusCode::CONFLICT,
             "unauthorized" => StatusCode::UNAUTHORIZED,
+            "forbidden" => StatusCode::FORBIDDEN,
+            "body_timeout" => StatusCode::REQUEST_TIMEOUT,
+            "too_many_turns" => StatusCode::TOO_MANY_REQUESTS,
             "unknown_agent"
             | "unknown_conversation"
             | "unknown_model"
@@ -130,7 +133,12 @@ impl From<JsonRejection> for ApiError {
                 "send the body as JSON with `Content-Type: application/json`",
             ),
             JsonRejection::BytesRejection(e) => {
-                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                if is_body_timeout(&e) {
+                    Self::new(
+                        "body_timeout",
+                        "the request body stopped arriving (server.limits.body_read_timeout_seconds)",
+                    )
+                } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     Self::new(
                         "body_too_large",
                         "the request body is over the limit (server.body_limit_bytes)",
@@ -142,6 +150,18 @@ impl From<JsonRejection> for ApiError {
             other => Self::new("bad_request", other.body_text()),
         }
     }
+}
+
+/// Whether reading the body failed on tower-http's body read timeout (anywhere in the chain).
+fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(e) = cause {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 impl From<QueryRejection> for ApiError {

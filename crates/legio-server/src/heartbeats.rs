@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
-use axum::Json;
+use axum::{Extension, Json};
 use legio_runtime::{AgentReply, RuntimeError};
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::sync::oneshot;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::turns::{conversation_key, reply_json};
@@ -29,10 +30,12 @@ pub(crate) struct HeartbeatBody {
 pub(crate) async fn post_heartbeat(
     State(state): State<Arc<AppState>>,
     path: Result<Path<String>, PathRejection>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<HeartbeatBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = path?;
     let key = conversation_key(&id)?;
+    caller.check_conversation(key.as_str())?;
     let Json(body) = body?;
     // On its own task, like a turn: a client that leaves does not cut the record short.
     let (done_tx, done) = oneshot::channel::<Result<AgentReply, RuntimeError>>();

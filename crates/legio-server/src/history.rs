@@ -15,7 +15,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use legio_core::{
     can_see, ContextItem, ContextSummary, ConversationKey, Event, Message, Part, Participant,
     Record, Seq,
@@ -25,6 +25,7 @@ use legio_store::EventLog;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::turns::conversation_key;
@@ -47,10 +48,12 @@ const CHUNK: usize = 10_000;
 pub(crate) async fn history(
     State(state): State<Arc<AppState>>,
     path: Result<Path<String>, PathRejection>,
+    Extension(caller): Extension<Caller>,
     query: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = path?;
     let key = conversation_key(&id)?;
+    caller.check_conversation(key.as_str())?;
     let Query(query) = query?;
     let runtime = &state.runtime;
     let spec = match &query.agent {

@@ -13,13 +13,14 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
 use legio_core::ConversationKey;
 use legio_runtime::{HostToolCall, HostToolResult, HostTurn, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
@@ -81,9 +82,11 @@ fn tools_json(tools: &[ToolSpec]) -> Value {
 pub(crate) async fn declare(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<ToolsBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let key = conversation_key(&id)?;
+    caller.check_conversation(key.as_str())?;
     let Json(body) = body?;
     let tools: Vec<ToolSpec> = body.tools.into_iter().map(ToolBody::into_spec).collect();
     state.runtime.declare_tools(&key, tools.clone())?;
@@ -93,18 +96,22 @@ pub(crate) async fn declare(
 pub(crate) async fn declared(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
 ) -> Result<Json<Value>, ApiError> {
     let key = conversation_key(&id)?;
+    caller.check_conversation(key.as_str())?;
     Ok(Json(tools_json(&state.runtime.declared_tools(&key)?)))
 }
 
 pub(crate) async fn results(
     State(state): State<Arc<AppState>>,
     Path(id): Path<String>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Json<ResultsBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let key = conversation_key(&id)?;
+    caller.check_conversation(key.as_str())?;
     let Json(body) = body?;
     let results = body
         .tool_results

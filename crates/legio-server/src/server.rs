@@ -3,7 +3,7 @@
 //! grace period, then cancel them, suspend every session and flush the log).
 
 use std::collections::HashMap;
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,13 +17,16 @@ use axum::{Json, Router};
 use legio_runtime::Runtime;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::error::{ApiError, ServeError};
 use crate::metrics::MetricsHandle;
+use crate::server_tokens::Scope;
 use crate::settings::ServerSettings;
 use crate::state::AppState;
 use crate::{
-    auth, dashboard, exporter, heartbeats, history, host_tools, meta, openai, operator, turns,
+    auth, dashboard, exporter, heartbeats, history, host_tools, limits, meta, openai, operator,
+    turns,
 };
 
 /// How a shutdown went.
@@ -94,6 +97,8 @@ impl Server {
         let (stop, stopping) = watch::channel(false);
         let state = Arc::new(AppState {
             runtime: Arc::new(runtime),
+            tokens: auth::tokens(&settings),
+            turn_slots: limits::TurnSlots::new(&settings.limits),
             settings,
             metrics,
             ready: AtomicBool::new(true),
@@ -111,7 +116,7 @@ impl Server {
 
     /// Refuses a non-loopback address without a token (checked before anything is opened).
     pub fn check_bind(settings: &ServerSettings, bind: SocketAddr) -> Result<(), ServeError> {
-        if !bind.ip().is_loopback() && settings.token.is_none() {
+        if !bind.ip().is_loopback() && !settings.has_tokens() {
             return Err(ServeError::NoTokenForPublicBind { bind });
         }
         Ok(())
@@ -122,6 +127,12 @@ impl Server {
         self.listener
             .local_addr()
             .map_err(|e| ServeError::Io(e.to_string()))
+    }
+
+    /// The routes with their guards, for driving in process (tests send requests to it with
+    /// tower's `oneshot`); [`Server::serve`] adds the connection limits and the shutdown.
+    pub fn router(&self) -> Router {
+        router(Arc::clone(&self.state))
     }
 
     /// The runtime it serves.
@@ -144,7 +155,6 @@ impl Server {
         } = self;
         let upkeep = exporter::spawn_upkeep(Arc::clone(&state));
         let app = router(Arc::clone(&state));
-        let (fired_tx, fired_rx) = tokio::sync::oneshot::channel::<()>();
         let fired_at: Arc<Mutex<Option<Instant>>> = Arc::default();
         let signal_state = Arc::clone(&state);
         let signal_at = Arc::clone(&fired_at);
@@ -156,26 +166,11 @@ impl Server {
             tracing::info!("shutting down: no new connections; finishing in-flight requests");
             signal_state.ready.store(false, Ordering::SeqCst);
             let _ = stop.send(true);
-            let _ = fired_tx.send(());
         };
-        let serving = axum::serve(listener, app)
-            .with_graceful_shutdown(signal)
-            .into_future();
-        tokio::pin!(serving);
+        // The listener is dropped when `accept` returns: no new connection after the signal.
+        let open = limits::accept(listener, app, &state.settings.limits, signal).await;
         let grace = state.settings.shutdown_grace;
-        let drained = tokio::select! {
-            result = &mut serving => {
-                result.map_err(|e| ServeError::Io(e.to_string()))?;
-                true
-            }
-            _ = fired_rx => match tokio::time::timeout(grace, &mut serving).await {
-                Ok(result) => {
-                    result.map_err(|e| ServeError::Io(e.to_string()))?;
-                    true
-                }
-                Err(_) => false,
-            },
-        };
+        let drained = tokio::time::timeout(grace, open.shutdown()).await.is_ok();
         // Streamed turns whose client went away may still run: they get the rest of the grace
         // period, then are cancelled; the runtime's shutdown then suspends or closes every
         // session.
@@ -234,7 +229,9 @@ impl Server {
 
 /// Every route and its guard.
 pub(crate) fn router(state: Arc<AppState>) -> Router {
-    let api = Router::new()
+    let guard =
+        |scope: Scope| middleware::from_fn_with_state((Arc::clone(&state), scope), auth::require);
+    let host = Router::new()
         .route("/meta", get(meta::meta))
         .route("/sessions/{id}/turns", post(turns::post_turn))
         .route("/sessions/{id}/history", get(history::history))
@@ -247,13 +244,13 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
             "/sessions/{id}/heartbeats",
             post(heartbeats::post_heartbeat),
         )
+        .merge(openai::router())
+        .route_layer(guard(Scope::Host));
+    let metrics = Router::new()
         .route("/metrics", get(exporter::render))
         .route("/dashboard", get(dashboard::page))
         .route("/dashboard.js", get(dashboard::script))
-        .route_layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
-            auth::require_api_token,
-        ));
+        .route_layer(guard(Scope::Metrics));
     let operator = Router::new()
         .route("/operator/events", get(operator::events))
         .route("/operator/inspect/{what}", get(operator::inspect))
@@ -261,19 +258,19 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/operator/context", get(operator::context))
         .route("/operator/verify", get(operator::verify))
         .route("/operator/reset", post(operator::reset))
-        .route_layer(middleware::from_fn_with_state(
-            Arc::clone(&state),
-            auth::require_operator_token,
-        ));
+        .route_layer(guard(Scope::Operator));
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .merge(api)
+        .merge(host)
+        .merge(metrics)
         .merge(operator)
-        .merge(openai::router(Arc::clone(&state)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
+        .layer(RequestBodyTimeoutLayer::new(
+            state.settings.limits.body_read_timeout,
+        ))
         .with_state(state)
 }
 

@@ -18,6 +18,10 @@ struct ServerSection {
     operator_token: Option<String>,
     body_limit_bytes: Option<usize>,
     shutdown_grace_seconds: Option<f64>,
+    #[serde(default)]
+    limits: crate::server_limits::LimitsSection,
+    #[serde(default)]
+    tokens: Vec<crate::server_tokens::TokenSection>,
 }
 
 /// The server's settings, validated.
@@ -35,6 +39,11 @@ pub struct ServerSettings {
     pub body_limit_bytes: usize,
     /// How long a shutdown waits for in-flight requests before cancelling them (default 10 s).
     pub shutdown_grace: Duration,
+    /// `[server.limits]`: timeouts and caps (server_limits.rs).
+    pub limits: crate::server_limits::ServerLimits,
+    /// `[[server.tokens]]`: tokens with scopes (server_tokens.rs), beside `token` and
+    /// `operator_token`.
+    pub tokens: Vec<crate::server_tokens::ScopedToken>,
 }
 
 impl std::fmt::Debug for ServerSettings {
@@ -46,6 +55,8 @@ impl std::fmt::Debug for ServerSettings {
             .field("operator_token", &redact(&self.operator_token))
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("limits", &self.limits)
+            .field("tokens", &self.tokens)
             .finish()
     }
 }
@@ -61,6 +72,8 @@ impl Default for ServerSettings {
             operator_token: None,
             body_limit_bytes: 2 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(10),
+            limits: crate::server_limits::ServerLimits::default(),
+            tokens: Vec::new(),
         }
     }
 }
@@ -104,10 +117,10 @@ impl ServerSettings {
                     Some(t) if t.trim().is_empty() => {
                         Err(format!("{from} is empty; set a token or remove it"))
                     }
-                    Some(t) if t.chars().any(|c| c.is_whitespace() || c.is_control()) => Err(
-                        format!("{from} contains whitespace; a bearer token is one word"),
-                    ),
-                    other => Ok(other),
+                    Some(t) => crate::server_tokens::check_token(&t)
+                        .map(|()| Some(t))
+                        .map_err(|why| format!("{from} {why}")),
+                    None => Ok(None),
                 }
             };
         settings.token = token("token", "LEGIO_API_TOKEN", &section.token)?;
@@ -127,7 +140,14 @@ impl ServerSettings {
                 format!("server.shutdown_grace_seconds = {grace} is not a valid duration")
             })?;
         }
+        settings.limits = crate::server_limits::ServerLimits::from_section(&section.limits)?;
+        settings.tokens = crate::server_tokens::ScopedToken::from_sections(&section.tokens, &env)?;
         Ok(settings)
+    }
+
+    /// Whether any token is configured (a non-loopback bind needs one).
+    pub fn has_tokens(&self) -> bool {
+        self.token.is_some() || self.operator_token.is_some() || !self.tokens.is_empty()
     }
 }
 

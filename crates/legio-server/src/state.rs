@@ -10,13 +10,19 @@ use legio_runtime::Runtime;
 use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
+use crate::limits::TurnSlots;
 use crate::metrics::MetricsHandle;
+use crate::server_tokens::ScopedToken;
 use crate::settings::ServerSettings;
 
 /// What every handler shares.
 pub(crate) struct AppState {
     pub(crate) runtime: Arc<Runtime>,
     pub(crate) settings: ServerSettings,
+    /// Every accepted token with its scopes (auth.rs); empty on an open loopback server.
+    pub(crate) tokens: Vec<Arc<ScopedToken>>,
+    /// Turns in flight per token (limits.rs).
+    pub(crate) turn_slots: Arc<TurnSlots>,
     pub(crate) metrics: MetricsHandle,
     /// False once shutdown began (`/readyz` answers 503).
     pub(crate) ready: AtomicBool,

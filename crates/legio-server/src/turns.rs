@@ -12,6 +12,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 use std::collections::VecDeque;
 
@@ -22,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 
@@ -75,12 +77,19 @@ pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
 pub(crate) async fn post_turn(
     State(state): State<Arc<AppState>>,
     path: Result<Path<String>, PathRejection>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Result<Json<TurnBody>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Path(id) = path?;
     let key = conversation_key(&id)?;
+    caller.check_conversation(key.as_str())?;
     let Json(body) = body?;
+    // Held by the turn's task: released when the turn ends, not when the client leaves.
+    let slot = match state.turn_slots.acquire(caller.name()) {
+        Ok(slot) => slot,
+        Err(too_many) => return Ok(too_many.into_response()),
+    };
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
     if body.tools.is_some() || !state.runtime.declared_tools(&key)?.is_empty() {
         let tools = body.tools.unwrap_or_default();
@@ -94,6 +103,7 @@ pub(crate) async fn post_turn(
         state.spawn_turn(async move {
             let result = runtime.post_as(&key, &sender, &body.content).await;
             let _ = done_tx.send(result);
+            drop(slot);
         });
         let replies = done.await.map_err(|_| cancelled())??;
         return Ok(Json(replies_json(&replies)).into_response());
@@ -108,6 +118,7 @@ pub(crate) async fn post_turn(
             .post_streaming(&key, &sender, &body.content, progress)
             .await;
         let _ = done_tx.send(result);
+        drop(slot);
     });
     // A refused turn (bad mention, empty message, unknown sender) is an error status, not a
     // stream: wait for the first progress or the end.

@@ -38,6 +38,20 @@ fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
+/// The most a decode may claim (1 GiB), far above any record (`store.max_message_bytes` is 1 MiB
+/// by default). Found by fuzzing (issue 16): without a limit, a damaged length prefix made bincode
+/// allocate that many bytes before noticing the record is shorter, and the process aborted
+/// (`memory allocation of 906832281601540208 bytes failed`). With it, such a length is an error.
+const DECODE_LIMIT: usize = 1 << 30;
+
+fn decode_config() -> bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Varint,
+    bincode::config::Limit<DECODE_LIMIT>,
+> {
+    config().with_limit::<DECODE_LIMIT>()
+}
+
 fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     encode_as(FORMAT_VERSION, value)
 }
@@ -77,9 +91,11 @@ fn split<'a>(bytes: &'a [u8], what: &impl Fn() -> String) -> Result<(u8, &'a [u8
 
 fn payload_of<T: DeserializeOwned>(payload: &[u8], what: &impl Fn() -> String) -> Result<T> {
     let (value, used) =
-        bincode::serde::decode_from_slice(payload, config()).map_err(|e| StoreError::Corrupt {
-            what: what(),
-            reason: e.to_string(),
+        bincode::serde::decode_from_slice(payload, decode_config()).map_err(|e| {
+            StoreError::Corrupt {
+                what: what(),
+                reason: e.to_string(),
+            }
         })?;
     if used != payload.len() {
         return Err(StoreError::Corrupt {
@@ -203,5 +219,33 @@ mod tests {
             matches!(err, StoreError::UnknownFormatVersion { version: 7, .. }),
             "{err}"
         );
+    }
+
+    /// The fuzzer's case (issue 16): a message whose text length prefix was damaged into a huge
+    /// number aborted the process (bincode allocated that length first); now it is an error.
+    #[test]
+    fn a_damaged_length_prefix_is_an_error_not_an_abort() {
+        use legio_core::{Audience, ConversationKey, Message, MessageId, Participant, Timestamp};
+        let at = Timestamp::from_unix_micros(1_771_156_800_000_000);
+        let event = Event::MessagePosted(Message::text(
+            MessageId::from_parts(at, [7; 10]),
+            ConversationKey::new("t:1").unwrap(),
+            Participant::parse("user").unwrap(),
+            Audience::All,
+            "hello fuzz",
+            at,
+        ));
+        let bytes = encode_event(&event).unwrap();
+        let text = bytes.windows(10).position(|w| w == b"hello fuzz").unwrap();
+        assert_eq!(bytes[text - 1], 10, "a one-byte length before the text");
+        // bincode's varint: 253 then a little-endian u64.
+        let mut damaged = bytes[..text - 1].to_vec();
+        damaged.push(253);
+        damaged.extend_from_slice(&906_832_281_601_540_208u64.to_le_bytes());
+        damaged.extend_from_slice(&bytes[text..]);
+        let err = decode_event(Seq(3), &damaged).unwrap_err();
+        assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+        // The undamaged record still decodes under the limit.
+        assert_eq!(decode_event(Seq(3), &bytes).unwrap(), event);
     }
 }

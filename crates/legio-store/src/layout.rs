@@ -89,6 +89,11 @@ impl<'a> Chunk<'a> {
             ends,
             records,
         };
+        // Found by fuzzing (issue 16): a key naming a seq near the end of the seq space made
+        // `end_seq` and `iter` overflow.
+        if first.0.checked_add(count as u64).is_none() {
+            return Err(corrupt(what(), "its records run past the last seq"));
+        }
         if chunk.end(count - 1) != records.len() || group_first > first {
             return Err(corrupt(
                 what(),
@@ -245,6 +250,22 @@ mod tests {
         ));
     }
 
+    /// The fuzzer's case (issue 16): a valid chunk under a key naming a seq whose records would
+    /// run past `u64::MAX` is an error, not an overflow panic.
+    #[test]
+    fn a_chunk_past_the_last_seq_is_corrupt() {
+        let records: Vec<&[u8]> = vec![b"one", b"", b"three"];
+        let bytes = encode_chunk(Seq(3), &records);
+        for first in [u64::MAX, u64::MAX - 1, u64::MAX - 2] {
+            assert!(matches!(
+                Chunk::parse(Seq(first), &bytes),
+                Err(StoreError::Corrupt { .. })
+            ));
+        }
+        let last = Chunk::parse(Seq(u64::MAX - 3), &bytes).unwrap();
+        assert_eq!(last.end_seq(), Seq(u64::MAX));
+    }
+
     #[test]
     fn lists_round_trip() {
         let items = vec![(Seq(300), true), (Seq(301), false), (Seq(100_000), true)];
@@ -254,6 +275,63 @@ mod tests {
             let want: ListItems = items.iter().map(|&(s, f)| (s, f && flagged)).collect();
             assert_eq!(back, want);
             assert!(decode_list(Seq(300), &bytes[..bytes.len() - 1], flagged).is_err());
+        }
+    }
+
+    /// Cases per property: `LEGIO_FUZZ_CASES`, or a small default for CI.
+    fn fuzz_config() -> proptest::prelude::ProptestConfig {
+        let cases = std::env::var("LEGIO_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256);
+        proptest::prelude::ProptestConfig {
+            cases,
+            failure_persistence: None,
+            ..Default::default()
+        }
+    }
+
+    /// A real chunk or list with a few bytes changed, or arbitrary bytes.
+    fn damaged(real: Vec<u8>) -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..96),
+            prop::collection::vec((any::<usize>(), any::<u8>()), 1..6).prop_map(move |edits| {
+                let mut bytes = real.clone();
+                for (at, byte) in edits {
+                    let at = at % bytes.len();
+                    bytes[at] = byte;
+                }
+                bytes
+            }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(fuzz_config())]
+
+        /// Issue 16: a chunk's bytes (and the seq its key names) come from disk; parsing and
+        /// reading every record of whatever parses answers values or errors, never panics.
+        #[test]
+        fn any_chunk_parses_or_fails_cleanly(
+            first in proptest::prop_oneof![proptest::prelude::any::<u64>(), 0..16u64, (u64::MAX - 16)..=u64::MAX],
+            bytes in damaged(encode_chunk(Seq(3), &[b"one", b"", b"three"])),
+        ) {
+            if let Ok(chunk) = Chunk::parse(Seq(first), &bytes) {
+                for (_, record) in chunk.iter() {
+                    let _ = record;
+                }
+                let _ = (chunk.len(), chunk.end_seq(), chunk.contains(Seq(first)));
+            }
+        }
+
+        #[test]
+        fn any_list_decodes_or_fails_cleanly(
+            first in proptest::prop_oneof![proptest::prelude::any::<u64>(), (u64::MAX - 16)..=u64::MAX],
+            flagged in proptest::prelude::any::<bool>(),
+            bytes in damaged(encode_list(&[(Seq(5), true), (Seq(9), false)], true)),
+        ) {
+            let _ = decode_list(Seq(first), &bytes, flagged);
         }
     }
 }

@@ -10,7 +10,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
 use legio_core::{AgentName, ConversationKey, Participant};
 use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Posted, Progress, ToolSpec};
@@ -21,6 +21,7 @@ use super::transcript::{self, Earlier};
 use super::{
     agent_for_model, chat_usage, conversation_of, missing_conversation, text_of, unix_now, usage,
 };
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
@@ -97,11 +98,13 @@ struct Shape {
 
 pub(crate) async fn completions(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<ChatRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
     let agent = agent_for_model(&state, &body.model)?;
     let key = conversation_of(body.metadata.as_ref())?.ok_or_else(missing_conversation)?;
+    caller.check_conversation(key.as_str())?;
     let tools = chat_tools(body.tools.unwrap_or_default())?;
     let run = start(&state, &key, &agent, body.messages, tools).await?;
     let shape = Shape {

@@ -13,7 +13,7 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
 use legio_core::{AgentName, ConversationKey, Participant, Seq, TokenUsage};
 use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Progress, ToolSpec};
@@ -23,6 +23,7 @@ use serde_json::{json, Map, Value};
 use super::chat::FunctionDef;
 use super::transcript::{self, Earlier};
 use super::{agent_for_model, conversation_of, missing_conversation, text_of, unix_now, usage};
+use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
@@ -84,6 +85,7 @@ struct Shape {
 
 pub(crate) async fn create(
     State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
     body: Result<Json<ResponsesRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
@@ -100,6 +102,7 @@ pub(crate) async fn create(
         body.previous_response_id.as_deref(),
         body.metadata.as_ref(),
     )?;
+    caller.check_conversation(key.as_str())?;
     let tools = response_tools(body.tools.unwrap_or_default())?;
     let run = start(&state, &key, &agent, &body.input, tools).await?;
     let shape = Shape {

@@ -1,0 +1,233 @@
+//! Tokens with scopes (issue 16): every documented route against every kind of token, from one
+//! table (`needs`); a host token limited to a conversation prefix reads and posts only there; the
+//! older `token` and `operator_token` keys keep their meaning.
+
+use reqwest::StatusCode;
+use serde_json::json;
+
+use super::Harness;
+
+/// The tokens of the test server: (token, what it may do).
+const TOKENS: &[(&str, &[&str])] = &[
+    ("front-a", &["host"]),
+    ("host-all", &["host"]),
+    ("watcher", &["metrics"]),
+    ("ops", &["operator"]),
+];
+
+const CONFIG: &str = r#"
+[[server.tokens]]
+name = "front"
+token = "front-a"
+scopes = ["host"]
+conversations = "tenant-a:"
+[[server.tokens]]
+name = "host"
+token = "host-all"
+scopes = ["host"]
+[[server.tokens]]
+name = "watcher"
+token = "watcher"
+scopes = ["metrics"]
+[[server.tokens]]
+name = "ops"
+token = "ops"
+scopes = ["operator"]
+"#;
+
+/// The scope a documented route needs: the table docs/http-api.md shows.
+fn needs(path: &str) -> Option<&'static str> {
+    match path {
+        "/healthz" | "/readyz" => None,
+        "/meta" | "/sessions/{id}/turns" | "/sessions/{id}/history" => Some("host"),
+        "/metrics" | "/dashboard" | "/dashboard.js" => Some("metrics"),
+        p if p.starts_with("/operator/") => Some("operator"),
+        other => panic!("{other}: a route the scope table does not know; add it to `needs` and docs/http-api.md"),
+    }
+}
+
+fn request(h: &Harness, method: &str, path: &str, token: &str) -> reqwest::RequestBuilder {
+    let concrete = path
+        .replace("{id}", "tenant-a:scopes")
+        .replace("{what}", "agents");
+    let builder = match method {
+        "get" => h.client.get(h.url(&concrete)),
+        _ => h
+            .client
+            .post(h.url(&concrete))
+            .json(&json!({"content": "hi"})),
+    };
+    builder.bearer_auth(token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_against_every_scope() {
+    let h = Harness::start_with(CONFIG, std::time::Duration::ZERO).await;
+    let mut checked = 0;
+    for (method, path) in h.api.operations() {
+        for (token, scopes) in TOKENS {
+            let (status, body) = h
+                .call(&method, &path, request(&h, &method, &path, token))
+                .await;
+            let allowed =
+                needs(&path).is_none_or(|s| scopes.contains(&s) || scopes.contains(&"operator"));
+            if allowed {
+                assert!(
+                    status != StatusCode::UNAUTHORIZED && status != StatusCode::FORBIDDEN,
+                    "{token} {method} {path}: {status} {body}"
+                );
+            } else {
+                let scope = needs(&path).unwrap();
+                assert_eq!(
+                    status,
+                    StatusCode::FORBIDDEN,
+                    "{token} {method} {path}: {body}"
+                );
+                assert_eq!(body["error"]["code"], "forbidden");
+                let message = body["error"]["message"].as_str().unwrap();
+                assert!(message.contains(&format!("`{scope}` scope")), "{message}");
+            }
+            checked += 1;
+        }
+        // No token, or an unknown one, opens nothing but the probes.
+        for given in [None, Some("nobody")] {
+            let mut r = match method.as_str() {
+                "get" => h
+                    .client
+                    .get(h.url(&path.replace("{id}", "x").replace("{what}", "agents"))),
+                _ => h
+                    .client
+                    .post(h.url(&path.replace("{id}", "x")))
+                    .json(&json!({})),
+            };
+            if let Some(t) = given {
+                r = r.bearer_auth(t);
+            }
+            let (status, _) = h.call(&method, &path, r).await;
+            if needs(&path).is_some() {
+                assert_eq!(
+                    status,
+                    StatusCode::UNAUTHORIZED,
+                    "{given:?} {method} {path}"
+                );
+            }
+        }
+    }
+    assert!(checked >= 4 * 14, "only {checked} route × token cases");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prefix_token_sees_only_its_tenant() {
+    let h = Harness::start_with(CONFIG, std::time::Duration::ZERO).await;
+    let post = |conversation: &str, token: &str| {
+        h.client
+            .post(h.url(&format!("/sessions/{conversation}/turns")))
+            .bearer_auth(token)
+            .json(&json!({"content": "hello"}))
+    };
+    let (status, _) = h
+        .call(
+            "post",
+            "/sessions/{id}/turns",
+            post("tenant-b:1", "host-all"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let (status, _) = h
+        .call(
+            "post",
+            "/sessions/{id}/turns",
+            post("tenant-a:1", "front-a"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    let before = h.runtime.log().last_seq();
+    let (status, body) = h
+        .call(
+            "post",
+            "/sessions/{id}/turns",
+            post("tenant-b:1", "front-a"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`tenant-a:`"),
+        "{body}"
+    );
+    assert_eq!(
+        h.runtime.log().last_seq(),
+        before,
+        "a refused turn stores nothing"
+    );
+    let history = |conversation: &str, token: &str| {
+        h.client
+            .get(h.url(&format!("/sessions/{conversation}/history")))
+            .bearer_auth(token)
+    };
+    let (status, _) = h
+        .call(
+            "get",
+            "/sessions/{id}/history",
+            history("tenant-b:1", "front-a"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, own) = h
+        .call(
+            "get",
+            "/sessions/{id}/history",
+            history("tenant-a:1", "front-a"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(own.as_array().unwrap().len(), 2, "{own}");
+    // It cannot reset agents, nor read the log through the operator endpoints.
+    let reset = h
+        .client
+        .post(h.url("/operator/reset"))
+        .bearer_auth("front-a")
+        .json(&json!({"conversation": "tenant-b:1", "agent": "lead"}));
+    let (status, _) = h.call("post", "/operator/reset", reset).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    let events = h
+        .client
+        .get(h.url("/operator/events"))
+        .bearer_auth("front-a");
+    let (status, _) = h.call("get", "/operator/events", events).await;
+    assert_eq!(status, StatusCode::FORBIDDEN);
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_token_keys_keep_their_meaning() {
+    // `token` alone opens everything: it is an operator token.
+    let h = Harness::start_with("token = \"legacy\"", std::time::Duration::ZERO).await;
+    for path in ["/operator/verify", "/metrics", "/meta"] {
+        let r = h.client.get(h.url(path)).bearer_auth("legacy");
+        let (status, _) = h.call("get", path, r).await;
+        assert_eq!(status, StatusCode::OK, "{path}");
+    }
+    h.stop().await;
+    // With `operator_token` beside it, `token` is the host's (and the dashboard's) only.
+    let h = Harness::start_with(
+        "token = \"legacy\"\noperator_token = \"ops\"",
+        std::time::Duration::ZERO,
+    )
+    .await;
+    for (path, token, want) in [
+        ("/operator/verify", "legacy", StatusCode::FORBIDDEN),
+        ("/operator/verify", "ops", StatusCode::OK),
+        ("/metrics", "legacy", StatusCode::OK),
+        ("/meta", "legacy", StatusCode::OK),
+        ("/meta", "ops", StatusCode::OK),
+    ] {
+        let r = h.client.get(h.url(path)).bearer_auth(token);
+        let (status, _) = h.call("get", path, r).await;
+        assert_eq!(status, want, "{token} {path}");
+    }
+    h.stop().await;
+}
