@@ -21,6 +21,10 @@ pub struct Args {
     /// the first line printed says which.
     #[arg(long)]
     bind: Option<SocketAddr>,
+    /// This node's id in a cluster (`[store] backend = "nats"`): the holder of the leases of the
+    /// conversations it runs, and where other nodes send their posts. Default: the host name.
+    #[arg(long, env = "LEGIO_NODE")]
+    node: Option<String>,
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -55,7 +59,14 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let tokio = common::tokio()?;
     tokio.block_on(async move {
         let metrics = install_metrics()?;
-        let runtime = Runtime::open(config).await?;
+        let mut builder = Runtime::builder(config);
+        if let Some(node) = args.node {
+            builder = builder.node(node);
+        }
+        let runtime = builder.open().await?;
+        if let Some(node) = runtime.node() {
+            eprintln!("legio: node {node} of the cluster");
+        }
         let server = match Server::bind(runtime, settings.clone(), Some(bind), metrics).await {
             Ok(server) => server,
             Err(e) => return Err(anyhow::Error::from(e)),

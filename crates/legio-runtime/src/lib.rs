@@ -3,6 +3,7 @@
 
 mod agent;
 mod clock;
+mod cluster;
 mod compact;
 mod config;
 mod dispatch;

@@ -14,13 +14,14 @@ use legio_core::{
     MessageId, Participant, Record, Seq, Viewer,
 };
 use legio_llm::Provider;
-use legio_store::{EventLog, NatsLog, SledLog, StoreError};
+use legio_store::{EventLog, NatsLog, SledLog};
 
 use crate::store_backend::StoreBackend;
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::clock::{fresh_uuid, now};
+use crate::cluster::{AppendGate, Cluster, ForwardedPost, Owner, PostHandler};
 use crate::config::{Role, RuntimeConfig, UnknownMentions};
 use crate::dispatch::{gather, Route, Sent};
 use crate::error::RuntimeError;
@@ -54,9 +55,14 @@ pub struct Runtime {
     shared: Arc<Shared>,
     root: ActorRef<RootMsg>,
     /// Conversation supervisors already looked up (the root owns them).
-    supervisors_by_key: Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>,
-    reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
-    stopped: AtomicBool,
+    supervisors_by_key: Arc<Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>>,
+    reaper: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    stopped: Arc<AtomicBool>,
+    /// On the NATS backend: leases and the routing of posts to the owning node.
+    cluster: Option<Arc<Cluster>>,
+    /// False for the handle the cluster's routing serves forwarded posts with (its drop stops
+    /// nothing).
+    primary: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -92,6 +98,7 @@ pub struct RuntimeBuilder {
     providers: HashMap<String, Arc<dyn Provider>>,
     tools: ToolRegistry,
     log: Option<Arc<dyn EventLog>>,
+    node: Option<String>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -132,29 +139,47 @@ impl RuntimeBuilder {
         self
     }
 
+    /// This node's id in a cluster (`[store] backend = "nats"`): who holds a conversation's
+    /// lease and where other nodes send its posts. Default: `LEGIO_NODE`, else the host name.
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
     /// Opens the log (unless one was given) and starts the supervisors. Must be called within a
-    /// multi-threaded tokio runtime.
+    /// multi-threaded tokio runtime. On the NATS backend the node also joins the cluster: it
+    /// takes conversations by lease and serves the posts other nodes forward to it.
     pub async fn open(self) -> Result<Runtime, RuntimeError> {
-        let log = match self.log {
-            Some(log) => log,
+        let (log, cluster) = match self.log {
+            Some(log) => (log, None),
             None => {
                 let store = self.config.store.clone();
-                tokio::task::spawn_blocking(move || -> Result<Arc<dyn EventLog>, StoreError> {
-                    Ok(match &store.backend {
-                        StoreBackend::Sled => Arc::new(SledLog::open(&store.path, &store.options)?),
-                        // Phase 1 of issue 12: the log only; ownership (leases) comes next.
-                        StoreBackend::Nats(options) => Arc::new(NatsLog::open(options)?),
-                    })
-                })
-                .await
-                .map_err(|e| RuntimeError::Cancelled {
-                    what: "opening the log",
-                    reason: e.to_string(),
-                })??
+                let node = self.node.unwrap_or_else(crate::cluster::default_node);
+                tokio::task::spawn_blocking(move || open_log(&store, node))
+                    .await
+                    .map_err(|e| RuntimeError::Cancelled {
+                        what: "opening the log",
+                        reason: e.to_string(),
+                    })??
             }
         };
-        Runtime::launch(self.config, log, self.providers, self.tools).await
+        Runtime::launch(self.config, log, self.providers, self.tools, cluster).await
     }
+}
+
+/// The log the configuration names, and on the NATS backend the node's cluster layer.
+fn open_log(
+    store: &crate::config::StoreSettings,
+    node: String,
+) -> Result<(Arc<dyn EventLog>, Option<Cluster>), RuntimeError> {
+    Ok(match &store.backend {
+        StoreBackend::Sled => (Arc::new(SledLog::open(&store.path, &store.options)?), None),
+        StoreBackend::Nats(options) => {
+            let log = Arc::new(NatsLog::open(options)?);
+            let cluster = Cluster::open(node, options, Arc::clone(&log))?;
+            (log, Some(cluster))
+        }
+    })
 }
 
 impl Runtime {
@@ -165,6 +190,7 @@ impl Runtime {
             providers: HashMap::new(),
             tools: ToolRegistry::new(),
             log: None,
+            node: None,
         }
     }
 
@@ -179,6 +205,7 @@ impl Runtime {
         log: Arc<dyn EventLog>,
         overrides: HashMap<String, Arc<dyn Provider>>,
         tools: ToolRegistry,
+        cluster: Option<Cluster>,
     ) -> Result<Self, RuntimeError> {
         crate::metrics::describe();
         legio_store::metrics::describe();
@@ -195,6 +222,9 @@ impl Runtime {
             prompts: Default::default(),
             dispatch_tails: Default::default(),
             calibrations: Default::default(),
+            gate: cluster
+                .as_ref()
+                .map(|c| Arc::clone(&c.ownership) as Arc<dyn AppendGate>),
         });
         let root = RootSupervisor {
             shared: Arc::clone(&shared),
@@ -209,12 +239,80 @@ impl Runtime {
         let runtime = Self {
             shared,
             root,
-            supervisors_by_key: Mutex::new(HashMap::new()),
-            reaper: Mutex::new(None),
-            stopped: AtomicBool::new(false),
+            supervisors_by_key: Default::default(),
+            reaper: Default::default(),
+            stopped: Default::default(),
+            cluster: cluster.map(Arc::new),
+            primary: true,
         };
         runtime.start_reaper();
+        if let Some(cluster) = &runtime.cluster {
+            cluster.ownership.set_root(runtime.root.clone());
+            if let Err(e) = cluster.start(runtime.forwarded_posts()) {
+                runtime.abort().await;
+                return Err(e);
+            }
+        }
         Ok(runtime)
+    }
+
+    /// A second handle on this runtime's actors, for the cluster's routing to serve forwarded
+    /// posts with.
+    fn handle(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            root: self.root.clone(),
+            supervisors_by_key: Arc::clone(&self.supervisors_by_key),
+            reaper: Arc::clone(&self.reaper),
+            stopped: Arc::clone(&self.stopped),
+            cluster: self.cluster.clone(),
+            primary: false,
+        }
+    }
+
+    /// What serves a post another node forwarded here: the post path, never forwarding again.
+    fn forwarded_posts(&self) -> PostHandler {
+        let runtime = Arc::new(self.handle());
+        Arc::new(move |post: ForwardedPost, progress| {
+            let runtime = Arc::clone(&runtime);
+            Box::pin(async move {
+                runtime
+                    .post_with(post.conversation, post.sender, &post.text, progress, true)
+                    .await
+            })
+        })
+    }
+
+    /// This node's id in its cluster (`None` off a cluster).
+    pub fn node(&self) -> Option<&str> {
+        self.cluster.as_ref().map(|c| c.ownership.node())
+    }
+
+    /// The conversations this node owns in its cluster (empty off a cluster), in key order, each
+    /// with its lease revision and the time since the lease was last renewed.
+    pub fn owned_conversations(&self) -> Vec<(ConversationKey, u64, Duration)> {
+        self.cluster.as_ref().map_or_else(Vec::new, |c| {
+            c.ownership
+                .owned()
+                .into_iter()
+                .map(|(key, lease, age)| (key, lease.revision, age))
+                .collect()
+        })
+    }
+
+    /// On a cluster: whether this node runs `conversation` (taking its lease if nobody holds
+    /// it); a conversation another node owns is [`RuntimeError::Moved`].
+    async fn claim(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        match cluster.ownership.owner(conversation).await? {
+            Owner::Here => Ok(()),
+            Owner::Node(node) => Err(RuntimeError::Moved {
+                conversation: conversation.to_string(),
+                reason: format!("node {node} owns it; send the request there"),
+            }),
+        }
     }
 
     fn start_reaper(&self) {
@@ -364,7 +462,8 @@ impl Runtime {
         sender: impl IntoName<Participant>,
         text: &str,
     ) -> Result<Posted, RuntimeError> {
-        self.post_with(conversation, sender, text, None).await
+        self.post_with(conversation, sender, text, None, false)
+            .await
     }
 
     /// Like [`Runtime::post_as`], reporting each addressed agent's progress to `progress` as it
@@ -378,16 +477,19 @@ impl Runtime {
         text: &str,
         progress: ProgressSink,
     ) -> Result<Posted, RuntimeError> {
-        self.post_with(conversation, sender, text, Some(progress))
+        self.post_with(conversation, sender, text, Some(progress), false)
             .await
     }
 
+    /// The post path; on a cluster, a post to a conversation another node owns goes there
+    /// (unless it was `forwarded` here already).
     async fn post_with(
         &self,
         conversation: impl IntoName<ConversationKey>,
         sender: impl IntoName<Participant>,
         text: &str,
         progress: Option<ProgressSink>,
+        forwarded: bool,
     ) -> Result<Posted, RuntimeError> {
         self.check_running()?;
         let key = Self::host_conversation(conversation)?;
@@ -398,6 +500,16 @@ impl Runtime {
             Participant::User => Participant::User,
             Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
         };
+        if let Some(cluster) = &self.cluster {
+            let post = ForwardedPost {
+                conversation: key.clone(),
+                sender: sender.clone(),
+                text: text.to_owned(),
+            };
+            if let Some(answer) = cluster.elsewhere(&post, progress.as_ref(), forwarded).await {
+                return answer;
+            }
+        }
         let (audience, targets, unknown_mentions) = self.address(&sender, text)?;
         let id = MessageId(fresh_uuid());
         let message = Message::text(id, key.clone(), sender, audience, text, now());
@@ -422,9 +534,13 @@ impl Runtime {
         let replies = self
             .dispatch(&key, Job::Turn(request), &targets, Some(ticket))
             .await;
-        Ok(Posted {
+        let posted = Posted {
             replies,
             unknown_mentions,
+        };
+        Ok(match &self.cluster {
+            Some(cluster) => cluster.settle(&key, posted),
+            None => posted,
         })
     }
 
@@ -507,6 +623,7 @@ impl Runtime {
         if text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);
         }
+        self.claim(&key).await?;
         let job = Job::Heartbeat {
             text: text.to_owned(),
         };
@@ -638,6 +755,7 @@ impl Runtime {
         self.check_running()?;
         let key = Self::host_conversation(conversation)?;
         let agent = self.roster_agent(agent)?;
+        self.claim(&key).await?;
         let (tx, rx) = oneshot::channel();
         self.send_to_conversation(&key, ConversationMsg::Reset { agent, reply: tx })
             .await?;
@@ -724,6 +842,9 @@ impl Runtime {
                 let _ = rx.await;
             }
         }
+        if let Some(cluster) = &self.cluster {
+            cluster.stop(true).await;
+        }
         self.teardown().await;
         let log = Arc::clone(&self.shared.log);
         tokio::task::spawn_blocking(move || log.flush())
@@ -741,6 +862,9 @@ impl Runtime {
     pub async fn abort(self) {
         self.stopped.store(true, Ordering::SeqCst);
         self.stop_reaper();
+        if let Some(cluster) = &self.cluster {
+            cluster.stop(false).await;
+        }
         self.teardown().await;
     }
 
@@ -799,7 +923,10 @@ async fn reap(root: &ActorRef<RootMsg>, idle: Duration) -> Result<usize, Runtime
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if !self.stopped.load(Ordering::SeqCst) {
+        if self.primary && !self.stopped.load(Ordering::SeqCst) {
+            if let Some(cluster) = &self.cluster {
+                cluster.abort();
+            }
             tracing::warn!("runtime dropped without shutdown() or abort(): stopping actors without recording boundaries");
             self.stop_reaper();
             self.root.stop(None);
