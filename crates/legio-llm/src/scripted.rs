@@ -385,26 +385,6 @@ fn fragments(text: &str) -> Vec<&str> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::fragments;
-
-    #[test]
-    fn fragments_concatenate_to_the_text() {
-        for text in [
-            "",
-            "one",
-            "a b",
-            "lead read 3 message(s) (delta) and answers #7.",
-        ] {
-            let parts = fragments(text);
-            assert_eq!(parts.concat(), text);
-            assert!(parts.len() <= 5, "{parts:?}");
-        }
-        assert!(fragments("lead read 3 message(s) (delta) and answers #7.").len() >= 3);
-    }
-}
-
 /// The shared sessions in `dir` (see [`ScriptedProvider::with_shared_sessions`]): per session
 /// id, what it was sent, in order, as `(seq, marked redelivered)`.
 pub fn read_shared_sessions(
@@ -425,4 +405,24 @@ pub fn read_shared_sessions(
         out.insert(id, thread);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fragments;
+
+    #[test]
+    fn fragments_concatenate_to_the_text() {
+        for text in [
+            "",
+            "one",
+            "a b",
+            "lead read 3 message(s) (delta) and answers #7.",
+        ] {
+            let parts = fragments(text);
+            assert_eq!(parts.concat(), text);
+            assert!(parts.len() <= 5, "{parts:?}");
+        }
+        assert!(fragments("lead read 3 message(s) (delta) and answers #7.").len() >= 3);
+    }
 }
