@@ -67,7 +67,10 @@ async fn run(config: RuntimeConfig, duration: Duration) -> Measured {
             .expect("open"),
     );
     for c in 0..CONVERSATIONS {
-        runtime.post(format!("bench:{c}"), "warm up").await.unwrap();
+        runtime
+            .post(&format!("bench:{c}"), "warm up")
+            .await
+            .unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
@@ -81,7 +84,7 @@ async fn run(config: RuntimeConfig, duration: Duration) -> Measured {
                     n += 1;
                     let t = Instant::now();
                     let posted = runtime
-                        .post(format!("bench:{c}"), &format!("turn {n}"))
+                        .post(&format!("bench:{c}"), &format!("turn {n}"))
                         .await
                         .expect("post");
                     assert!(posted.iter().all(|r| r.text().is_some()), "{posted:?}");

@@ -2,7 +2,7 @@
 //! here the node takes the conversation's lease (create-if-absent; its revision is the fencing
 //! token) and reads the conversation again from the stream (`NatsLog::refresh`), so its agents
 //! start from the log with the usual crash boundaries. One task renews every lease at TTL/3. A
-//! node that cannot renew for 2/3 of the TTL, whose lease was taken, or whose append the log
+//! node that cannot renew for 3/4 of the TTL, whose lease was taken, or whose append the log
 //! refused as fenced, stands down: the conversation's actors are killed (nothing more is
 //! appended; turns in flight fail as moved) before the lease can expire.
 
@@ -96,10 +96,11 @@ impl Ownership {
         let _ = self.root.set(root);
     }
 
-    /// How long after its last renewal a lease is trusted: 2/3 of the TTL, so a node stands down
-    /// well before another can take the lease.
+    /// How long after its last renewal (measured from before the renewal was sent, so before
+    /// the servers restarted the lease's TTL) a lease is trusted: 3/4 of the TTL, so a node
+    /// stands down before another can take the lease.
     fn trust(&self) -> Duration {
-        self.leases.ttl() * 2 / 3
+        self.leases.ttl() * 3 / 4
     }
 
     fn fresh(&self, conversation: &ConversationKey) -> bool {
@@ -131,12 +132,10 @@ impl Ownership {
         if self.fresh(conversation) {
             return Ok(Owner::Here);
         }
-        // Held but stale (renewals failing): the renewal task stands it down; do not serve.
-        if lock(&self.held).contains_key(conversation) {
-            return Err(RuntimeError::Moved {
-                conversation: conversation.to_string(),
-                reason: "this node cannot renew its lease".into(),
-            });
+        // Held but not renewed lately (a slow or failed renewal): renew it now; if it is lost
+        // or cannot be renewed, this node stood down and tries to take it as anyone would.
+        if lock(&self.held).contains_key(conversation) && self.renew(conversation).await? {
+            return Ok(Owner::Here);
         }
         for _ in 0..3 {
             let (leases, name, node) = (
@@ -217,34 +216,43 @@ impl Ownership {
     }
 
     async fn renew_all(&self) {
-        let leases: Vec<(ConversationKey, Lease)> = lock(&self.held)
-            .iter()
-            .map(|(k, h)| (k.clone(), h.lease.clone()))
-            .collect();
-        for (conversation, lease) in leases {
-            let started = Instant::now();
-            let store = Arc::clone(&self.leases);
-            let renewed = blocking("renewing a lease", move || store.renew(&lease)).await;
-            metrics::histogram!(m::LEASE_RENEW_LATENCY).record(started.elapsed().as_secs_f64());
-            match renewed {
-                Ok(Ok(lease)) => {
-                    if let Some(h) = lock(&self.held).get_mut(&conversation) {
-                        h.lease = lease;
-                        h.renewed = started;
-                    }
-                }
-                Ok(Err(LeaseError::Lost { .. })) => {
-                    self.stand_down(&conversation, "lost").await;
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(conversation = %conversation, error = %e, "cannot renew a lease");
-                    if !self.fresh(&conversation) {
-                        self.stand_down(&conversation, "unrenewed").await;
-                    }
-                }
-                Err(_) => return, // the runtime is stopping
+        let conversations: Vec<ConversationKey> = lock(&self.held).keys().cloned().collect();
+        for conversation in conversations {
+            let _one = self.acquiring.lock().await;
+            if self.renew(&conversation).await.is_err() {
+                return; // the runtime is stopping
             }
         }
+    }
+
+    /// Renews `conversation`'s lease if this node holds it (the caller holds `acquiring`, so a
+    /// renewal never races another with the same revision). Stands down when the lease is lost,
+    /// or when it cannot be renewed and is no longer trusted. Answers whether it is held and
+    /// trusted afterwards.
+    async fn renew(&self, conversation: &ConversationKey) -> Result<bool, RuntimeError> {
+        let Some(lease) = lock(&self.held).get(conversation).map(|h| h.lease.clone()) else {
+            return Ok(false);
+        };
+        let started = Instant::now();
+        let store = Arc::clone(&self.leases);
+        let renewed = blocking("renewing a lease", move || store.renew(&lease)).await?;
+        metrics::histogram!(m::LEASE_RENEW_LATENCY).record(started.elapsed().as_secs_f64());
+        match renewed {
+            Ok(lease) => {
+                if let Some(h) = lock(&self.held).get_mut(conversation) {
+                    h.lease = lease;
+                    h.renewed = started;
+                }
+            }
+            Err(LeaseError::Lost { .. }) => self.stand_down(conversation, "lost").await,
+            Err(e) => {
+                tracing::warn!(conversation = %conversation, error = %e, "cannot renew a lease");
+                if !self.fresh(conversation) {
+                    self.stand_down(conversation, "unrenewed").await;
+                }
+            }
+        }
+        Ok(self.fresh(conversation))
     }
 
     /// Stops running `conversation` here: forgets its lease (without releasing it: it is lost or
