@@ -189,8 +189,11 @@ impl NodeBus {
                     .subscribe(subject)
                     .await
                     .map_err(|e| StoreError::cluster("subscribing to the node's subject", e))?;
+                // A round trip on this connection, so the server has processed the subscription
+                // before we say we serve (a flush only sends it). Interest still takes a moment
+                // to reach the other servers of a cluster: callers retry "no responders".
                 client
-                    .flush()
+                    .request("$JS.API.INFO", bytes::Bytes::new())
                     .await
                     .map_err(|e| StoreError::cluster("subscribing to the node's subject", e))?;
                 Ok::<_, StoreError>(subscriber)
