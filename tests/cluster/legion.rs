@@ -253,6 +253,27 @@ pub fn http(base: &str, path: &str, body: Option<Value>) -> (u16, String) {
     })
 }
 
+/// Posts `text` to `conversation` through `base` with `Accept: text/event-stream`: the status
+/// and the whole stream as text.
+pub fn post_streamed(base: &str, conversation: &str, text: &str) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let response = reqwest::Client::new()
+            .post(format!("{base}/sessions/{conversation}/turns"))
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .body(json!({ "content": text }).to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    })
+}
+
 pub fn get(node: &Node, path: &str) -> (u16, String) {
     http(&node.base, path, None)
 }

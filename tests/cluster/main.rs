@@ -84,6 +84,20 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
         "and served by the owners"
     );
 
+    // A streamed turn through a node that does not own the conversation: the owner's progress
+    // comes back as the stream.
+    let owner = legion.owner("rr:0").unwrap();
+    let via = legion.nodes.iter().find(|n| n.name != owner).unwrap();
+    let (status, stream) = post_streamed(&via.base, "rr:0", "@all streamed through a non-owner");
+    assert_eq!(status, 200, "{stream}");
+    for event in ["agent_started", "delta", "agent_done", "replies"] {
+        assert!(
+            stream.contains(&format!("event: {event}")),
+            "{event} in {stream}"
+        );
+    }
+    assert!(!stream.contains("\"error\":\""), "{stream}");
+
     // One nats-server of three lost: turns go on; restarted: it catches up.
     legion.nats.kill(0);
     for round in 0..4 {
