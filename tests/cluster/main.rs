@@ -84,6 +84,25 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
         "and served by the owners"
     );
 
+    // Every node reads the same history, the owner's appends included.
+    for conversation in &conversations {
+        let histories: Vec<usize> = legion
+            .nodes
+            .iter()
+            .map(|n| {
+                let (status, body) = get(n, &format!("/sessions/{conversation}/history"));
+                assert_eq!(status, 200, "{body}");
+                serde_json::from_str::<Vec<Value>>(&body).unwrap().len()
+            })
+            .collect();
+        assert!(
+            histories
+                .iter()
+                .all(|h| *h == histories[0] && *h >= ROUNDS * 2),
+            "{conversation}: {histories:?}"
+        );
+    }
+
     // A streamed turn through a node that does not own the conversation: the owner's progress
     // comes back as the stream.
     let owner = legion.owner("rr:0").unwrap();

@@ -300,6 +300,15 @@ impl Runtime {
         })
     }
 
+    /// On a cluster, before a read of `conversation`: a node that does not own it reads it
+    /// again, so the read shows the owner's appends.
+    async fn catch_up(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+        match &self.cluster {
+            Some(cluster) => cluster.ownership.catch_up(conversation).await,
+            None => Ok(()),
+        }
+    }
+
     /// On a cluster: whether this node runs `conversation` (taking its lease if nobody holds
     /// it); a conversation another node owns is [`RuntimeError::Moved`].
     async fn claim(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
@@ -664,6 +673,7 @@ impl Runtime {
             }
             None => None,
         };
+        self.catch_up(&key).await?;
         self.shared
             .read(move |log| {
                 let viewer = spec.as_ref().map_or(Viewer::Everything, |s| s.viewer());
@@ -686,6 +696,7 @@ impl Runtime {
         let spec = self.shared.roster_spec(&agent.into_name()?)?.clone();
         let history = self.shared.provider(&spec)?.capabilities().history;
         let (_, prompt_hash) = self.shared.system_prompt(&spec)?;
+        self.catch_up(&key).await?;
         let shared = Arc::clone(&self.shared);
         tokio::task::spawn_blocking(move || {
             let at = at.unwrap_or_else(|| shared.log.last_seq());
@@ -768,6 +779,7 @@ impl Runtime {
         conversation: impl IntoName<ConversationKey>,
     ) -> Result<Vec<AgentStatus>, RuntimeError> {
         let key = conversation.into_name()?;
+        self.catch_up(&key).await?;
         let lookup = key.clone();
         let states = self
             .shared

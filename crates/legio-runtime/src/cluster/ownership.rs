@@ -49,6 +49,10 @@ pub(crate) struct Ownership {
     renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// How often taking a lease is tried before the post fails, and the pause after a cluster error.
+const ACQUIRE_ATTEMPTS: u32 = 5;
+const ACQUIRE_PAUSE: Duration = Duration::from_millis(200);
+
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
@@ -109,6 +113,29 @@ impl Ownership {
             .is_some_and(|h| h.renewed.elapsed() < self.trust())
     }
 
+    /// Before a read of `conversation` on a node that does not own it: reads it again from the
+    /// stream, so the read shows what its owner appended (this node's copy is only kept current
+    /// by its own appends). The owner's own copy is current.
+    pub(crate) async fn catch_up(
+        &self,
+        conversation: &ConversationKey,
+    ) -> Result<(), RuntimeError> {
+        if conversation.is_reserved() || self.fresh(conversation) {
+            return Ok(());
+        }
+        // Not while this node takes the conversation (and starts appending to it).
+        let _one = self.acquiring.lock().await;
+        if self.fresh(conversation) {
+            return Ok(());
+        }
+        let (log, key) = (Arc::clone(&self.log), conversation.clone());
+        blocking("reading a conversation another node owns", move || {
+            log.refresh(&key)
+        })
+        .await??;
+        Ok(())
+    }
+
     /// The conversations this node owns, with their leases and when they were last renewed.
     pub(crate) fn owned(&self) -> Vec<(ConversationKey, Lease, Duration)> {
         let mut out: Vec<_> = lock(&self.held)
@@ -137,7 +164,7 @@ impl Ownership {
         if lock(&self.held).contains_key(conversation) && self.renew(conversation).await? {
             return Ok(Owner::Here);
         }
-        for _ in 0..3 {
+        for attempt in 1..=ACQUIRE_ATTEMPTS {
             let (leases, name, node) = (
                 Arc::clone(&self.leases),
                 conversation.to_string(),
@@ -167,6 +194,12 @@ impl Ownership {
                 // Expired between the refused create and the read: try again.
                 Err(LeaseError::Held { holder, .. }) if holder.is_empty() => continue,
                 Err(LeaseError::Held { holder, .. }) => return Ok(Owner::Node(holder)),
+                // A replica of the bucket not ready yet (a server restarting, a leader moving).
+                Err(LeaseError::Store(e)) if attempt < ACQUIRE_ATTEMPTS => {
+                    tracing::info!(conversation = %conversation, error = %e, "taking a lease failed; trying again");
+                    tokio::time::sleep(ACQUIRE_PAUSE).await;
+                    continue;
+                }
                 Err(e) => return Err(e.into()),
             };
             self.take(conversation, lease).await?;
@@ -258,27 +291,34 @@ impl Ownership {
     /// Stops running `conversation` here: forgets its lease (without releasing it: it is lost or
     /// not trusted) and kills its actors, recording nothing.
     pub(crate) async fn stand_down(&self, conversation: &ConversationKey, why: &'static str) {
-        let was_held = {
+        if let Some(stopped) = self.forget(conversation, why) {
+            let _ = stopped.await;
+        }
+    }
+
+    /// The stand-down itself: forgets the lease, counts it, and asks the root to kill the
+    /// conversation's actors; the answer comes when they are stopped.
+    fn forget(
+        &self,
+        conversation: &ConversationKey,
+        why: &'static str,
+    ) -> Option<oneshot::Receiver<()>> {
+        {
             let mut held = lock(&self.held);
-            let was = held.remove(conversation).is_some();
-            metrics::gauge!(m::LEASES_HELD).set(held.len() as f64);
-            was
-        };
-        lock(&self.left).insert(conversation.clone());
-        if was_held {
-            tracing::warn!(conversation = %conversation, node = %self.node, why, "stood down from the conversation");
-            metrics::counter!(m::LEASES_LOST, "why" => why).increment(1);
-        }
-        if let Some(root) = self.root.get() {
-            let (tx, rx) = oneshot::channel();
-            let message = RootMsg::StandDown {
-                conversation: conversation.clone(),
-                reply: tx,
-            };
-            if root.send_message(message).is_ok() {
-                let _ = rx.await;
+            if held.remove(conversation).is_some() {
+                tracing::warn!(conversation = %conversation, node = %self.node, why, "stood down from the conversation");
+                metrics::counter!(m::LEASES_LOST, "why" => why).increment(1);
             }
+            metrics::gauge!(m::LEASES_HELD).set(held.len() as f64);
         }
+        lock(&self.left).insert(conversation.clone());
+        let (tx, rx) = oneshot::channel();
+        let message = RootMsg::StandDown {
+            conversation: conversation.clone(),
+            reply: tx,
+        };
+        self.root.get()?.send_message(message).ok()?;
+        Some(rx)
     }
 
     /// Turns cut by a stand-down during a post answer as moved, not as crashed.
@@ -346,25 +386,7 @@ impl AppendGate for Ownership {
         if key.is_reserved() {
             return;
         }
-        // Called from an append on the runtime: stand down on a task of its own (the stand-down
-        // waits for the actors, one of which may be the caller).
-        let this: &Ownership = self;
-        let root = this.root.get().cloned();
-        {
-            let mut held = lock(&this.held);
-            if held.remove(&key).is_some() {
-                tracing::warn!(conversation = %key, node = %this.node, "append refused as fenced: standing down");
-                metrics::counter!(m::LEASES_LOST, "why" => "fenced").increment(1);
-            }
-            metrics::gauge!(m::LEASES_HELD).set(held.len() as f64);
-        }
-        lock(&this.left).insert(key.clone());
-        if let Some(root) = root {
-            let (tx, _rx) = oneshot::channel();
-            let _ = root.send_message(RootMsg::StandDown {
-                conversation: key,
-                reply: tx,
-            });
-        }
+        // Called from an append, perhaps by one of the actors to stop: do not wait for them.
+        let _ = self.forget(&key, "fenced");
     }
 }
