@@ -1,12 +1,13 @@
 //! The JetStream backend against real nats-server processes: leases, fencing of a writer that
-//! lost a conversation, and a three-server cluster that loses a server and gets it back. (The
+//! lost a conversation, a three-server cluster that loses a server and gets it back, and the node
+//! bus (requests between nodes). (The
 //! `EventLog` contract and the model test run on `NatsLog` in contract.rs and model.rs.)
 
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use legio_core::Seq;
-use legio_store::{EventLog, LeaseError, Leases, NatsLog, StoreError};
+use legio_store::{BusError, EventLog, LeaseError, Leases, NatsLog, NodeBus, StoreError};
 use legio_tests::nats::NatsCluster;
 use legio_tests::*;
 
@@ -329,4 +330,83 @@ fn a_read_only_log_refuses_appends_and_needs_an_existing_stream() {
             .len(),
         2
     );
+}
+
+/// The node bus: a request to a node nobody serves is answered at once; a served one gets its
+/// progress frames in order, then the answer; a node that takes a request and falls silent is
+/// given up after the silence.
+#[test]
+fn the_node_bus_answers_in_order_and_reports_absent_and_silent_nodes() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let options = cluster.options(1);
+    let bus = NodeBus::open(&options, Duration::from_millis(100)).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (frames, _) = tokio::sync::mpsc::unbounded_channel();
+        let started = Instant::now();
+        let absent = bus
+            .request("nobody", b"hi".to_vec(), frames, Duration::from_secs(5))
+            .await;
+        assert_eq!(
+            absent,
+            Err(BusError::NoResponder {
+                node: "nobody".into()
+            })
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "answered at once"
+        );
+
+        let server = NodeBus::open(&options, Duration::from_millis(100)).unwrap();
+        let mut incoming = server.serve("n1").unwrap();
+        let (took_hang, hang_taken) = tokio::sync::oneshot::channel();
+        tokio::spawn(async move {
+            let mut took_hang = Some(took_hang);
+            while let Some(request) = incoming.recv().await {
+                if request.payload == b"hang" {
+                    // Keep the request open and let the test stop the serving node.
+                    if let Some(signal) = took_hang.take() {
+                        let _ = signal.send(request.reply);
+                    }
+                    continue;
+                }
+                for i in 0..20u8 {
+                    request.reply.progress(vec![i]);
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await; // alive frames meanwhile
+                let mut answer = request.payload.clone();
+                answer.reverse();
+                request.reply.finish(answer);
+            }
+        });
+        let (frames, mut progress) = tokio::sync::mpsc::unbounded_channel();
+        let answer = bus
+            .request("n1", b"abc".to_vec(), frames, Duration::from_millis(3000))
+            .await
+            .unwrap();
+        assert_eq!(answer, b"cba");
+        let mut steps = Vec::new();
+        while let Ok(step) = progress.try_recv() {
+            steps.extend(step);
+        }
+        assert_eq!(steps, (0..20u8).collect::<Vec<_>>());
+
+        // The serving node dies while it holds a request: the caller gives up after the silence.
+        let (frames, _) = tokio::sync::mpsc::unbounded_channel();
+        let request = bus.request("n1", b"hang".to_vec(), frames, Duration::from_millis(500));
+        let stop = async {
+            let reply = hang_taken.await.unwrap();
+            drop(server);
+            reply
+        };
+        let (silent, _reply) = tokio::join!(request, stop);
+        assert!(matches!(silent, Err(BusError::Silent { .. })), "{silent:?}");
+    });
 }

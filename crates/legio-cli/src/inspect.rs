@@ -1,4 +1,5 @@
-//! `legio inspect`: tables of conversations, agents, sessions and the shared memory, from the log.
+//! `legio inspect`: tables of conversations, agents, sessions and the shared memory, from the log;
+//! and on a cluster, which node owns which conversation, from the lease bucket.
 
 use std::process::ExitCode;
 
@@ -23,6 +24,9 @@ pub enum What {
     Sessions,
     /// The shared memory: directives, notes and every notebook (JSON: the whole projection).
     Memory,
+    /// On a cluster (`--nats` or `store.backend = "nats"`): each node and the conversations it
+    /// owns, with the lease's revision and the time since it was last renewed.
+    Nodes,
 }
 
 /// Table or JSON.
@@ -103,6 +107,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             print(args.format, &header, table.rows)?;
             return Ok(ExitCode::SUCCESS);
         }
+        What::Nodes => return nodes(context, args.format),
     };
     let table: Table = match context.remote()? {
         Some(remote) => {
@@ -131,5 +136,34 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     };
     let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
     print(args.format, &header, table.rows)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `legio inspect nodes`: the lease bucket, one row per conversation lease, by node.
+fn nodes(context: &Context, format: TableFormat) -> Result<ExitCode> {
+    let Some(options) = common::nats_options(context)? else {
+        anyhow::bail!(
+            "`legio inspect nodes` reads a cluster's leases: give --nats URL or set store.backend = \"nats\""
+        );
+    };
+    let leases = legio_store::Leases::open(&options)?;
+    let mut held = leases.list_with_age()?;
+    held.sort_by(|a, b| (&a.0.holder, &a.0.name).cmp(&(&b.0.holder, &b.0.name)));
+    let rows = held
+        .into_iter()
+        .map(|(lease, age)| {
+            vec![
+                lease.holder,
+                lease.name,
+                lease.revision.to_string(),
+                format!("{:.1} s", age.as_secs_f64()),
+            ]
+        })
+        .collect();
+    print(
+        format,
+        &["node", "conversation", "lease revision", "renewed ago"],
+        rows,
+    )?;
     Ok(ExitCode::SUCCESS)
 }

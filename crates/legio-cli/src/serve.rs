@@ -21,6 +21,10 @@ pub struct Args {
     /// the first line printed says which.
     #[arg(long)]
     bind: Option<SocketAddr>,
+    /// This node's id in a cluster (`[store] backend = "nats"`): the holder of the leases of the
+    /// conversations it runs, and where other nodes send their posts. Default: the host name.
+    #[arg(long, env = "LEGIO_NODE")]
+    node: Option<String>,
 }
 
 /// Resolves on SIGTERM or SIGINT.
@@ -57,7 +61,14 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         // The port first: a busy one fails before the log is opened (or its folder created).
         let listener = Server::listen(&settings, bind).await?;
         let metrics = install_metrics()?;
-        let runtime = Runtime::open(config).await?;
+        let mut builder = Runtime::builder(config);
+        if let Some(node) = args.node {
+            builder = builder.node(node);
+        }
+        let runtime = builder.open().await?;
+        if let Some(node) = runtime.node() {
+            eprintln!("legio: node {node} of the cluster");
+        }
         let server = Server::on(listener, runtime, settings.clone(), metrics);
         let addr = server.local_addr()?;
         outln!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.has_tokens() { "?token=…" } else { "" });

@@ -91,7 +91,16 @@ pub fn build_provider(
     settings: &ProviderSettings,
 ) -> Result<Arc<dyn Provider>, BuildError> {
     Ok(match settings {
-        ProviderSettings::Scripted(c) => Arc::new(ScriptedProvider::new(*c)),
+        ProviderSettings::Scripted(c) => {
+            let provider = ScriptedProvider::new(*c);
+            // Test support across processes (the cluster tests): see `with_shared_sessions`.
+            Arc::new(
+                match std::env::var_os(crate::scripted::SHARED_SESSIONS_ENV) {
+                    Some(dir) => provider.with_shared_sessions(dir.into()),
+                    None => provider,
+                },
+            )
+        }
         ProviderSettings::OpenAiChat(s) => {
             Arc::new(crate::openai_chat::OpenAiChat::new(name, s.clone())?)
         }

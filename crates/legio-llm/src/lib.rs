@@ -26,7 +26,10 @@ pub use render::{
     bootstrap_block, chat_turns, structured_turns, ChatRole, ChatTurn, StructuredTurn,
     ToolCallPart, ToolResultPart,
 };
-pub use scripted::{Fault, RecordedRequest, ScriptedConfig, ScriptedProvider};
+pub use scripted::{
+    read_shared_sessions, Fault, RecordedRequest, ScriptedConfig, ScriptedProvider,
+    SHARED_SESSIONS_ENV,
+};
 pub use settings::{
     default_max_output_tokens, is_openai_api, ClaudeCodeSettings, HttpSettings, RetrySettings,
     KINDS,

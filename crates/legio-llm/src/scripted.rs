@@ -3,7 +3,9 @@
 //! per-session thread of what each provider session was sent, answers with text derived from its
 //! input, and can be told to fail (error, panic, hang, lose a session), to answer with a given
 //! text, or to call tools ([`Fault::ToolCalls`]) on chosen turns. It records the tools each
-//! request offered.
+//! request offered. With shared sessions ([`ScriptedProvider::with_shared_sessions`]) its provider
+//! sessions live in a folder that several processes share, as a real provider's sessions live on
+//! its servers: a session made by one legio node can be resumed by another.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -116,11 +118,15 @@ struct State {
     faults: VecDeque<(Option<AgentName>, Fault)>,
 }
 
+/// The variable that gives a configured scripted provider shared sessions (its folder).
+pub const SHARED_SESSIONS_ENV: &str = "LEGIO_SCRIPTED_SESSIONS_DIR";
+
 /// The deterministic provider. Clone it to share its record between a runtime and a test.
 #[derive(Clone)]
 pub struct ScriptedProvider {
     config: ScriptedConfig,
     state: Arc<Mutex<State>>,
+    shared: Option<Arc<std::path::PathBuf>>,
 }
 
 impl std::fmt::Debug for ScriptedProvider {
@@ -137,6 +143,43 @@ impl ScriptedProvider {
         Self {
             config,
             state: Arc::new(Mutex::new(State::default())),
+            shared: None,
+        }
+    }
+
+    /// Keeps the provider sessions in `dir`, shared with every process that uses the same
+    /// folder: a session is the file `dir/<session id>` (ids are unique across processes), which
+    /// exists from the session's creation and gets one line per message a successful call sent
+    /// it, `<seq> <1 if marked redelivered, else 0>`, written with one append before the call
+    /// returns. A resume finds a session if its file exists. [`read_shared_sessions`] reads them.
+    pub fn with_shared_sessions(mut self, dir: std::path::PathBuf) -> Self {
+        self.shared = Some(Arc::new(dir));
+        self
+    }
+
+    /// Whether the provider knows session `id` (in its memory, or in the shared folder).
+    fn knows(&self, state: &State, id: &str) -> bool {
+        state.sessions.contains_key(id)
+            || self
+                .shared
+                .as_ref()
+                .is_some_and(|dir| dir.join(id).is_file())
+    }
+
+    /// Appends what a call sent to the session's shared file (if sessions are shared).
+    fn share(&self, id: &str, plan: &ContextPlan) {
+        let Some(dir) = &self.shared else { return };
+        let lines: String = plan
+            .messages()
+            .map(|i| format!("{} {}\n", i.seq.0, u8::from(i.redelivered)))
+            .collect();
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(id))
+            .and_then(|mut file| std::io::Write::write_all(&mut file, lines.as_bytes()));
+        if let Err(e) = written {
+            panic!("scripted provider: cannot write its shared session {id}: {e}");
         }
     }
 
@@ -212,7 +255,7 @@ impl ScriptedProvider {
         };
         let session = match (&request.resume, stateful) {
             (Some(id), true) => {
-                if fault == Some(Fault::LoseSession) || !state.sessions.contains_key(id) {
+                if fault == Some(Fault::LoseSession) || !self.knows(&state, id) {
                     state.requests.push(record);
                     return Err(ProviderError::SessionLost {
                         session: id.clone(),
@@ -222,7 +265,15 @@ impl ScriptedProvider {
             }
             (None, true) => {
                 state.next_session += 1;
-                let id = format!("scripted-{}-{}", request.agent, state.next_session);
+                let id = match &self.shared {
+                    Some(_) => format!(
+                        "scripted-{}-{}-{}",
+                        request.agent,
+                        std::process::id(),
+                        state.next_session
+                    ),
+                    None => format!("scripted-{}-{}", request.agent, state.next_session),
+                };
                 state.sessions.insert(id.clone(), Vec::new());
                 Some(id)
             }
@@ -236,6 +287,7 @@ impl ScriptedProvider {
         if let Some(id) = &session {
             let thread = state.sessions.entry(id.clone()).or_default();
             thread.extend(request.plan.messages().map(|i| i.seq));
+            self.share(id, &request.plan);
         }
         record.succeeded = true;
         state.requests.push(record);
@@ -332,6 +384,28 @@ fn fragments(text: &str) -> Vec<&str> {
         }
     }
     out
+}
+
+/// The shared sessions in `dir` (see [`ScriptedProvider::with_shared_sessions`]): per session
+/// id, what it was sent, in order, as `(seq, marked redelivered)`.
+pub fn read_shared_sessions(
+    dir: &std::path::Path,
+) -> std::io::Result<HashMap<String, Vec<(Seq, bool)>>> {
+    let mut out = HashMap::new();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let id = entry.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(entry.path())?;
+        let thread = text
+            .lines()
+            .filter_map(|line| {
+                let (seq, mark) = line.split_once(' ')?;
+                Some((Seq(seq.parse().ok()?), mark == "1"))
+            })
+            .collect();
+        out.insert(id, thread);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -118,6 +118,31 @@ pub enum RuntimeError {
         /// The calls that are waiting.
         waiting: Vec<String>,
     },
+    /// The conversation is not (or no longer) owned by this node, and the request could not be
+    /// carried out here; it can be retried (it goes to the new owner). `docs/cluster.md`.
+    #[error("conversation {conversation} moved away from this node ({reason}); try again")]
+    Moved {
+        /// The conversation.
+        conversation: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The node that owns the conversation answered the forwarded request with this error.
+    #[error("{message} (on node {node})")]
+    Remote {
+        /// The owner.
+        node: String,
+        /// The error's cause, as the owner classified it.
+        code: ErrorCode,
+        /// The owner's message.
+        message: String,
+    },
+    /// A conversation lease could not be taken or kept (the cluster failed).
+    #[error(transparent)]
+    Lease(#[from] legio_store::LeaseError),
+    /// A request to the owning node got no answer.
+    #[error(transparent)]
+    Bus(#[from] legio_store::BusError),
 }
 
 /// The cause of a [`RuntimeError`] as a stable code, for hosts that map errors (the server maps
@@ -195,9 +220,11 @@ impl RuntimeError {
             Self::ReservedConversation { .. } => C::ReservedConversation,
             Self::EmptyMessage => C::EmptyMessage,
             Self::ShutDown | Self::Cancelled { .. } => C::ShuttingDown,
-            Self::AgentRestarting { .. } => C::Unavailable,
             Self::HostTool(_) => C::InvalidTool,
             Self::NoPendingToolCall { .. } => C::NoPendingToolCall,
+            Self::AgentRestarting { .. } | Self::Moved { .. } | Self::Bus(_) => C::Unavailable,
+            Self::Remote { code, .. } => *code,
+            Self::Lease(_) => C::Internal,
             Self::SupervisorStart { .. }
             | Self::PromptUnreadable { .. }
             | Self::MissingRecord { .. } => C::Internal,

@@ -4,6 +4,7 @@
 mod agent;
 mod calibrations;
 mod clock;
+mod cluster;
 mod compact;
 mod dispatch;
 mod error;

@@ -117,4 +117,10 @@ pub(crate) enum RootMsg {
     All {
         reply: oneshot::Sender<Vec<ActorRef<ConversationMsg>>>,
     },
+    /// Stops a conversation's actors at once, recording nothing (this node no longer owns it:
+    /// see cluster/ownership.rs); answers when they are stopped.
+    StandDown {
+        conversation: ConversationKey,
+        reply: oneshot::Sender<()>,
+    },
 }

@@ -38,6 +38,19 @@ pub const TOOL_CALLS: &str = "legio_tool_calls_total";
 /// Requests whose oldest messages were left out to fit the model's window, by agent.
 pub const CONTEXT_LEFT_OUT: &str = "legio_context_left_out_total";
 
+/// Conversation leases taken by this node (on a cluster), labelled by `how` (new, adopted).
+pub const LEASES_ACQUIRED: &str = "legio_cluster_leases_acquired_total";
+/// Conversations this node stood down from, labelled by `why` (lost, unrenewed, fenced).
+pub const LEASES_LOST: &str = "legio_cluster_leases_lost_total";
+/// Conversation leases this node owns now (gauge).
+pub const LEASES_HELD: &str = "legio_cluster_leases_held";
+/// Seconds a lease renewal took (histogram).
+pub const LEASE_RENEW_LATENCY: &str = "legio_cluster_lease_renew_seconds";
+/// Posts sent to the owning node, labelled by `outcome` (ok, error).
+pub const FORWARDED_POSTS: &str = "legio_cluster_forwarded_posts_total";
+/// Posts this node served for another node.
+pub const SERVED_POSTS: &str = "legio_cluster_served_posts_total";
+
 /// Explicit buckets for [`TURN_LATENCY`], in seconds.
 pub const TURN_LATENCY_BUCKETS: [f64; 14] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -82,4 +95,20 @@ pub fn describe() {
         TOOL_CALLS,
         "Tool calls run in agent loops, by tool and outcome"
     );
+    metrics::describe_counter!(LEASES_ACQUIRED, "Conversation leases taken by this node");
+    metrics::describe_counter!(
+        LEASES_LOST,
+        "Conversations this node stood down from, by why"
+    );
+    metrics::describe_gauge!(LEASES_HELD, "Conversation leases this node owns");
+    metrics::describe_histogram!(
+        LEASE_RENEW_LATENCY,
+        metrics::Unit::Seconds,
+        "Time a conversation lease renewal took"
+    );
+    metrics::describe_counter!(
+        FORWARDED_POSTS,
+        "Posts sent to the node that owns the conversation, by outcome"
+    );
+    metrics::describe_counter!(SERVED_POSTS, "Posts served for another node");
 }

@@ -57,6 +57,9 @@ pub enum TurnErrorKind {
     Failed,
     /// The runtime is shutting down.
     ShutDown,
+    /// The conversation moved to another node during the turn (this node lost its lease or was
+    /// fenced, and stopped the conversation's actors); the turn's outcome is in the log.
+    Moved,
     /// The log or the agent's configuration failed during the turn.
     Runtime,
 }

@@ -14,13 +14,14 @@ use legio_core::{
     MessageId, Participant, Record, Seq, Viewer,
 };
 use legio_llm::Provider;
-use legio_store::{EventLog, NatsLog, SledLog, StoreError};
+use legio_store::{EventLog, NatsLog, SledLog};
 
 use legio_config::StoreBackend;
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::clock::{fresh_uuid, now};
+use crate::cluster::{AppendGate, Cluster, ForwardedPost, Owner, PostHandler};
 use crate::dispatch::{gather, Route, Sent};
 use crate::error::RuntimeError;
 use crate::host_tools::{check_host_tools, HostToolResult, HostTurn};
@@ -44,6 +45,13 @@ struct HostPost {
     tools: Option<Arc<[ToolSpec]>>,
 }
 
+impl HostPost {
+    /// No host tools and no fixed addressee: an ordinary post.
+    fn is_plain(&self) -> bool {
+        self.to.is_none() && self.tools.is_none()
+    }
+}
+
 /// One agent's status in a conversation.
 #[derive(Clone, Debug)]
 pub struct AgentStatus {
@@ -62,11 +70,16 @@ pub struct Runtime {
     shared: Arc<Shared>,
     root: ActorRef<RootMsg>,
     /// Conversation supervisors already looked up (the root owns them).
-    supervisors_by_key: Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>,
-    reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    supervisors_by_key: Arc<Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>>,
+    reaper: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// The heartbeat schedules' tasks (schedule.rs), aborted with the reaper.
-    schedules: Mutex<Vec<tokio::task::JoinHandle<()>>>,
-    stopped: AtomicBool,
+    schedules: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    stopped: Arc<AtomicBool>,
+    /// On the NATS backend: leases and the routing of posts to the owning node.
+    cluster: Option<Arc<Cluster>>,
+    /// False for the handle the cluster's routing serves forwarded posts with (its drop stops
+    /// nothing).
+    primary: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -102,6 +115,7 @@ pub struct RuntimeBuilder {
     providers: HashMap<String, Arc<dyn Provider>>,
     tools: ToolRegistry,
     log: Option<Arc<dyn EventLog>>,
+    node: Option<String>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -142,29 +156,47 @@ impl RuntimeBuilder {
         self
     }
 
+    /// This node's id in a cluster (`[store] backend = "nats"`): who holds a conversation's
+    /// lease and where other nodes send its posts. Default: `LEGIO_NODE`, else the host name.
+    pub fn node(mut self, node: impl Into<String>) -> Self {
+        self.node = Some(node.into());
+        self
+    }
+
     /// Opens the log (unless one was given) and starts the supervisors. Must be called within a
-    /// multi-threaded tokio runtime.
+    /// multi-threaded tokio runtime. On the NATS backend the node also joins the cluster: it
+    /// takes conversations by lease and serves the posts other nodes forward to it.
     pub async fn open(self) -> Result<Runtime, RuntimeError> {
-        let log = match self.log {
-            Some(log) => log,
+        let (log, cluster) = match self.log {
+            Some(log) => (log, None),
             None => {
                 let store = self.config.store.clone();
-                tokio::task::spawn_blocking(move || -> Result<Arc<dyn EventLog>, StoreError> {
-                    Ok(match &store.backend {
-                        StoreBackend::Sled => Arc::new(SledLog::open(&store.path, &store.options)?),
-                        // Phase 1 of issue 12: the log only; ownership (leases) comes next.
-                        StoreBackend::Nats(options) => Arc::new(NatsLog::open(options)?),
-                    })
-                })
-                .await
-                .map_err(|e| RuntimeError::Cancelled {
-                    what: "opening the log",
-                    reason: e.to_string(),
-                })??
+                let node = self.node.unwrap_or_else(crate::cluster::default_node);
+                tokio::task::spawn_blocking(move || open_log(&store, node))
+                    .await
+                    .map_err(|e| RuntimeError::Cancelled {
+                        what: "opening the log",
+                        reason: e.to_string(),
+                    })??
             }
         };
-        Runtime::launch(self.config, log, self.providers, self.tools).await
+        Runtime::launch(self.config, log, self.providers, self.tools, cluster).await
     }
+}
+
+/// The log the configuration names, and on the NATS backend the node's cluster layer.
+fn open_log(
+    store: &legio_config::StoreSettings,
+    node: String,
+) -> Result<(Arc<dyn EventLog>, Option<Cluster>), RuntimeError> {
+    Ok(match &store.backend {
+        StoreBackend::Sled => (Arc::new(SledLog::open(&store.path, &store.options)?), None),
+        StoreBackend::Nats(options) => {
+            let log = Arc::new(NatsLog::open(options.as_ref())?);
+            let cluster = Cluster::open(node, options.as_ref(), Arc::clone(&log))?;
+            (log, Some(cluster))
+        }
+    })
 }
 
 impl Runtime {
@@ -175,6 +207,7 @@ impl Runtime {
             providers: HashMap::new(),
             tools: ToolRegistry::new(),
             log: None,
+            node: None,
         }
     }
 
@@ -189,6 +222,7 @@ impl Runtime {
         log: Arc<dyn EventLog>,
         overrides: HashMap<String, Arc<dyn Provider>>,
         tools: ToolRegistry,
+        cluster: Option<Cluster>,
     ) -> Result<Self, RuntimeError> {
         crate::metrics::describe();
         legio_store::metrics::describe();
@@ -206,6 +240,9 @@ impl Runtime {
             prompts: Default::default(),
             dispatch_tails: Default::default(),
             calibrations: Default::default(),
+            gate: cluster
+                .as_ref()
+                .map(|c| Arc::clone(&c.ownership) as Arc<dyn AppendGate>),
         });
         let root = RootSupervisor {
             shared: Arc::clone(&shared),
@@ -220,16 +257,101 @@ impl Runtime {
         let runtime = Self {
             shared,
             root,
-            supervisors_by_key: Mutex::new(HashMap::new()),
-            reaper: Mutex::new(None),
-            schedules: Mutex::new(Vec::new()),
-            stopped: AtomicBool::new(false),
+            supervisors_by_key: Default::default(),
+            reaper: Default::default(),
+            schedules: Default::default(),
+            stopped: Default::default(),
+            cluster: cluster.map(Arc::new),
+            primary: true,
         };
         runtime.start_reaper();
         if let Ok(mut slot) = runtime.schedules.lock() {
             *slot = crate::schedule::start(&runtime.shared, &runtime.root);
         }
+        if let Some(cluster) = &runtime.cluster {
+            cluster.ownership.set_root(runtime.root.clone());
+            if let Err(e) = cluster.start(runtime.forwarded_posts()) {
+                runtime.abort().await;
+                return Err(e);
+            }
+        }
         Ok(runtime)
+    }
+
+    /// A second handle on this runtime's actors, for the cluster's routing to serve forwarded
+    /// posts with.
+    fn handle(&self) -> Self {
+        Self {
+            shared: Arc::clone(&self.shared),
+            root: self.root.clone(),
+            supervisors_by_key: Arc::clone(&self.supervisors_by_key),
+            reaper: Arc::clone(&self.reaper),
+            schedules: Arc::clone(&self.schedules),
+            stopped: Arc::clone(&self.stopped),
+            cluster: self.cluster.clone(),
+            primary: false,
+        }
+    }
+
+    /// What serves a post another node forwarded here: the post path, never forwarding again.
+    fn forwarded_posts(&self) -> PostHandler {
+        let runtime = Arc::new(self.handle());
+        Arc::new(move |post: ForwardedPost, progress| {
+            let runtime = Arc::clone(&runtime);
+            Box::pin(async move {
+                runtime
+                    .post_with(
+                        post.conversation,
+                        post.sender,
+                        &post.text,
+                        progress,
+                        HostPost::default(),
+                        true,
+                    )
+                    .await
+            })
+        })
+    }
+
+    /// This node's id in its cluster (`None` off a cluster).
+    pub fn node(&self) -> Option<&str> {
+        self.cluster.as_ref().map(|c| c.ownership.node())
+    }
+
+    /// The conversations this node owns in its cluster (empty off a cluster), in key order, each
+    /// with its lease revision and the time since the lease was last renewed.
+    pub fn owned_conversations(&self) -> Vec<(ConversationKey, u64, Duration)> {
+        self.cluster.as_ref().map_or_else(Vec::new, |c| {
+            c.ownership
+                .owned()
+                .into_iter()
+                .map(|(key, lease, age)| (key, lease.revision, age))
+                .collect()
+        })
+    }
+
+    /// On a cluster, before a read of `conversation`: a node that does not own it reads it
+    /// again, so the read shows the owner's appends.
+    async fn catch_up(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+        match &self.cluster {
+            Some(cluster) => cluster.ownership.catch_up(conversation).await,
+            None => Ok(()),
+        }
+    }
+
+    /// On a cluster: whether this node runs `conversation` (taking its lease if nobody holds
+    /// it); a conversation another node owns is [`RuntimeError::Moved`].
+    async fn claim(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(());
+        };
+        match cluster.ownership.owner(conversation).await? {
+            Owner::Here => Ok(()),
+            Owner::Node(node) => Err(RuntimeError::Moved {
+                conversation: conversation.to_string(),
+                reason: format!("node {node} owns it; send the request there"),
+            }),
+        }
     }
 
     fn start_reaper(&self) {
@@ -379,7 +501,7 @@ impl Runtime {
         sender: impl IntoName<Participant>,
         text: &str,
     ) -> Result<Posted, RuntimeError> {
-        self.post_with(conversation, sender, text, None, HostPost::default())
+        self.post_with(conversation, sender, text, None, HostPost::default(), false)
             .await
     }
 
@@ -400,6 +522,7 @@ impl Runtime {
             text,
             Some(progress),
             HostPost::default(),
+            false,
         )
         .await
     }
@@ -426,7 +549,7 @@ impl Runtime {
             to,
             tools: self.shared.host_desk.turn_tools(&key, turn.tools),
         };
-        self.post_with(key, turn.sender, &turn.text, Some(progress), host)
+        self.post_with(key, turn.sender, &turn.text, Some(progress), host, false)
             .await
     }
 
@@ -463,6 +586,9 @@ impl Runtime {
         self.shared.host_desk.submit(&key, results)
     }
 
+    /// The post path; on a cluster, a plain post to a conversation another node owns goes there
+    /// (unless it was `forwarded` here already). A host's turn with tools or a fixed addressee is
+    /// served where it arrives: its calls wait in this process for the host's results.
     async fn post_with(
         &self,
         conversation: impl IntoName<ConversationKey>,
@@ -470,6 +596,7 @@ impl Runtime {
         text: &str,
         progress: Option<ProgressSink>,
         host: HostPost,
+        forwarded: bool,
     ) -> Result<Posted, RuntimeError> {
         self.check_running()?;
         let key = Self::host_conversation(conversation)?;
@@ -480,6 +607,16 @@ impl Runtime {
             Participant::User => Participant::User,
             Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
         };
+        if let (Some(cluster), true) = (&self.cluster, host.is_plain()) {
+            let post = ForwardedPost {
+                conversation: key.clone(),
+                sender: sender.clone(),
+                text: text.to_owned(),
+            };
+            if let Some(answer) = cluster.elsewhere(&post, progress.as_ref(), forwarded).await {
+                return answer;
+            }
+        }
         let (audience, targets, unknown_mentions) = match host.to {
             Some(to) => {
                 let targets = (sender.agent() != Some(&to)).then(|| to.clone());
@@ -516,9 +653,13 @@ impl Runtime {
         let replies = self
             .dispatch(&key, Job::Turn(request), &targets, Some(ticket))
             .await;
-        Ok(Posted {
+        let posted = Posted {
             replies,
             unknown_mentions,
+        };
+        Ok(match &self.cluster {
+            Some(cluster) => cluster.settle(&key, posted),
+            None => posted,
         })
     }
 
@@ -601,6 +742,7 @@ impl Runtime {
         if text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);
         }
+        self.claim(&key).await?;
         let job = Job::Heartbeat {
             text: text.to_owned(),
         };
@@ -641,6 +783,7 @@ impl Runtime {
             }
             None => None,
         };
+        self.catch_up(&key).await?;
         self.shared
             .read(move |log| {
                 let viewer = spec.as_ref().map_or(Viewer::Everything, |s| s.viewer());
@@ -663,6 +806,7 @@ impl Runtime {
         let spec = self.shared.roster_spec(&agent.into_name()?)?.clone();
         let history = self.shared.provider(&spec)?.capabilities().history;
         let (_, prompt_hash) = self.shared.system_prompt(&spec)?;
+        self.catch_up(&key).await?;
         let shared = Arc::clone(&self.shared);
         tokio::task::spawn_blocking(move || {
             let at = at.unwrap_or_else(|| shared.log.last_seq());
@@ -760,6 +904,7 @@ impl Runtime {
         self.check_running()?;
         let key = Self::host_conversation(conversation)?;
         let agent = self.roster_agent(agent)?;
+        self.claim(&key).await?;
         let (tx, rx) = oneshot::channel();
         self.send_to_conversation(&key, ConversationMsg::Reset { agent, reply: tx })
             .await?;
@@ -772,6 +917,7 @@ impl Runtime {
         conversation: impl IntoName<ConversationKey>,
     ) -> Result<Vec<AgentStatus>, RuntimeError> {
         let key = conversation.into_name()?;
+        self.catch_up(&key).await?;
         let lookup = key.clone();
         let states = self
             .shared
@@ -850,6 +996,9 @@ impl Runtime {
                 let _ = rx.await;
             }
         }
+        if let Some(cluster) = &self.cluster {
+            cluster.stop(true).await;
+        }
         self.teardown().await;
         let log = Arc::clone(&self.shared.log);
         tokio::task::spawn_blocking(move || log.flush())
@@ -867,6 +1016,9 @@ impl Runtime {
     pub async fn abort(self) {
         self.stopped.store(true, Ordering::SeqCst);
         self.stop_reaper();
+        if let Some(cluster) = &self.cluster {
+            cluster.stop(false).await;
+        }
         self.teardown().await;
     }
 
@@ -925,7 +1077,10 @@ async fn reap(root: &ActorRef<RootMsg>, idle: Duration) -> Result<usize, Runtime
 
 impl Drop for Runtime {
     fn drop(&mut self) {
-        if !self.stopped.load(Ordering::SeqCst) {
+        if self.primary && !self.stopped.load(Ordering::SeqCst) {
+            if let Some(cluster) = &self.cluster {
+                cluster.abort();
+            }
             tracing::warn!("runtime dropped without shutdown() or abort(): stopping actors without recording boundaries");
             self.stop_reaper();
             self.root.stop(None);

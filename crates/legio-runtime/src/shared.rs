@@ -11,6 +11,7 @@ use legio_store::EventLog;
 use tokio::sync::oneshot;
 
 use crate::clock::now;
+use crate::cluster::AppendGate;
 use crate::error::RuntimeError;
 use crate::memory::MemoryTools;
 use crate::registry::ToolRegistry;
@@ -36,6 +37,9 @@ pub(crate) struct Shared {
     /// Per conversation, the signal of the last message appended for dispatch: set once its
     /// turns are sent (see [`Shared::append_for_dispatch`]).
     pub(crate) dispatch_tails: std::sync::Mutex<HashMap<ConversationKey, oneshot::Receiver<()>>>,
+    /// On a cluster, the ownership layer: asked before every append whether this node still
+    /// owns the conversations, told when the log refused an append as fenced.
+    pub(crate) gate: Option<Arc<dyn AppendGate>>,
 }
 
 /// Held while the turns for a message are sent; dropping it lets the conversation's next message
@@ -88,6 +92,7 @@ impl Shared {
         conversation: &ConversationKey,
         events: Vec<Event>,
     ) -> Result<(SeqRange, DispatchTicket), RuntimeError> {
+        self.check_gate(&events)?;
         let (done, signal) = oneshot::channel();
         let (handle, previous) = {
             let mut tails = self
@@ -98,7 +103,7 @@ impl Shared {
             let handle = self.log.submit(events)?;
             (handle, tails.insert(conversation.clone(), signal))
         };
-        let range = handle.await?;
+        let range = self.observe(handle.await)?;
         if let Some(previous) = previous {
             // An error means the earlier post gave up (its append failed or it was dropped).
             let _ = previous.await;
@@ -108,7 +113,33 @@ impl Shared {
 
     /// Appends and waits until durable (awaiting the committer, never blocking a worker).
     pub(crate) async fn append(&self, events: Vec<Event>) -> Result<SeqRange, RuntimeError> {
-        Ok(self.log.submit(events)?.await?)
+        self.check_gate(&events)?;
+        let handle = self.log.submit(events)?;
+        self.observe(handle.await)
+    }
+
+    /// On a cluster: refuses an append to a conversation this node does not own (any more).
+    fn check_gate(&self, events: &[Event]) -> Result<(), RuntimeError> {
+        let Some(gate) = &self.gate else {
+            return Ok(());
+        };
+        for event in events {
+            gate.check(event.conversation())?;
+        }
+        Ok(())
+    }
+
+    /// On a cluster: tells the ownership layer of an append refused as fenced.
+    fn observe(
+        &self,
+        outcome: Result<SeqRange, legio_store::StoreError>,
+    ) -> Result<SeqRange, RuntimeError> {
+        if let (Some(gate), Err(legio_store::StoreError::Fenced { conversation, .. })) =
+            (&self.gate, &outcome)
+        {
+            gate.fenced(conversation);
+        }
+        Ok(outcome?)
     }
 
     pub(crate) fn spec(&self, agent: &AgentName) -> Option<&AgentSpec> {

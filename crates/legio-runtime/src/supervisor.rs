@@ -522,6 +522,18 @@ impl Actor for RootSupervisor {
             RootMsg::All { reply } => {
                 let _ = reply.send(state.conversations.values().cloned().collect());
             }
+            RootMsg::StandDown {
+                conversation,
+                reply,
+            } => match state.conversations.remove(&conversation) {
+                Some(supervisor) => {
+                    // Killed, not shut down: this node may append nothing more to it.
+                    let _ = supervisor.send_message(ConversationMsg::Kill { reply });
+                }
+                None => {
+                    let _ = reply.send(());
+                }
+            },
         }
         Ok(())
     }

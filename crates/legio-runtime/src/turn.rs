@@ -839,6 +839,7 @@ mod tests {
             prompts: Default::default(),
             dispatch_tails: Default::default(),
             calibrations: Default::default(),
+            gate: None,
         })
     }
 

@@ -252,7 +252,21 @@ async function poll() {
     status.textContent = "cannot read /metrics: " + e.message;
   }
 }
+// On a cluster, /meta names this node and the conversations it owns.
+async function pollNode() {
+  try {
+    const response = await fetch("/meta", { cache: "no-store", credentials: "same-origin" });
+    if (!response.ok) return;
+    const cluster = (await response.json()).cluster;
+    if (!cluster) return;
+    const owned = cluster.conversations;
+    document.getElementById("node").textContent = "node " + cluster.node + " · owns " + owned.length +
+      " conversation" + (owned.length === 1 ? "" : "s") + (owned.length ? ": " + owned.slice(0, 8).join(", ") + (owned.length > 8 ? ", …" : "") : "");
+  } catch (e) { /* the status line reports the connection */ }
+}
 poll();
+pollNode();
 setInterval(poll, POLL_MS);
+setInterval(pollNode, 5 * POLL_MS);
 const UNITS = { latency: "s", append: "s" };
 window.addEventListener("resize", () => { for (const id of Object.keys(charts)) drawLines(id, UNITS[id]); });

@@ -31,7 +31,7 @@ pub(crate) async fn meta(State(state): State<Arc<AppState>>) -> Result<Json<Valu
             "history": history_word(history),
         }));
     }
-    Ok(Json(json!({
+    let mut meta = json!({
         "name": "legio",
         "version": env!("CARGO_PKG_VERSION"),
         "agents": agents,
@@ -39,5 +39,11 @@ pub(crate) async fn meta(State(state): State<Arc<AppState>>) -> Result<Json<Valu
             "history": HISTORY_VIEWS,
             "streaming": true,
         },
-    })))
+    });
+    if let Some(node) = runtime.node() {
+        let held = runtime.owned_conversations();
+        let conversations: Vec<&str> = held.iter().map(|(key, _, _)| key.as_str()).collect();
+        meta["cluster"] = json!({ "node": node, "conversations": conversations });
+    }
+    Ok(Json(meta))
 }

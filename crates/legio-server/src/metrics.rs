@@ -31,6 +31,10 @@ pub fn install_metrics() -> Result<MetricsHandle, ServeError> {
                     &legio_store::metrics::APPEND_LATENCY_BUCKETS[..],
                 ),
                 (
+                    legio_runtime::metrics::LEASE_RENEW_LATENCY,
+                    &legio_store::metrics::APPEND_LATENCY_BUCKETS[..],
+                ),
+                (
                     legio_store::metrics::COMMIT_GROUP_EVENTS,
                     &legio_store::metrics::COMMIT_GROUP_BUCKETS[..],
                 ),

@@ -34,7 +34,8 @@ pub use log::{AppendHandle, EventLog, Subscription};
 pub use memory::MemoryLog;
 pub use migrate::{MigrateProgress, Migration};
 pub use nats::{
-    Lease, LeaseError, Leases, NatsAuth, NatsLog, NatsOptions, NatsTls, MAX_BATCH_EVENTS,
+    BusError, Incoming, Lease, LeaseError, Leases, NatsAuth, NatsLog, NatsOptions, NatsTls,
+    NodeBus, Responder, MAX_BATCH_EVENTS,
 };
 pub use options::{Durability, StoreOptions};
 pub use sled_log::SledLog;

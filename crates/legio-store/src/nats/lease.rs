@@ -214,6 +214,12 @@ impl Leases {
 
     /// Every lease currently held, sorted by name.
     pub fn list(&self) -> Result<Vec<Lease>, LeaseError> {
+        Ok(self.list_with_age()?.into_iter().map(|(l, _)| l).collect())
+    }
+
+    /// Every lease currently held, sorted by name, with the time since its holder last wrote it
+    /// (took or renewed it; by the servers' clock against this machine's).
+    pub fn list_with_age(&self) -> Result<Vec<(Lease, Duration)>, LeaseError> {
         let store = self.store.clone();
         self.block_on(async move {
             let keys: Vec<String> = store
@@ -231,15 +237,24 @@ impl Leases {
                     .await
                     .map_err(|e| cluster("reading a lease", e))?;
                 if let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) {
-                    out.push(Lease {
+                    let lease = Lease {
                         name,
                         holder: String::from_utf8_lossy(&entry.value).into_owned(),
                         revision: entry.revision,
-                    });
+                    };
+                    out.push((lease, age_of(entry.created.unix_timestamp_nanos())));
                 }
             }
-            out.sort_by(|a, b| a.name.cmp(&b.name));
+            out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
             Ok(out)
         })
     }
+}
+
+/// The time since `written` (nanoseconds since the Unix epoch); zero if it is in the future.
+fn age_of(written: i128) -> Duration {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i128);
+    Duration::from_nanos(u64::try_from(now - written).unwrap_or(0))
 }

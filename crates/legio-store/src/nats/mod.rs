@@ -1,7 +1,9 @@
 //! The NATS JetStream backend: [`NatsLog`] (the event log on a replicated stream) and
 //! [`Leases`] (conversation ownership in a key-value bucket). The only code besides the sled log
-//! that names a storage engine. See `docs/cluster.md`.
+//! that names a storage engine. [`NodeBus`] carries requests between nodes (core NATS
+//! request/reply). See `docs/cluster.md`.
 
+mod bus;
 mod inner;
 mod lease;
 mod log;
@@ -14,6 +16,7 @@ mod subject;
 mod verify;
 mod write;
 
+pub use bus::{BusError, Incoming, NodeBus, Responder};
 pub use lease::{Lease, LeaseError, Leases};
 pub use log::NatsLog;
 pub use options::{NatsAuth, NatsOptions, NatsTls};

@@ -80,6 +80,12 @@ pub(crate) async fn scan(stream: &Stream, scan: Scan, timeout: Duration) -> Resu
             .info()
             .map_err(|e| StoreError::cluster("reading the stream", e))?;
         let (seq, pending) = (info.stream_sequence, info.pending);
+        // An ordered consumer that async-nats recreates (after a missed heartbeat, say) before
+        // it delivered anything starts again from the stream's first message (async-nats 0.51
+        // uses `DeliverPolicy::All` then): skip what is before the scan.
+        if seq < scan.from {
+            continue;
+        }
         if seq > scan.to {
             break;
         }

@@ -1,0 +1,131 @@
+//! The cluster layer of a runtime on the NATS backend (`docs/cluster.md`): a conversation's
+//! actors run on one node at a time, the holder of the conversation's lease (ownership.rs), and a
+//! post that reaches another node is carried to the owner over the node bus (routing.rs, with
+//! its wire form in wire.rs). A runtime on sled, or on a log the host opened, has none of it.
+
+mod ownership;
+mod routing;
+mod wire;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use legio_core::{ConversationKey, Participant};
+use legio_store::{Leases, NatsLog, NatsOptions, NodeBus};
+
+use crate::error::RuntimeError;
+use crate::progress::ProgressSink;
+use crate::reply::Posted;
+
+pub(crate) use ownership::{Owner, Ownership};
+pub(crate) use routing::PostHandler;
+
+/// Asked by `Shared` around every append (see `Shared::append`).
+pub(crate) trait AppendGate: Send + Sync {
+    /// Whether this node may append to `conversation` now: it holds the conversation's lease
+    /// and renewed it recently. Reserved conversations (`legio:memory`) are not owned.
+    fn check(&self, conversation: &ConversationKey) -> Result<(), RuntimeError>;
+    /// The log refused an append to `conversation` as fenced: another writer appended.
+    fn fenced(&self, conversation: &str);
+}
+
+/// A post as the node that owns its conversation receives it: already parsed and checked.
+#[derive(Clone, Debug)]
+pub(crate) struct ForwardedPost {
+    pub(crate) conversation: ConversationKey,
+    pub(crate) sender: Participant,
+    pub(crate) text: String,
+}
+
+/// The cluster layer of one runtime: its ownership and its end of the node bus.
+pub(crate) struct Cluster {
+    pub(crate) ownership: Arc<Ownership>,
+    bus: Arc<NodeBus>,
+    serving: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.ownership.node())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The node id when none is given: `LEGIO_NODE`, else the host name, else `legio`.
+pub(crate) fn default_node() -> String {
+    std::env::var("LEGIO_NODE")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "legio".to_owned())
+}
+
+/// How often a serving node says it is still at work on a forwarded post.
+const KEEPALIVE: Duration = Duration::from_millis(500);
+
+impl Cluster {
+    /// Opens the leases and the bus of the cluster the log is on (blocking: call it from a
+    /// blocking thread).
+    pub(crate) fn open(
+        node: String,
+        options: &NatsOptions,
+        log: Arc<NatsLog>,
+    ) -> Result<Self, RuntimeError> {
+        let leases = Arc::new(Leases::open(options)?);
+        let bus = Arc::new(NodeBus::open(options, KEEPALIVE)?);
+        Ok(Self {
+            ownership: Arc::new(Ownership::new(node, leases, log)),
+            bus,
+            serving: Mutex::new(None),
+        })
+    }
+
+    /// Starts renewing leases and serving the posts other nodes forward to this one.
+    pub(crate) fn start(&self, handler: PostHandler) -> Result<(), RuntimeError> {
+        self.ownership.start_renewing();
+        let task = routing::serve(&self.bus, self.ownership.node(), handler)?;
+        if let Ok(mut slot) = self.serving.lock() {
+            *slot = Some(task);
+        }
+        Ok(())
+    }
+
+    /// Where a post to `conversation` runs: `None` here (this node owns it now), or the answer
+    /// of the node that owns it. A post that was itself forwarded (`forwarded`) is never sent
+    /// on: it fails as moved instead.
+    pub(crate) async fn elsewhere(
+        &self,
+        post: &ForwardedPost,
+        progress: Option<&ProgressSink>,
+        forwarded: bool,
+    ) -> Option<Result<Posted, RuntimeError>> {
+        routing::route(self, post, progress, forwarded).await
+    }
+
+    /// After a post ran here: if the conversation moved away meanwhile, the turns its stand-down
+    /// cut are reported as moved.
+    pub(crate) fn settle(&self, conversation: &ConversationKey, posted: Posted) -> Posted {
+        self.ownership.settle(conversation, posted)
+    }
+
+    /// Stops serving and renewing at once, holding on to nothing (a runtime dropped without
+    /// shutdown: its leases expire).
+    pub(crate) fn abort(&self) {
+        if let Some(task) = self.serving.lock().ok().and_then(|mut t| t.take()) {
+            task.abort();
+        }
+        self.ownership.abort();
+    }
+
+    /// Stops serving and renewing. With `release`, gives every lease up (graceful shutdown: the
+    /// sessions were suspended first), so other nodes take the conversations over at once.
+    pub(crate) async fn stop(&self, release: bool) {
+        if let Some(task) = self.serving.lock().ok().and_then(|mut t| t.take()) {
+            task.abort();
+        }
+        self.ownership.stop(release).await;
+    }
+}

@@ -1,0 +1,392 @@
+//! Ownership: which conversations this node runs, by lease. Before a conversation's actors start
+//! here the node takes the conversation's lease (create-if-absent; its revision is the fencing
+//! token) and reads the conversation again from the stream (`NatsLog::refresh`), so its agents
+//! start from the log with the usual crash boundaries. One task renews every lease at TTL/3. A
+//! node that cannot renew for 3/4 of the TTL, whose lease was taken, or whose append the log
+//! refused as fenced, stands down: the conversation's actors are killed (nothing more is
+//! appended; turns in flight fail as moved) before the lease can expire.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use legio_core::ConversationKey;
+use legio_store::{Lease, LeaseError, Leases, NatsLog};
+use ractor::ActorRef;
+use tokio::sync::oneshot;
+
+use super::AppendGate;
+use crate::error::RuntimeError;
+use crate::messages::RootMsg;
+use crate::metrics as m;
+use crate::reply::{Posted, TurnError, TurnErrorKind};
+
+/// Who runs a conversation now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Owner {
+    /// This node (it holds the lease).
+    Here,
+    /// Another node, by its id.
+    Node(String),
+}
+
+struct Held {
+    lease: Lease,
+    renewed: Instant,
+}
+
+/// The leases this node holds and what it does with them (see the module docs).
+pub(crate) struct Ownership {
+    node: String,
+    leases: Arc<Leases>,
+    log: Arc<NatsLog>,
+    held: Mutex<HashMap<ConversationKey, Held>>,
+    /// Conversations stood down from since their last acquisition (for `settle`).
+    left: Mutex<HashSet<ConversationKey>>,
+    /// One acquisition at a time, so two posts never race for the same lease on one node.
+    acquiring: tokio::sync::Mutex<()>,
+    root: OnceLock<ActorRef<RootMsg>>,
+    renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// How often taking a lease is tried before the post fails, and the pause after a cluster error.
+const ACQUIRE_ATTEMPTS: u32 = 5;
+const ACQUIRE_PAUSE: Duration = Duration::from_millis(200);
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn blocking<T: Send + 'static>(
+    what: &'static str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RuntimeError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| RuntimeError::Cancelled {
+            what,
+            reason: e.to_string(),
+        })
+}
+
+impl Ownership {
+    pub(crate) fn new(node: String, leases: Arc<Leases>, log: Arc<NatsLog>) -> Self {
+        Self {
+            node,
+            leases,
+            log,
+            held: Mutex::new(HashMap::new()),
+            left: Mutex::new(HashSet::new()),
+            acquiring: tokio::sync::Mutex::new(()),
+            root: OnceLock::new(),
+            renewer: Mutex::new(None),
+        }
+    }
+
+    /// This node's id.
+    pub(crate) fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// How long a lease lives without renewal.
+    pub(crate) fn ttl(&self) -> Duration {
+        self.leases.ttl()
+    }
+
+    /// The root supervisor, whose conversations a stand-down stops.
+    pub(crate) fn set_root(&self, root: ActorRef<RootMsg>) {
+        let _ = self.root.set(root);
+    }
+
+    /// How long after its last renewal (measured from before the renewal was sent, so before
+    /// the servers restarted the lease's TTL) a lease is trusted: 3/4 of the TTL, so a node
+    /// stands down before another can take the lease.
+    fn trust(&self) -> Duration {
+        self.leases.ttl() * 3 / 4
+    }
+
+    fn fresh(&self, conversation: &ConversationKey) -> bool {
+        lock(&self.held)
+            .get(conversation)
+            .is_some_and(|h| h.renewed.elapsed() < self.trust())
+    }
+
+    /// Before a read of `conversation` on a node that does not own it: reads it again from the
+    /// stream, so the read shows what its owner appended (this node's copy is only kept current
+    /// by its own appends). The owner's own copy is current.
+    pub(crate) async fn catch_up(
+        &self,
+        conversation: &ConversationKey,
+    ) -> Result<(), RuntimeError> {
+        if conversation.is_reserved() || self.fresh(conversation) {
+            return Ok(());
+        }
+        // Not while this node takes the conversation (and starts appending to it).
+        let _one = self.acquiring.lock().await;
+        if self.fresh(conversation) {
+            return Ok(());
+        }
+        let (log, key) = (Arc::clone(&self.log), conversation.clone());
+        blocking("reading a conversation another node owns", move || {
+            log.refresh(&key)
+        })
+        .await??;
+        Ok(())
+    }
+
+    /// The conversations this node owns, with their leases and when they were last renewed.
+    pub(crate) fn owned(&self) -> Vec<(ConversationKey, Lease, Duration)> {
+        let mut out: Vec<_> = lock(&self.held)
+            .iter()
+            .map(|(k, h)| (k.clone(), h.lease.clone(), h.renewed.elapsed()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    /// Who runs `conversation`: this node if it holds the lease, or takes it now because nobody
+    /// does; otherwise the holder.
+    pub(crate) async fn owner(
+        &self,
+        conversation: &ConversationKey,
+    ) -> Result<Owner, RuntimeError> {
+        if self.fresh(conversation) {
+            return Ok(Owner::Here);
+        }
+        let _one = self.acquiring.lock().await;
+        if self.fresh(conversation) {
+            return Ok(Owner::Here);
+        }
+        // Held but not renewed lately (a slow or failed renewal): renew it now; if it is lost
+        // or cannot be renewed, this node stood down and tries to take it as anyone would.
+        if lock(&self.held).contains_key(conversation) && self.renew(conversation).await? {
+            return Ok(Owner::Here);
+        }
+        for attempt in 1..=ACQUIRE_ATTEMPTS {
+            let (leases, name, node) = (
+                Arc::clone(&self.leases),
+                conversation.to_string(),
+                self.node.clone(),
+            );
+            let taken = blocking("taking a lease", move || leases.acquire(&name, &node)).await?;
+            let lease = match taken {
+                Ok(lease) => lease,
+                // Our own lease from before a restart of this node: take it back by revision.
+                Err(LeaseError::Held {
+                    name,
+                    holder,
+                    revision,
+                }) if holder == self.node => {
+                    let leases = Arc::clone(&self.leases);
+                    let old = Lease {
+                        name,
+                        holder,
+                        revision,
+                    };
+                    match blocking("taking a lease", move || leases.renew(&old)).await? {
+                        Ok(lease) => lease,
+                        Err(LeaseError::Lost { .. }) => continue,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                // Expired between the refused create and the read: try again.
+                Err(LeaseError::Held { holder, .. }) if holder.is_empty() => continue,
+                Err(LeaseError::Held { holder, .. }) => return Ok(Owner::Node(holder)),
+                // A replica of the bucket not ready yet (a server restarting, a leader moving).
+                Err(LeaseError::Store(e)) if attempt < ACQUIRE_ATTEMPTS => {
+                    tracing::info!(conversation = %conversation, error = %e, "taking a lease failed; trying again");
+                    tokio::time::sleep(ACQUIRE_PAUSE).await;
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            self.take(conversation, lease).await?;
+            return Ok(Owner::Here);
+        }
+        Err(RuntimeError::Moved {
+            conversation: conversation.to_string(),
+            reason: "its lease changed hands while this node tried to take it".into(),
+        })
+    }
+
+    /// Starts owning `conversation` under `lease`: reads it again from the stream first (the
+    /// projection, and the lifting of an old refusal), so appends expect its true last seq.
+    async fn take(&self, conversation: &ConversationKey, lease: Lease) -> Result<(), RuntimeError> {
+        let started = Instant::now();
+        let (log, key) = (Arc::clone(&self.log), conversation.clone());
+        blocking("reading a conversation taken over", move || {
+            log.refresh(&key)
+        })
+        .await??;
+        tracing::info!(conversation = %conversation, node = %self.node, revision = lease.revision, "took the conversation's lease");
+        metrics::counter!(m::LEASES_ACQUIRED).increment(1);
+        lock(&self.left).remove(conversation);
+        let mut held = lock(&self.held);
+        held.insert(
+            conversation.clone(),
+            Held {
+                lease,
+                renewed: started,
+            },
+        );
+        metrics::gauge!(m::LEASES_HELD).set(held.len() as f64);
+        Ok(())
+    }
+
+    /// Starts the task that renews every lease at TTL/3.
+    pub(crate) fn start_renewing(self: &Arc<Self>) {
+        let ownership = Arc::clone(self);
+        let period = self.leases.ttl() / 3;
+        let task = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                ownership.renew_all().await;
+            }
+        });
+        *lock(&self.renewer) = Some(task);
+    }
+
+    async fn renew_all(&self) {
+        let conversations: Vec<ConversationKey> = lock(&self.held).keys().cloned().collect();
+        for conversation in conversations {
+            let _one = self.acquiring.lock().await;
+            if self.renew(&conversation).await.is_err() {
+                return; // the runtime is stopping
+            }
+        }
+    }
+
+    /// Renews `conversation`'s lease if this node holds it (the caller holds `acquiring`, so a
+    /// renewal never races another with the same revision). Stands down when the lease is lost,
+    /// or when it cannot be renewed and is no longer trusted. Answers whether it is held and
+    /// trusted afterwards.
+    async fn renew(&self, conversation: &ConversationKey) -> Result<bool, RuntimeError> {
+        let Some(lease) = lock(&self.held).get(conversation).map(|h| h.lease.clone()) else {
+            return Ok(false);
+        };
+        let started = Instant::now();
+        let store = Arc::clone(&self.leases);
+        let renewed = blocking("renewing a lease", move || store.renew(&lease)).await?;
+        metrics::histogram!(m::LEASE_RENEW_LATENCY).record(started.elapsed().as_secs_f64());
+        match renewed {
+            Ok(lease) => {
+                if let Some(h) = lock(&self.held).get_mut(conversation) {
+                    h.lease = lease;
+                    h.renewed = started;
+                }
+            }
+            Err(LeaseError::Lost { .. }) => self.stand_down(conversation, "lost").await,
+            Err(e) => {
+                tracing::warn!(conversation = %conversation, error = %e, "cannot renew a lease");
+                if !self.fresh(conversation) {
+                    self.stand_down(conversation, "unrenewed").await;
+                }
+            }
+        }
+        Ok(self.fresh(conversation))
+    }
+
+    /// Stops running `conversation` here: forgets its lease (without releasing it: it is lost or
+    /// not trusted) and kills its actors, recording nothing.
+    pub(crate) async fn stand_down(&self, conversation: &ConversationKey, why: &'static str) {
+        if let Some(stopped) = self.forget(conversation, why) {
+            let _ = stopped.await;
+        }
+    }
+
+    /// The stand-down itself: forgets the lease, counts it, and asks the root to kill the
+    /// conversation's actors; the answer comes when they are stopped.
+    fn forget(
+        &self,
+        conversation: &ConversationKey,
+        why: &'static str,
+    ) -> Option<oneshot::Receiver<()>> {
+        {
+            let mut held = lock(&self.held);
+            if held.remove(conversation).is_some() {
+                tracing::warn!(conversation = %conversation, node = %self.node, why, "stood down from the conversation");
+                metrics::counter!(m::LEASES_LOST, "why" => why).increment(1);
+            }
+            metrics::gauge!(m::LEASES_HELD).set(held.len() as f64);
+        }
+        lock(&self.left).insert(conversation.clone());
+        let (tx, rx) = oneshot::channel();
+        let message = RootMsg::StandDown {
+            conversation: conversation.clone(),
+            reply: tx,
+        };
+        self.root.get()?.send_message(message).ok()?;
+        Some(rx)
+    }
+
+    /// Turns cut by a stand-down during a post answer as moved, not as crashed.
+    pub(crate) fn settle(&self, conversation: &ConversationKey, mut posted: Posted) -> Posted {
+        if !lock(&self.left).contains(conversation) {
+            return posted;
+        }
+        for reply in &mut posted.replies {
+            if let Err(e) = &mut reply.outcome {
+                if matches!(e.kind, TurnErrorKind::Crashed | TurnErrorKind::ShutDown) {
+                    *e = TurnError::new(
+                        TurnErrorKind::Moved,
+                        format!(
+                            "conversation {conversation} moved to another node during the turn; its outcome is in the log"
+                        ),
+                    );
+                }
+            }
+        }
+        posted
+    }
+
+    /// Stops renewing.
+    pub(crate) fn abort(&self) {
+        if let Some(task) = lock(&self.renewer).take() {
+            task.abort();
+        }
+    }
+
+    /// Stops renewing; with `release`, gives every lease up.
+    pub(crate) async fn stop(&self, release: bool) {
+        self.abort();
+        let held: Vec<Lease> = lock(&self.held).drain().map(|(_, h)| h.lease).collect();
+        metrics::gauge!(m::LEASES_HELD).set(0.0);
+        if !release {
+            return;
+        }
+        let leases = Arc::clone(&self.leases);
+        let _ = blocking("releasing leases", move || {
+            for lease in held {
+                if let Err(e) = leases.release(lease) {
+                    tracing::warn!(error = %e, "cannot release a lease; it expires after its TTL");
+                }
+            }
+        })
+        .await;
+    }
+}
+
+impl AppendGate for Ownership {
+    fn check(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+        if conversation.is_reserved() || self.fresh(conversation) {
+            return Ok(());
+        }
+        Err(RuntimeError::Moved {
+            conversation: conversation.to_string(),
+            reason: "this node does not hold its lease".into(),
+        })
+    }
+
+    fn fenced(&self, conversation: &str) {
+        let Ok(key) = ConversationKey::new(conversation.to_owned()) else {
+            return;
+        };
+        if key.is_reserved() {
+            return;
+        }
+        // Called from an append, perhaps by one of the actors to stop: do not wait for them.
+        let _ = self.forget(&key, "fenced");
+    }
+}

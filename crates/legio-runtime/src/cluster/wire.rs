@@ -1,0 +1,412 @@
+//! The wire form of a forwarded post (JSON on the node bus): the parsed request, its progress
+//! and its typed answer, each convertible to and from the runtime's own types. Only nodes of the
+//! same version talk to each other; an unknown kind or code reads as the most general one.
+
+use legio_core::{AgentName, ConversationKey, MessageId, Participant, Seq};
+use serde::{Deserialize, Serialize};
+
+use super::ForwardedPost;
+use crate::error::{ErrorCode, RuntimeError};
+use crate::progress::Progress;
+use crate::reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
+
+/// The request: the post, and whether the caller listens to its progress.
+#[derive(Serialize, Deserialize)]
+pub(super) struct WirePost {
+    conversation: ConversationKey,
+    sender: Participant,
+    text: String,
+    streamed: bool,
+}
+
+impl WirePost {
+    pub(super) fn new(p: &ForwardedPost, streamed: bool) -> Self {
+        Self {
+            conversation: p.conversation.clone(),
+            sender: p.sender.clone(),
+            text: p.text.clone(),
+            streamed,
+        }
+    }
+
+    pub(super) fn into_parts(self) -> (ForwardedPost, bool) {
+        let post = ForwardedPost {
+            conversation: self.conversation,
+            sender: self.sender,
+            text: self.text,
+        };
+        (post, self.streamed)
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+pub(super) struct WireReply {
+    agent: AgentName,
+    outcome: Result<WireOk, WireTurnError>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WireOk {
+    text: String,
+    message_id: Option<MessageId>,
+    seq: Seq,
+}
+
+#[derive(Serialize, Deserialize)]
+struct WireTurnError {
+    kind: String,
+    message: String,
+}
+
+/// The final frame: the owner's `Posted`, or its error.
+#[derive(Serialize, Deserialize)]
+pub(super) enum WireAnswer {
+    Posted {
+        replies: Vec<WireReply>,
+        unknown_mentions: Vec<String>,
+    },
+    Error {
+        code: String,
+        message: String,
+    },
+}
+
+/// A progress frame.
+#[derive(Serialize, Deserialize)]
+pub(super) enum WireProgress {
+    Started {
+        agent: AgentName,
+    },
+    Delta {
+        agent: AgentName,
+        text: String,
+    },
+    CompactionFailed {
+        agent: AgentName,
+        reason: String,
+    },
+    Thinking {
+        agent: AgentName,
+        text: String,
+    },
+    ToolCalled {
+        agent: AgentName,
+        id: String,
+        name: String,
+        arguments: String,
+    },
+    ToolDone {
+        agent: AgentName,
+        id: String,
+        name: String,
+    },
+    ToolFailed {
+        agent: AgentName,
+        id: String,
+        name: String,
+        error: String,
+    },
+    /// Host tool calls (never on a forwarded post: a host's turn with tools is served where it
+    /// arrives); carried as the calls' JSON for completeness.
+    ToolCallsRequired {
+        agent: AgentName,
+        calls: Vec<WireHostCall>,
+    },
+    Done {
+        reply: WireReply,
+    },
+}
+
+/// A host tool call in a progress frame.
+#[derive(Serialize, Deserialize)]
+pub(super) struct WireHostCall {
+    agent: AgentName,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+const TURN_KINDS: [(TurnErrorKind, &str); 10] = [
+    (TurnErrorKind::Provider, "provider"),
+    (TurnErrorKind::Timeout, "timeout"),
+    (TurnErrorKind::ToolSteps, "tool_steps"),
+    (TurnErrorKind::ContextTooLarge, "context_too_large"),
+    (TurnErrorKind::Crashed, "crashed"),
+    (TurnErrorKind::Unavailable, "unavailable"),
+    (TurnErrorKind::Failed, "failed"),
+    (TurnErrorKind::ShutDown, "shut_down"),
+    (TurnErrorKind::Runtime, "runtime"),
+    (TurnErrorKind::Moved, "moved"),
+];
+
+const CODES: [(ErrorCode, &str); 16] = [
+    (ErrorCode::Config, "config"),
+    (ErrorCode::BadName, "bad_name"),
+    (ErrorCode::ReservedConversation, "reserved_conversation"),
+    (ErrorCode::UnknownMention, "unknown_mention"),
+    (ErrorCode::UnknownAgent, "unknown_agent"),
+    (ErrorCode::UnknownConversation, "unknown_conversation"),
+    (ErrorCode::EmptyMessage, "empty_message"),
+    (ErrorCode::MessageTooLarge, "message_too_large"),
+    (ErrorCode::ShuttingDown, "shutting_down"),
+    (ErrorCode::StoreLocked, "store_locked"),
+    (ErrorCode::StorageFull, "storage_full"),
+    (ErrorCode::Unavailable, "unavailable"),
+    (ErrorCode::ProviderUnavailable, "provider_unavailable"),
+    (ErrorCode::InvalidTool, "invalid_tool"),
+    (ErrorCode::NoPendingToolCall, "no_pending_tool_call"),
+    (ErrorCode::Internal, "internal"),
+];
+
+fn kind_name(kind: TurnErrorKind) -> &'static str {
+    TURN_KINDS
+        .iter()
+        .find(|(k, _)| *k == kind)
+        .map_or("runtime", |(_, n)| n)
+}
+
+fn kind_of(name: &str) -> TurnErrorKind {
+    TURN_KINDS
+        .iter()
+        .find(|(_, n)| *n == name)
+        .map_or(TurnErrorKind::Runtime, |(k, _)| *k)
+}
+
+fn code_of(name: &str) -> ErrorCode {
+    CODES
+        .iter()
+        .find(|(_, n)| *n == name)
+        .map_or(ErrorCode::Internal, |(c, _)| *c)
+}
+
+fn code_name(code: ErrorCode) -> &'static str {
+    CODES
+        .iter()
+        .find(|(c, _)| *c == code)
+        .map_or("internal", |(_, n)| n)
+}
+
+impl From<&AgentReply> for WireReply {
+    fn from(r: &AgentReply) -> Self {
+        Self {
+            agent: r.agent.clone(),
+            outcome: match &r.outcome {
+                Ok(reply) => Ok(WireOk {
+                    text: reply.text.clone(),
+                    message_id: reply.message_id,
+                    seq: reply.seq,
+                }),
+                Err(e) => Err(WireTurnError {
+                    kind: kind_name(e.kind).to_owned(),
+                    message: e.message.clone(),
+                }),
+            },
+        }
+    }
+}
+
+impl From<WireReply> for AgentReply {
+    fn from(r: WireReply) -> Self {
+        Self {
+            agent: r.agent,
+            outcome: match r.outcome {
+                Ok(ok) => Ok(Reply {
+                    text: ok.text,
+                    message_id: ok.message_id,
+                    seq: ok.seq,
+                }),
+                Err(e) => Err(TurnError::new(kind_of(&e.kind), e.message)),
+            },
+        }
+    }
+}
+
+impl WireAnswer {
+    pub(super) fn of(result: &Result<Posted, RuntimeError>) -> Self {
+        match result {
+            Ok(posted) => Self::Posted {
+                replies: posted.replies.iter().map(WireReply::from).collect(),
+                unknown_mentions: posted.unknown_mentions.clone(),
+            },
+            Err(e) => Self::Error {
+                code: code_name(e.code()).to_owned(),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    pub(super) fn into_result(self, node: &str) -> Result<Posted, RuntimeError> {
+        match self {
+            Self::Posted {
+                replies,
+                unknown_mentions,
+            } => Ok(Posted {
+                replies: replies.into_iter().map(AgentReply::from).collect(),
+                unknown_mentions,
+            }),
+            Self::Error { code, message } => Err(RuntimeError::Remote {
+                node: node.to_owned(),
+                code: code_of(&code),
+                message,
+            }),
+        }
+    }
+}
+
+impl From<&Progress> for WireProgress {
+    fn from(p: &Progress) -> Self {
+        match p {
+            Progress::AgentStarted { agent } => Self::Started {
+                agent: agent.clone(),
+            },
+            Progress::Delta { agent, text } => Self::Delta {
+                agent: agent.clone(),
+                text: text.clone(),
+            },
+            Progress::CompactionFailed { agent, reason } => Self::CompactionFailed {
+                agent: agent.clone(),
+                reason: reason.clone(),
+            },
+            Progress::Thinking { agent, text } => Self::Thinking {
+                agent: agent.clone(),
+                text: text.clone(),
+            },
+            Progress::ToolCalled {
+                agent,
+                id,
+                name,
+                arguments,
+            } => Self::ToolCalled {
+                agent: agent.clone(),
+                id: id.clone(),
+                name: name.clone(),
+                arguments: arguments.clone(),
+            },
+            Progress::ToolDone { agent, id, name } => Self::ToolDone {
+                agent: agent.clone(),
+                id: id.clone(),
+                name: name.clone(),
+            },
+            Progress::ToolFailed {
+                agent,
+                id,
+                name,
+                error,
+            } => Self::ToolFailed {
+                agent: agent.clone(),
+                id: id.clone(),
+                name: name.clone(),
+                error: error.clone(),
+            },
+            Progress::ToolCallsRequired { agent, calls } => Self::ToolCallsRequired {
+                agent: agent.clone(),
+                calls: calls
+                    .iter()
+                    .map(|c| WireHostCall {
+                        agent: c.agent.clone(),
+                        id: c.id.clone(),
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    })
+                    .collect(),
+            },
+            Progress::AgentDone { reply } => Self::Done {
+                reply: reply.into(),
+            },
+        }
+    }
+}
+
+impl From<WireProgress> for Progress {
+    fn from(p: WireProgress) -> Self {
+        match p {
+            WireProgress::Started { agent } => Self::AgentStarted { agent },
+            WireProgress::Delta { agent, text } => Self::Delta { agent, text },
+            WireProgress::CompactionFailed { agent, reason } => {
+                Self::CompactionFailed { agent, reason }
+            }
+            WireProgress::Thinking { agent, text } => Self::Thinking { agent, text },
+            WireProgress::ToolCalled {
+                agent,
+                id,
+                name,
+                arguments,
+            } => Self::ToolCalled {
+                agent,
+                id,
+                name,
+                arguments,
+            },
+            WireProgress::ToolDone { agent, id, name } => Self::ToolDone { agent, id, name },
+            WireProgress::ToolFailed {
+                agent,
+                id,
+                name,
+                error,
+            } => Self::ToolFailed {
+                agent,
+                id,
+                name,
+                error,
+            },
+            WireProgress::ToolCallsRequired { agent, calls } => Self::ToolCallsRequired {
+                agent,
+                calls: calls
+                    .into_iter()
+                    .map(|c| crate::HostToolCall {
+                        agent: c.agent,
+                        id: c.id,
+                        name: c.name,
+                        arguments: c.arguments,
+                    })
+                    .collect(),
+            },
+            WireProgress::Done { reply } => Self::AgentDone {
+                reply: reply.into(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_and_code_has_a_name_that_reads_back() {
+        for (kind, name) in TURN_KINDS {
+            assert_eq!(kind_of(kind_name(kind)), kind, "{name}");
+        }
+        for (code, name) in CODES {
+            assert_eq!(code_of(code_name(code)), code, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_posted_and_an_error_cross_the_wire_typed() {
+        let agent = AgentName::new("ann").unwrap();
+        let posted = Posted {
+            replies: vec![
+                AgentReply::answered(
+                    &agent,
+                    Reply {
+                        text: "hi".into(),
+                        message_id: None,
+                        seq: Seq(7),
+                    },
+                ),
+                AgentReply::failed(&agent, TurnErrorKind::Moved, "moved"),
+            ],
+            unknown_mentions: vec!["@zed".into()],
+        };
+        let bytes = serde_json::to_vec(&WireAnswer::of(&Ok(posted.clone()))).unwrap();
+        let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(back.into_result("n1").unwrap(), posted);
+        let error = RuntimeError::EmptyMessage;
+        let bytes = serde_json::to_vec(&WireAnswer::of(&Err(error.clone()))).unwrap();
+        let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();
+        let err = back.into_result("n1").unwrap_err();
+        assert_eq!(err.code(), ErrorCode::EmptyMessage);
+        assert!(err.to_string().contains(&error.to_string()), "{err}");
+    }
+}

@@ -1,0 +1,373 @@
+//! The cluster tests' and the failover bench's legion: three nats-servers (replicas 3) and
+//! three `legio serve --node` processes on one configuration, whose scripted providers keep
+//! their sessions in a folder they share; and the HTTP, log and metrics helpers that read it.
+//! (Included by `tests/cluster/main.rs` and `crates/legio-cli/benches/failover.rs`; each uses a
+//! part of it.)
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use legio_core::{ConversationKey, Event, Participant, Seq};
+use legio_store::{EventLog, Leases, NatsLog, NatsOptions};
+use legio_tests::nats::NatsCluster;
+use serde_json::{json, Value};
+
+pub const STREAM: &str = "ctest";
+pub const TTL: Duration = Duration::from_secs(2);
+
+/// One `legio serve --node` process.
+pub struct Node {
+    pub name: String,
+    pub child: Child,
+    pub base: String,
+}
+
+/// The cluster: its nats-servers, its nodes and their shared folder.
+pub struct Legion {
+    pub nats: NatsCluster,
+    pub dir: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+}
+
+pub fn write_config(dir: &Path, urls: &[String], latency_ms: u64) {
+    for name in ["lead", "ann", "bob"] {
+        std::fs::write(dir.join(format!("{name}.md")), format!("You are {name}.")).unwrap();
+    }
+    let servers: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    let text = format!(
+        r#"
+[store]
+path = "db"
+backend = "nats"
+[store.nats]
+servers = [{servers}]
+stream = "{STREAM}"
+replicas = 3
+lease_ttl_seconds = {ttl}
+[runtime]
+compaction = false
+[agents.lead]
+role = "orchestrator"
+description = "leads"
+prompt = "lead.md"
+provider = "local"
+[agents.ann]
+role = "specialist"
+description = "reviews"
+prompt = "ann.md"
+provider = "local"
+[agents.bob]
+role = "specialist"
+description = "plans"
+prompt = "bob.md"
+provider = "local"
+[providers.local]
+kind = "scripted"
+history = "session"
+latency_ms = {latency_ms}
+"#,
+        servers = servers.join(", "),
+        ttl = TTL.as_secs()
+    );
+    std::fs::write(dir.join("legio.toml"), text).unwrap();
+}
+
+impl Legion {
+    /// Three nats-servers and three nodes, or `None` (skipped) without nats-server.
+    pub fn start(latency_ms: u64) -> Option<Self> {
+        let nats = NatsCluster::start(3)?;
+        let dir = tempfile::tempdir().unwrap();
+        println!("legion in {}", dir.path().display());
+        std::fs::create_dir(dir.path().join("sessions")).unwrap();
+        write_config(dir.path(), &nats.urls(), latency_ms);
+        let mut legion = Self {
+            nats,
+            dir,
+            nodes: Vec::new(),
+        };
+        for i in 1..=3 {
+            let node = legion.spawn(&format!("n{i}"));
+            legion.nodes.push(node);
+        }
+        Some(legion)
+    }
+
+    pub fn sessions_dir(&self) -> PathBuf {
+        self.dir.path().join("sessions")
+    }
+
+    /// Starts `legio serve --node name`, reads its address and waits for `/healthz`.
+    pub fn spawn(&self, name: &str) -> Node {
+        let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_legio"))
+            .current_dir(self.dir.path())
+            .env("LEGIO_CONFIG", self.dir.path().join("legio.toml"))
+            .env("LEGIO_SCRIPTED_SESSIONS_DIR", self.sessions_dir())
+            .env("LEGIO_LOG", "info")
+            .env_remove("LEGIO_API_TOKEN")
+            .env_remove("LEGIO_STORE_BACKEND")
+            .args(["serve", "--node", name, "--bind", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        let base = first
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("node {name} printed no address: {first:?}"))
+            .to_owned();
+        let node = Node {
+            name: name.to_owned(),
+            child,
+            base,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while get(&node, "/healthz").0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "node {name} never became healthy"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        node
+    }
+
+    pub fn options(&self) -> NatsOptions {
+        NatsOptions {
+            stream: STREAM.into(),
+            lease_ttl: TTL,
+            ..self.nats.options(3)
+        }
+    }
+
+    /// Who holds the lease of `conversation` now.
+    pub fn owner(&self, conversation: &str) -> Option<String> {
+        let leases = Leases::open(&self.options()).unwrap();
+        leases
+            .list()
+            .unwrap()
+            .into_iter()
+            .find(|l| l.name == conversation)
+            .map(|l| l.holder)
+    }
+
+    pub fn node_index(&self, name: &str) -> usize {
+        self.nodes.iter().position(|n| n.name == name).unwrap()
+    }
+
+    pub fn signal(&self, i: usize, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.nodes[i].child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// SIGKILLs node `i`.
+    pub fn kill(&mut self, i: usize) {
+        let _ = self.nodes[i].child.kill();
+        let _ = self.nodes[i].child.wait();
+    }
+
+    /// Starts node `i` again under its name (after a kill).
+    pub fn restart(&mut self, i: usize) {
+        let name = self.nodes[i].name.clone();
+        self.nodes[i] = self.spawn(&name);
+    }
+
+    pub fn log(&self) -> NatsLog {
+        NatsLog::open_read_only(&self.options()).unwrap()
+    }
+
+    /// Runs `legio --nats URL <args>` (no node involved).
+    pub fn legio(&self, args: &[&str]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_legio"))
+            .current_dir(self.dir.path())
+            .env("LEGIO_CONFIG", self.dir.path().join("legio.toml"))
+            .args(["--nats", &self.nats.urls()[0]])
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    /// `legio --nats URL verify` exits 0.
+    pub fn verify(&self) {
+        let out = self.legio(&["verify"]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "verify: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for Legion {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = Command::new("kill")
+                .args(["-CONT", &node.child.id().to_string()])
+                .status();
+            let _ = node.child.kill();
+            let _ = node.child.wait();
+        }
+    }
+}
+
+/// One HTTP request to a node: its status (0 when unreachable) and its body.
+pub fn http(base: &str, path: &str, body: Option<Value>) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap();
+        let url = format!("{base}{path}");
+        let request = match body {
+            Some(body) => client
+                .post(url)
+                .header("content-type", "application/json")
+                .body(body.to_string()),
+            None => client.get(url),
+        };
+        match request.send().await {
+            Ok(response) => {
+                let status = response.status().as_u16();
+                (status, response.text().await.unwrap_or_default())
+            }
+            Err(_) => (0, String::new()),
+        }
+    })
+}
+
+/// Posts `text` to `conversation` through `base` with `Accept: text/event-stream`: the status
+/// and the whole stream as text.
+pub fn post_streamed(base: &str, conversation: &str, text: &str) -> (u16, String) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let response = reqwest::Client::new()
+            .post(format!("{base}/sessions/{conversation}/turns"))
+            .header("content-type", "application/json")
+            .header("accept", "text/event-stream")
+            .body(json!({ "content": text }).to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.text().await.unwrap_or_default())
+    })
+}
+
+pub fn get(node: &Node, path: &str) -> (u16, String) {
+    http(&node.base, path, None)
+}
+
+/// Posts `text` to `conversation` through `base`: the replies when every addressed agent
+/// answered, else what went wrong (an HTTP error, an unreachable node or an error reply).
+pub fn post(base: &str, conversation: &str, text: &str) -> Result<Vec<Value>, String> {
+    let (status, body) = http(
+        base,
+        &format!("/sessions/{conversation}/turns"),
+        Some(json!({ "content": text })),
+    );
+    let failed = || format!("{status} {body}");
+    if status != 200 {
+        return Err(failed());
+    }
+    let parsed: Value = serde_json::from_str(&body).map_err(|_| failed())?;
+    let replies = parsed["replies"].as_array().ok_or_else(failed)?.clone();
+    if replies.iter().all(|r| r["error"].is_null()) {
+        Ok(replies)
+    } else {
+        Err(failed())
+    }
+}
+
+/// A counter's value in a node's `/metrics` (summed over its labels; 0 when absent).
+pub fn metric(node: &Node, name: &str, label: &str) -> f64 {
+    let (_, text) = get(node, "/metrics");
+    text.lines()
+        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// The user messages of `conversation` in log order, as their texts.
+pub fn user_texts(log: &NatsLog, conversation: &str) -> Vec<String> {
+    let key = ConversationKey::new(conversation).unwrap();
+    log.conversation_events(&key, Seq::ZERO, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::MessagePosted(m) if m.sender == Participant::User => Some(m.plain_text()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Every provider session's thread: a message sent again in one session is marked redelivered
+/// (the runtime could not know that the first request completed). Returns how many sessions
+/// there are and how many messages they were sent in all.
+pub fn check_sessions(dir: &Path) -> (usize, usize) {
+    let sessions = legio_llm::read_shared_sessions(dir).unwrap();
+    for (id, thread) in &sessions {
+        let mut seen = BTreeMap::new();
+        for (seq, redelivered) in thread {
+            let count = seen.entry(*seq).or_insert(0);
+            *count += 1;
+            assert!(
+                *count == 1 || *redelivered,
+                "session {id} was sent message {seq} again without the redelivery mark: {thread:?}"
+            );
+        }
+    }
+    let sent = sessions.values().map(Vec::len).sum();
+    println!("{} provider sessions, {sent} messages sent", sessions.len());
+    (sessions.len(), sent)
+}
+
+/// Posts `text` until one node answers it, trying the nodes in turn from `first`; how long it
+/// took, and whether it needed more than one attempt.
+pub fn post_until_served(
+    legion: &Legion,
+    first: usize,
+    conversation: &str,
+    text: &str,
+    deadline: Duration,
+) -> (Duration, Vec<String>) {
+    let started = Instant::now();
+    let mut attempts = Vec::new();
+    let mut errors = Vec::new();
+    for attempt in 0.. {
+        assert!(
+            started.elapsed() < deadline,
+            "{text:?} was not served within {deadline:?}; the last errors: {:?}",
+            &errors[errors.len().saturating_sub(3)..]
+        );
+        let node = &legion.nodes[(first + attempt) % legion.nodes.len()];
+        let sent = format!("{text} (try {attempt})");
+        attempts.push(sent.clone());
+        match post(&node.base, conversation, &sent) {
+            Ok(_) => return (started.elapsed(), attempts),
+            Err(e) => errors.push(format!("{}: {e}", node.name)),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unreachable!()
+}

@@ -1,0 +1,298 @@
+//! A legio cluster for real: three nats-servers (replicas 3) and three `legio serve --node`
+//! processes with the scripted provider, whose provider sessions live in a folder the nodes
+//! share (as a real provider's live on its servers). Posts go to every node; the owner of a
+//! conversation is killed, paused and resumed; a nats-server is lost and restarted. The log, the
+//! leases and the providers' session threads are checked after each. (Declared by
+//! `crates/legio-cli/Cargo.toml`, so the test has the `legio` binary.)
+
+mod legion;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use legio_core::{ConversationKey, Event, Seq};
+use legio_store::EventLog;
+use legion::*;
+use serde_json::{json, Value};
+
+/// Round-robin posts to every node for several conversations land once each, in order, and
+/// the ones sent to a non-owner are served by the owner; then one nats-server of three is lost
+/// and restarted, and turns go on.
+#[test]
+fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
+    let Some(mut legion) = Legion::start(0) else {
+        return;
+    };
+    let conversations: Vec<String> = (0..6).map(|c| format!("rr:{c}")).collect();
+    const ROUNDS: usize = 6;
+    std::thread::scope(|s| {
+        for (c, conversation) in conversations.iter().enumerate() {
+            let legion = &legion;
+            s.spawn(move || {
+                for round in 0..ROUNDS {
+                    let node = &legion.nodes[(c + round) % 3];
+                    let mention = ["", "@ann ", "@all "][round % 3];
+                    let text = format!("{mention}message {round} of {conversation}");
+                    if let Err(e) = post(&node.base, conversation, &text) {
+                        panic!("{text} via {}: {e}", node.name);
+                    }
+                }
+            });
+        }
+    });
+    let log = legion.log();
+    let mut forwarded_expected = 0;
+    for (c, conversation) in conversations.iter().enumerate() {
+        let want: Vec<String> = (0..ROUNDS)
+            .map(|round| {
+                let mention = ["", "@ann ", "@all "][round % 3];
+                format!("{mention}message {round} of {conversation}")
+            })
+            .collect();
+        assert_eq!(user_texts(&log, conversation), want, "{conversation}");
+        let owner = legion.owner(conversation).expect("an owner");
+        forwarded_expected += (0..ROUNDS)
+            .filter(|round| legion.nodes[(c + round) % 3].name != owner)
+            .count();
+    }
+    let forwarded: f64 = legion
+        .nodes
+        .iter()
+        .map(|n| metric(n, "legio_cluster_forwarded_posts_total", "outcome=\"ok\""))
+        .sum();
+    let served: f64 = legion
+        .nodes
+        .iter()
+        .map(|n| metric(n, "legio_cluster_served_posts_total", ""))
+        .sum();
+    // `legio inspect nodes` shows who owns what, as the lease bucket says.
+    let out = legion.legio(&["inspect", "nodes", "--format", "json"]);
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    for conversation in &conversations {
+        let row = rows
+            .iter()
+            .find(|r| r["conversation"] == conversation.as_str())
+            .unwrap_or_else(|| panic!("{conversation} in {rows:?}"));
+        assert_eq!(row["node"], legion.owner(conversation).unwrap().as_str());
+    }
+    assert_eq!(
+        forwarded as usize, forwarded_expected,
+        "posts to non-owners are forwarded"
+    );
+    assert_eq!(
+        served as usize, forwarded_expected,
+        "and served by the owners"
+    );
+
+    // Every node reads the same history, the owner's appends included.
+    for conversation in &conversations {
+        let histories: Vec<usize> = legion
+            .nodes
+            .iter()
+            .map(|n| {
+                let (status, body) = get(n, &format!("/sessions/{conversation}/history"));
+                assert_eq!(status, 200, "{body}");
+                serde_json::from_str::<Vec<Value>>(&body).unwrap().len()
+            })
+            .collect();
+        assert!(
+            histories
+                .iter()
+                .all(|h| *h == histories[0] && *h >= ROUNDS * 2),
+            "{conversation}: {histories:?}"
+        );
+    }
+
+    // A streamed turn through a node that does not own the conversation: the owner's progress
+    // comes back as the stream.
+    let owner = legion.owner("rr:0").unwrap();
+    let via = legion.nodes.iter().find(|n| n.name != owner).unwrap();
+    let (status, stream) = post_streamed(&via.base, "rr:0", "@all streamed through a non-owner");
+    assert_eq!(status, 200, "{stream}");
+    for event in ["agent_started", "delta", "agent_done", "replies"] {
+        assert!(
+            stream.contains(&format!("event: {event}")),
+            "{event} in {stream}"
+        );
+    }
+    assert!(!stream.contains("\"error\":\""), "{stream}");
+
+    // One nats-server of three lost: turns go on; restarted: it catches up.
+    legion.nats.kill(0);
+    for round in 0..4 {
+        let (_, _) = post_until_served(
+            &legion,
+            round,
+            "rr:0",
+            &format!("@ann after the loss {round}"),
+            Duration::from_secs(30),
+        );
+    }
+    legion.nats.restart(0);
+    assert!(legion.nats.is_healthy(0));
+    for round in 0..2 {
+        post_until_served(
+            &legion,
+            round,
+            "rr:1",
+            &format!("@bob after the return {round}"),
+            Duration::from_secs(30),
+        );
+    }
+    legion.verify();
+    check_sessions(&legion.sessions_dir());
+}
+
+/// The owner of a busy conversation is SIGKILLed ten times at random moments (also while its
+/// turns are at the provider): each time another node serves the conversation within the lease
+/// TTL plus 2 s, every acknowledged message is in the log exactly once, `verify` is clean and
+/// every provider session was sent each message once (a repeat only marked redelivered).
+#[test]
+fn killing_the_owner_of_a_busy_conversation_moves_it_within_the_lease_ttl() {
+    let Some(mut legion) = Legion::start(150) else {
+        return;
+    };
+    const CONV: &str = "busy:1";
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    println!("seed {seed}");
+    let mut random = seed;
+    let mut next = move |below: u64| {
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        random % below
+    };
+    let mut acknowledged = Vec::new();
+    let mut tried = Vec::new();
+    let (_, first) = post_until_served(&legion, 0, CONV, "@all start", Duration::from_secs(30));
+    acknowledged.push(first.last().unwrap().clone());
+    tried.extend(first);
+    let mut failovers = Vec::new();
+    for kill in 0..10 {
+        let owner = legion.owner(CONV).expect("an owner");
+        let i = legion.node_index(&owner);
+        // A post in flight when the kill lands: to the owner, or through another node.
+        let via = (i + next(3) as usize) % 3;
+        let text = format!("@all busy {kill}");
+        let base = legion.nodes[via].base.clone();
+        let inflight = std::thread::spawn(move || post(&base, CONV, &text).ok().map(|_| text));
+        std::thread::sleep(Duration::from_millis(next(400)));
+        legion.kill(i);
+        let killed = Instant::now();
+        let (_, attempts) = post_until_served(
+            &legion,
+            i + 1,
+            CONV,
+            &format!("@ann after kill {kill}"),
+            Duration::from_secs(30),
+        );
+        let failover = killed.elapsed();
+        acknowledged.push(attempts.last().unwrap().clone());
+        tried.extend(attempts);
+        tried.push(format!("@all busy {kill}"));
+        if let Some(text) = inflight.join().unwrap() {
+            acknowledged.push(text);
+        }
+        println!("kill {kill} of {owner}: served elsewhere after {failover:?}");
+        assert!(
+            failover < TTL + Duration::from_secs(2),
+            "kill {kill}: the conversation was served again only after {failover:?}"
+        );
+        failovers.push(failover);
+        legion.restart(i);
+    }
+    let texts = user_texts(&legion.log(), CONV);
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for text in &texts {
+        *counts.entry(text.as_str()).or_default() += 1;
+        assert!(tried.contains(text), "{text:?} was never posted");
+    }
+    for text in &acknowledged {
+        assert_eq!(
+            counts.get(text.as_str()),
+            Some(&1),
+            "{text:?} acknowledged, in the log once"
+        );
+    }
+    legion.verify();
+    // Resumed across nodes with the delta: one session per agent unless one was lost.
+    let (sessions, sent) = check_sessions(&legion.sessions_dir());
+    assert!(sessions >= 3, "{sessions}");
+    assert!(sent >= acknowledged.len(), "{sent} messages sent");
+}
+
+/// An owner paused past its lease (SIGSTOP while a turn is at the provider), then resumed: the
+/// conversation was taken over meanwhile; the old owner's appends are refused, it stands down,
+/// and nothing of its turn is in the log.
+#[test]
+fn a_paused_owner_finds_its_appends_refused_and_stands_down() {
+    let Some(legion) = Legion::start(1500) else {
+        return;
+    };
+    const CONV: &str = "pause:1";
+    post_until_served(&legion, 0, CONV, "hello", Duration::from_secs(30));
+    let owner = legion.owner(CONV).expect("an owner");
+    let i = legion.node_index(&owner);
+    let base = legion.nodes[i].base.clone();
+    let question = "@ann a slow question";
+    let inflight = std::thread::spawn(move || {
+        http(
+            &base,
+            &format!("/sessions/{CONV}/turns"),
+            Some(json!({ "content": question })),
+        )
+    });
+    let log = legion.log();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !user_texts(&log, CONV).iter().any(|t| t == question) {
+        assert!(
+            Instant::now() < deadline,
+            "the question never reached the log"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    legion.signal(i, "-STOP");
+    let (_, attempts) = post_until_served(
+        &legion,
+        i + 1,
+        CONV,
+        "@bob while the owner sleeps",
+        Duration::from_secs(30),
+    );
+    let new_owner = legion.owner(CONV).expect("an owner");
+    assert_ne!(new_owner, owner, "another node took the conversation over");
+    legion.signal(i, "-CONT");
+    let (status, body) = inflight.join().unwrap();
+    println!("the paused owner answered {status}: {body}");
+    assert!(
+        body.contains("moved"),
+        "the old owner's turn fails as moved: {status} {body}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&legion.nodes[i], "legio_cluster_leases_lost_total", "") < 1.0 {
+        assert!(Instant::now() < deadline, "the old owner never stood down");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let key = ConversationKey::new(CONV).unwrap();
+    let events = log
+        .conversation_events(&key, Seq::ZERO, usize::MAX)
+        .unwrap();
+    let question_id = events
+        .iter()
+        .find_map(|r| match &r.event {
+            Event::MessagePosted(m) if m.plain_text() == question => Some(m.id),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        !events.iter().any(|r| matches!(&r.event,
+            Event::MessagePosted(m) if m.reply_to == Some(question_id))),
+        "no reply to the question the paused owner was answering is in the log"
+    );
+    assert!(user_texts(&log, CONV).contains(attempts.last().unwrap()));
+    legion.verify();
+    check_sessions(&legion.sessions_dir());
+}
