@@ -1,4 +1,5 @@
-//! `legio inspect`: tables of conversations, agents, sessions and the shared memory, from the log.
+//! `legio inspect`: tables of conversations, agents, sessions and the shared memory, from the log;
+//! and every agent's tools, from the configuration.
 
 use std::process::ExitCode;
 
@@ -22,6 +23,9 @@ pub enum What {
     Sessions,
     /// The shared memory: directives, notes and every notebook (JSON: the whole projection).
     Memory,
+    /// Every agent's tools and where each comes from (built-in, memory, or an [mcp.NAME]
+    /// server, which is started to list them); read from the configuration, not the log.
+    Tools,
 }
 
 /// Table or JSON.
@@ -78,9 +82,22 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
     Ok(())
 }
 
+/// `legio inspect tools`: from the configuration, the MCP servers started to list their tools.
+fn tools(context: &Context, args: &Args) -> Result<ExitCode> {
+    if args.conversation.is_some() {
+        anyhow::bail!("an agent's tools are the same in every conversation; drop --conversation");
+    }
+    let config = common::config(context)?;
+    let table = common::tokio()?.block_on(legio_runtime::tools_table(&config))?;
+    let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
+    print(args.format, &header, table.rows)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let kind = match args.what {
+        What::Tools => return tools(context, &args),
         What::Conversations => InspectKind::Conversations,
         What::Agents => InspectKind::Agents,
         What::Sessions => InspectKind::Sessions,

@@ -10,6 +10,7 @@ mod export;
 mod import;
 mod inspect;
 mod invocation;
+mod mcp;
 mod migrate;
 mod post;
 mod remote;
@@ -58,6 +59,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// Serve it (HTTP API, metrics, dashboard), and look at it live while it runs:
 ///   legio serve                                  # http://127.0.0.1:7878 (see [server] in the config)
 ///   legio --server http://127.0.0.1:7878 replay --follow    # also inspect, context, verify, reset
+///
+/// Tools over MCP (an agent's tools for an MCP client; [mcp.NAME] tables give agents a server's):
+///   legio inspect tools                          # every agent's tools and where each comes from
+///   legio mcp token --conversation cli:local --agent vorenus   # a bearer token for /mcp
+///   legio mcp serve --conversation cli:local --agent vorenus   # MCP on stdio
 ///
 /// Exit codes: 0 ok, 1 an error (one line on stderr, saying what to do), 2 a usage error,
 /// 3 `verify` found problems.
@@ -120,6 +126,8 @@ enum Command {
     Reset(reset::Args),
     /// Serve the HTTP API (turns, session history, operator access), /metrics and /dashboard.
     Serve(serve::Args),
+    /// legio as an MCP server for one agent: `token` for `legio serve`'s /mcp, `serve` on stdio.
+    Mcp(mcp::Args),
     /// Print shell completions, e.g. `legio completions bash > /etc/bash_completion.d/legio`.
     Completions(completions::Args),
 }
@@ -171,6 +179,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::Demo(args) => demo::run(&context, args),
+        Command::Mcp(args) => mcp::run(&context, args),
         Command::Chat(args) => chat::run(&context, args),
         Command::Post(args) => post::run(&context, args),
         Command::Replay(args) => replay::run(&context, args),

@@ -102,6 +102,7 @@ fn request(plan: ContextPlan, resume: Option<&str>) -> ProviderRequest {
         status: None,
         deltas: None,
         tools: Default::default(),
+        mcp: None,
     }
 }
 

@@ -30,6 +30,9 @@ struct FileConfig {
     /// Read by legio-server; parsed here so one file serves every layer.
     #[serde(default)]
     server: crate::server_settings::ServerSection,
+    /// MCP servers whose tools agents are offered (mcp_config.rs).
+    #[serde(default)]
+    mcp: BTreeMap<String, crate::mcp_config::McpSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -235,6 +238,8 @@ pub struct RuntimeConfig {
     pub providers: BTreeMap<String, ProviderSpec>,
     /// The `[server]` section (used by `legio serve`).
     pub server: crate::server_settings::ServerSettings,
+    /// The `[mcp.NAME]` tables, by name: MCP servers whose tools agents are offered.
+    pub mcp: Vec<crate::mcp_config::McpServerSpec>,
 }
 
 /// `section`'s compaction keys over `base`; errors name `where_`'s key.
@@ -471,6 +476,12 @@ impl RuntimeConfig {
             )));
         }
         agents.sort_by_key(|a| (a.role != Role::Orchestrator, a.name.clone()));
+        let mcp = parsed
+            .mcp
+            .iter()
+            .map(|(name, section)| crate::mcp_config::validate(name, section, &agents, &base))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&invalid)?;
         Ok(Self {
             source: Some(file.to_owned()),
             store: StoreSettings {
@@ -482,6 +493,7 @@ impl RuntimeConfig {
             agents,
             providers,
             server,
+            mcp,
         })
     }
 

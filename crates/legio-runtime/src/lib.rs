@@ -9,6 +9,10 @@ mod dispatch;
 mod error;
 mod fit;
 mod heartbeat;
+mod mcp_client;
+mod mcp_config;
+mod mcp_server;
+mod mcp_token;
 mod memory;
 mod messages;
 pub mod metrics;
@@ -27,6 +31,7 @@ mod status;
 mod store_backend;
 mod supervisor;
 mod tools;
+mod tools_view;
 mod turn;
 
 pub use config::{
@@ -34,6 +39,9 @@ pub use config::{
     UnknownMentions,
 };
 pub use error::{ConfigError, ErrorCode, RuntimeError};
+pub use mcp_config::{McpServerSpec, McpTransport, MCP_DEFAULT_TIMEOUT, MCP_TOOL_PREFIX};
+pub use mcp_server::{serve_mcp_stdio, McpScope, McpService, ScopeResolver};
+pub use mcp_token::{McpTokenError, McpTokenKey, MCP_TOKEN_DEFAULT_TTL};
 pub use memory::{fold_memory, memory_table, read_memory, MemoryTools, ToolError, ToolSpec};
 pub use names::IntoName;
 pub use operator::{
@@ -51,3 +59,4 @@ pub use runtime::{AgentStatus, Runtime, RuntimeBuilder};
 pub use server_settings::{ServerSettings, DEFAULT_BIND};
 pub use status::Activity;
 pub use store_backend::StoreBackend;
+pub use tools_view::tools_table;

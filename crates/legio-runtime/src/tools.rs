@@ -3,7 +3,8 @@
 //! Every agent whose provider takes tools is offered, in this order: the built-in `get_history`
 //! (the conversation as the agent may see it), the orchestrator's `dispatch` (a message to named
 //! specialists, their replies as the result), its memory tools ([`MemoryTools::tools_for`], scoped
-//! by who calls), and the host's tools ([`ToolRegistry`], registered through the embedding API).
+//! by who calls), the host's tools ([`ToolRegistry`], registered through the embedding API), and
+//! the tools of the `[mcp.NAME]` servers that name the agent (`mcp__NAME__T`, mcp_client.rs).
 //!
 //! A call never fails the turn: unknown tools, arguments that are not JSON, a tool's error, a
 //! panicking host tool and a tool cut by the turn's deadline all become error results for the
@@ -22,10 +23,12 @@ use legio_llm::ToolCallPart;
 use serde_json::{json, Value};
 
 use crate::clock::{fresh_uuid, now};
-use crate::config::{AgentSpec, Role};
+use crate::config::{AgentSpec, Role, RuntimeConfig};
 use crate::dispatch::{gather, Route};
+use crate::mcp_client::McpClients;
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{Job, TurnRequest};
+use crate::registry::ToolRegistry;
 use crate::registry::{DISPATCH, GET_HISTORY};
 use crate::shared::Shared;
 
@@ -73,19 +76,55 @@ their replies are this tool's result. Everyone in the conversation sees the mess
 
 /// The tools `spec`'s agent is offered, in order (see the module docs).
 pub(crate) fn tools_for(shared: &Shared, spec: &AgentSpec) -> Vec<ToolSpec> {
-    let mut tools = vec![get_history_spec()];
+    offered_tools(&shared.config, &shared.tools, &shared.mcp, spec)
+        .into_iter()
+        .map(|(tool, _)| tool)
+        .collect()
+}
+
+/// The tools `spec`'s agent is offered, in order, each with where it comes from (`built-in`,
+/// `memory`, `host`, or the MCP server's table and command or URL).
+pub(crate) fn offered_tools(
+    config: &RuntimeConfig,
+    host: &ToolRegistry,
+    mcp: &McpClients,
+    spec: &AgentSpec,
+) -> Vec<(ToolSpec, String)> {
+    let mut tools = vec![(get_history_spec(), "built-in".to_owned())];
     if spec.role == Role::Orchestrator {
-        let specialists: Vec<String> = shared
-            .config
-            .specialists()
-            .map(|a| a.name.to_string())
-            .collect();
+        let specialists: Vec<String> = config.specialists().map(|a| a.name.to_string()).collect();
         if !specialists.is_empty() {
-            tools.push(dispatch_spec(&specialists));
+            tools.push((dispatch_spec(&specialists), "built-in".to_owned()));
         }
     }
-    tools.extend(MemoryTools::tools_for(spec));
-    tools.extend(shared.tools.tools.iter().map(|t| t.spec.clone()));
+    let tagged = |source: &str| {
+        let source = source.to_owned();
+        move |t: ToolSpec| (t, source.clone())
+    };
+    tools.extend(
+        MemoryTools::tools_for(spec)
+            .into_iter()
+            .map(tagged("memory")),
+    );
+    tools.extend(
+        host.tools
+            .iter()
+            .map(|t| t.spec.clone())
+            .map(tagged("host")),
+    );
+    for server in mcp
+        .servers
+        .iter()
+        .filter(|s| s.spec.agents.contains(&spec.name))
+    {
+        let source = server.spec.source();
+        tools.extend(
+            server
+                .tools
+                .iter()
+                .map(|t| (t.offered.clone(), source.clone())),
+        );
+    }
     tools
 }
 
@@ -205,6 +244,9 @@ pub(crate) fn prepare_call(ctx: &CallContext, name: &str, arguments: &str) -> Ca
     let builtin = name == GET_HISTORY
         || (name == DISPATCH && ctx.spec.role == Role::Orchestrator)
         || MemoryTools::is_memory_tool(name);
+    if let Some((server, remote)) = ctx.shared.mcp.find(&ctx.spec.name, name) {
+        return Box::pin(async move { server.call(remote, args).await });
+    }
     if !builtin {
         if let Some(tool) = ctx.shared.tools.get(name) {
             let run = Arc::clone(&tool.run);

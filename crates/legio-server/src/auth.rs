@@ -69,7 +69,7 @@ async fn guard(expected: Option<&str>, request: Request, next: Next) -> Response
     .into_response()
 }
 
-fn bearer(request: &Request) -> Option<&str> {
+pub(crate) fn bearer(request: &Request) -> Option<&str> {
     let value = request
         .headers()
         .get(header::AUTHORIZATION)?

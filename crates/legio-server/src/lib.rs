@@ -8,6 +8,7 @@ mod dashboard;
 mod error;
 mod exporter;
 mod history;
+mod mcp;
 mod meta;
 mod metrics;
 mod operator;

@@ -72,6 +72,7 @@ impl Server {
                 bind,
                 reason: e.to_string(),
             })?;
+        crate::mcp::announce(&runtime, listener.local_addr().ok());
         let (stop, stopping) = watch::channel(false);
         let state = Arc::new(AppState {
             runtime: Arc::new(runtime),
@@ -241,6 +242,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .merge(api)
         .merge(operator)
+        .merge(crate::mcp::routes(&state))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
