@@ -5,6 +5,7 @@
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
 mod behaviours;
+mod mcp;
 mod openapi;
 
 use std::collections::HashMap;
