@@ -498,6 +498,7 @@ fn inspect_stats_and_verify() {
 
 #[path = "../support/archive.rs"]
 mod archive;
+mod mcp;
 
 #[test]
 fn migrate_rewrites_a_v1_log_once_and_every_command_reads_it() {
