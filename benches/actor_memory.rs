@@ -468,6 +468,7 @@ impl Inline {
                 status,
                 deltas: None,
                 tools: Default::default(),
+                mcp: None,
             })
             .await
             .expect("a provider call");

@@ -500,6 +500,7 @@ mod plain;
 
 #[path = "../support/archive.rs"]
 mod archive;
+mod mcp;
 
 #[test]
 fn migrate_rewrites_a_v1_log_once_and_every_command_reads_it() {

@@ -9,6 +9,7 @@ mod door;
 mod fuzz;
 mod heartbeats;
 mod limits;
+mod mcp;
 mod openapi;
 mod progress;
 mod scopes;

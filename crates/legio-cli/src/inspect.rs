@@ -1,5 +1,6 @@
 //! `legio inspect`: tables of conversations, agents, sessions and the shared memory, from the log;
-//! and on a cluster, which node owns which conversation, from the lease bucket.
+//! on a cluster, which node owns which conversation, from the lease bucket; and every agent's
+//! tools, from the configuration.
 
 use std::process::ExitCode;
 
@@ -27,6 +28,9 @@ pub enum What {
     /// On a cluster (`--nats` or `store.backend = "nats"`): each node and the conversations it
     /// owns, with the lease's revision and the time since it was last renewed.
     Nodes,
+    /// Every agent's tools and where each comes from (built-in, memory, or an [mcp.NAME]
+    /// server, which is started to list them); read from the configuration, not the log.
+    Tools,
 }
 
 /// Table or JSON.
@@ -84,9 +88,29 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
     Ok(())
 }
 
+/// `legio inspect tools`: from the configuration, the MCP servers started to list their tools.
+#[cfg(feature = "runtime")]
+fn tools(context: &Context, args: &Args) -> Result<ExitCode> {
+    if args.conversation.is_some() {
+        anyhow::bail!("an agent's tools are the same in every conversation; drop --conversation");
+    }
+    let config = common::config(context)?;
+    let table = common::tokio()?.block_on(legio_runtime::tools_table(&config))?;
+    let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
+    print(args.format, &header, table.rows)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Without the `runtime` feature there is no MCP client to start the servers with.
+#[cfg(not(feature = "runtime"))]
+fn tools(_context: &Context, _args: &Args) -> Result<ExitCode> {
+    anyhow::bail!("this legio was built without the `runtime` feature, which `inspect tools` needs to start the [mcp.NAME] servers")
+}
+
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let kind = match args.what {
+        What::Tools => return tools(context, &args),
         What::Conversations => InspectKind::Conversations,
         What::Agents => InspectKind::Agents,
         What::Sessions => InspectKind::Sessions,

@@ -27,6 +27,8 @@ mod heartbeat;
 mod import;
 mod inspect;
 mod invocation;
+#[cfg(feature = "runtime")]
+mod mcp;
 mod migrate;
 mod output;
 #[cfg(feature = "runtime")]
@@ -80,6 +82,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///   legio --server http://127.0.0.1:7878 replay --follow    # also inspect, context, verify, reset,
 ///                                                           # heartbeat
 ///   legio heartbeat --agent lead "anything due?" # one answer with no history, recorded
+///
+/// Tools over MCP (an agent's tools for an MCP client; [mcp.NAME] tables give agents a server's):
+///   legio inspect tools                          # every agent's tools and where each comes from
+///   legio mcp token --conversation cli:local --agent vorenus   # a bearer token for /mcp
+///   legio mcp serve --conversation cli:local --agent vorenus   # MCP on stdio
 ///
 /// Exit codes: 0 ok, 1 an error (one line on stderr, saying what to do), 2 a usage error,
 /// 3 `verify` found problems, 141 standard output closed early (`legio replay | head`: the
@@ -149,6 +156,9 @@ enum Command {
     /// Serve the HTTP API (turns, session history, operator access), /metrics and /dashboard.
     #[cfg(feature = "runtime")]
     Serve(serve::Args),
+    /// legio as an MCP server for one agent: `token` for `legio serve`'s /mcp, `serve` on stdio.
+    #[cfg(feature = "runtime")]
+    Mcp(mcp::Args),
     /// Print shell completions, e.g. `legio completions bash > /etc/bash_completion.d/legio`.
     Completions(completions::Args),
 }
@@ -202,6 +212,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         #[cfg(feature = "runtime")]
         Command::Demo(args) => demo::run(&context, args),
+        #[cfg(feature = "runtime")]
+        Command::Mcp(args) => mcp::run(&context, args),
         #[cfg(feature = "runtime")]
         Command::Chat(args) => chat::run(&context, args),
         #[cfg(feature = "runtime")]

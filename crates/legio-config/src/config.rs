@@ -33,6 +33,9 @@ struct FileConfig {
     /// Scheduled heartbeats per agent (schedule.rs).
     #[serde(default)]
     heartbeats: BTreeMap<String, crate::schedule::HeartbeatSection>,
+    /// MCP servers whose tools agents are offered (mcp_config.rs).
+    #[serde(default)]
+    mcp: BTreeMap<String, crate::mcp_config::McpSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -246,6 +249,8 @@ pub struct RuntimeConfig {
     pub server: crate::raw::RawSection,
     /// The `[heartbeats.AGENT]` schedules the runtime runs (schedule.rs).
     pub heartbeats: Vec<crate::schedule::HeartbeatSchedule>,
+    /// The `[mcp.NAME]` tables, by name: MCP servers whose tools agents are offered.
+    pub mcp: Vec<crate::mcp_config::McpServerSpec>,
 }
 
 /// `section`'s compaction keys over `base`; errors name `where_`'s key.
@@ -484,6 +489,12 @@ impl RuntimeConfig {
         let names: Vec<AgentName> = agents.iter().map(|a| a.name.clone()).collect();
         let heartbeats =
             crate::schedule::parse_schedules(&parsed.heartbeats, &names).map_err(&invalid)?;
+        let mcp = parsed
+            .mcp
+            .iter()
+            .map(|(name, section)| crate::mcp_config::validate(name, section, &agents, &base))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(&invalid)?;
         Ok(Self {
             source: Some(file.to_owned()),
             store: StoreSettings {
@@ -496,6 +507,7 @@ impl RuntimeConfig {
             providers,
             server: crate::raw::RawSection::new(parsed.server),
             heartbeats,
+            mcp,
         })
     }
 

@@ -4,6 +4,7 @@
 
 mod config;
 mod error;
+mod mcp_config;
 mod provider_settings;
 mod raw;
 mod schedule;
@@ -14,6 +15,7 @@ pub use config::{
     UnknownMentions,
 };
 pub use error::{ConfigError, UnknownAgent};
+pub use mcp_config::{McpServerSpec, McpTransport, MCP_DEFAULT_TIMEOUT, MCP_TOOL_PREFIX};
 pub use raw::RawSection;
 pub use schedule::HeartbeatSchedule;
 pub use store_backend::StoreBackend;

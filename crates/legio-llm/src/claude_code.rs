@@ -6,8 +6,12 @@
 //! (the process), request mapping (arguments and prompt), response mapping (events), errors.
 //!
 //! Tools: the CLI runs its own tools (file edits, shell, search) inside its session and reports
-//! only the final text. It takes none of ours (`Capabilities::tools` is false; a request's
-//! `tools` are ignored) and never returns tool calls for the runtime to run.
+//! only the final text. It takes none of ours as tool definitions (`Capabilities::tools` is
+//! false; a request's `tools` are ignored) and never returns tool calls for the runtime to run.
+//! When the request carries legio's MCP endpoint ([`McpAccess`], set while `legio serve` runs),
+//! the CLI gets it as `--mcp-config` (JSON text, the server named `legio`, the bearer token in
+//! its headers) and `--allowedTools mcp__legio__T,...`: it calls the agent's own legio tools
+//! (`dispatch`, `get_history`, memory) over MCP, and legio records those calls.
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
@@ -23,8 +27,8 @@ use tokio::time::timeout;
 
 use crate::http::{cut, metric, BuildError};
 use crate::provider::{
-    Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
-    StreamDelta,
+    Capabilities, McpAccess, Provider, ProviderError, ProviderFuture, ProviderReply,
+    ProviderRequest, StreamDelta,
 };
 use crate::render::bootstrap_block;
 use crate::settings::ClaudeCodeSettings;
@@ -324,6 +328,33 @@ pub fn arguments(settings: &ClaudeCodeSettings, request: &ProviderRequest) -> Ve
     if !request.system_prompt.is_empty() {
         args.push("--append-system-prompt".into());
         args.push(request.system_prompt.clone());
+    }
+    if let Some(mcp) = &request.mcp {
+        args.extend(mcp_arguments(mcp));
+    }
+    args
+}
+
+/// The server name legio's endpoint has in `--mcp-config`: its tools are `mcp__legio__T`.
+pub const MCP_SERVER_NAME: &str = "legio";
+
+/// `--mcp-config` (JSON text) naming legio's endpoint with its bearer token, and
+/// `--allowedTools` allowing exactly the agent's tools there.
+fn mcp_arguments(mcp: &McpAccess) -> Vec<String> {
+    let config = serde_json::json!({"mcpServers": {MCP_SERVER_NAME: {
+        "type": "http",
+        "url": mcp.url,
+        "headers": {"Authorization": format!("Bearer {}", mcp.bearer)},
+    }}});
+    let allowed: Vec<String> = mcp
+        .tools
+        .iter()
+        .map(|t| format!("mcp__{MCP_SERVER_NAME}__{t}"))
+        .collect();
+    let mut args = vec!["--mcp-config".to_owned(), config.to_string()];
+    if !allowed.is_empty() {
+        args.push("--allowedTools".to_owned());
+        args.push(allowed.join(","));
     }
     args
 }

@@ -19,7 +19,7 @@ mod settings;
 pub use build::{build_provider, ProviderSettings};
 pub use http::BuildError;
 pub use provider::{
-    Capabilities, DeltaSink, Provider, ProviderError, ProviderFuture, ProviderReply,
+    Capabilities, DeltaSink, McpAccess, Provider, ProviderError, ProviderFuture, ProviderReply,
     ProviderRequest, StreamDelta, ToolDef,
 };
 pub use render::{

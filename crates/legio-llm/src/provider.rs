@@ -56,6 +56,30 @@ pub struct ProviderRequest {
     /// The tools the model may call this step (empty: none). Described in the provider's own
     /// tool format; a provider without tool support ([`Capabilities::tools`]) ignores them.
     pub tools: std::sync::Arc<[ToolDef]>,
+    /// legio's own MCP endpoint for this agent in this conversation, for a provider that runs
+    /// tools itself (`claude-code`) instead of taking `tools`; `None` when there is none.
+    pub mcp: Option<McpAccess>,
+}
+
+/// Where a provider that runs its own tool loop reaches the agent's legio tools over MCP.
+#[derive(Clone, PartialEq, Eq)]
+pub struct McpAccess {
+    /// The streamable-HTTP endpoint (`http://HOST:PORT/mcp`).
+    pub url: String,
+    /// A bearer token scoped to the request's conversation and agent.
+    pub bearer: String,
+    /// The names of the tools it serves (the agent's own), to allow.
+    pub tools: Vec<String>,
+}
+
+impl std::fmt::Debug for McpAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpAccess")
+            .field("url", &self.url)
+            .field("bearer", &"<redacted>")
+            .field("tools", &self.tools)
+            .finish()
+    }
 }
 
 /// The receiving end of a provider's fragments lives with whoever shows progress.

@@ -96,6 +96,7 @@ fn request_with(history: Vec<(&str, Vec<Part>)>, new_text: &str) -> ProviderRequ
         status: None,
         deltas: None,
         tools: Default::default(),
+        mcp: None,
     }
 }
 

@@ -102,6 +102,7 @@ fn request(plan: ContextPlan, resume: Option<&str>) -> ProviderRequest {
         status: None,
         deltas: None,
         tools: Default::default(),
+        mcp: None,
     }
 }
 
@@ -536,4 +537,31 @@ fn arguments_put_extra_args_first_and_skip_an_empty_system_prompt() {
             "abc",
         ]
     );
+}
+
+#[test]
+fn an_mcp_endpoint_becomes_mcp_config_and_allowed_tools() {
+    let mut req = request(delta_plan(), None);
+    req.system_prompt = String::new();
+    req.mcp = Some(legio_llm::McpAccess {
+        url: "http://127.0.0.1:7878/mcp".into(),
+        bearer: "lgm1.tok".into(),
+        tools: vec!["get_history".into(), "dispatch".into()],
+    });
+    let args = arguments(&ClaudeCodeSettings::default(), &req);
+    assert!(
+        !format!("{:?}", req.mcp).contains("lgm1.tok"),
+        "the token stays out of Debug"
+    );
+    let at = args.iter().position(|a| a == "--mcp-config").unwrap();
+    let config: serde_json::Value = serde_json::from_str(&args[at + 1]).unwrap();
+    assert_eq!(
+        config,
+        serde_json::json!({"mcpServers": {"legio": {"type": "http",
+            "url": "http://127.0.0.1:7878/mcp",
+            "headers": {"Authorization": "Bearer lgm1.tok"}}}})
+    );
+    assert_eq!(args[at + 2], "--allowedTools");
+    assert_eq!(args[at + 3], "mcp__legio__get_history,mcp__legio__dispatch");
+    assert_eq!(args.len(), at + 4);
 }

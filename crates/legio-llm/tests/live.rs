@@ -57,6 +57,7 @@ fn request(mode: DeliveryMode, new: ContextItem, resume: Option<String>) -> Prov
         status: None,
         deltas: None,
         tools: Default::default(),
+        mcp: None,
     }
 }
 

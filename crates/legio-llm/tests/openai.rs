@@ -56,6 +56,7 @@ fn request(mode: DeliveryMode, history: Vec<ContextItem>, new: ContextItem) -> P
         status: None,
         deltas: None,
         tools: Default::default(),
+        mcp: None,
     }
 }
 

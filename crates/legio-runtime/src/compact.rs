@@ -171,6 +171,7 @@ async fn call(
         status: None,
         deltas: None,
         tools: Default::default(),
+        mcp: None,
     };
     let timeout = shared.config.runtime.turn_timeout;
     match tokio::time::timeout(timeout, summarizer.call(request)).await {

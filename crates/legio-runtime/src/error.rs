@@ -100,6 +100,14 @@ pub enum RuntimeError {
         /// Where.
         seq: legio_core::Seq,
     },
+    /// An `[mcp.NAME]` server cannot be started or did not list its tools when the runtime opened.
+    #[error("cannot start the MCP server [mcp.{server}]: {reason}; check its command or url")]
+    McpUnavailable {
+        /// The `[mcp.NAME]` table's name.
+        server: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// The agent's actor is restarting; the request can be retried.
     #[error("{agent} is restarting; try again")]
     AgentRestarting {
@@ -227,7 +235,8 @@ impl RuntimeError {
             Self::Lease(_) => C::Internal,
             Self::SupervisorStart { .. }
             | Self::PromptUnreadable { .. }
-            | Self::MissingRecord { .. } => C::Internal,
+            | Self::MissingRecord { .. }
+            | Self::McpUnavailable { .. } => C::Internal,
         }
     }
 }

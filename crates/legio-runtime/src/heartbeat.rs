@@ -87,6 +87,7 @@ async fn run_inner(
         deltas: None,
         // A heartbeat offers no tools: the request is the prompt and the text, nothing else.
         tools: Default::default(),
+        mcp: None,
     };
     let timeout = shared.config.runtime.turn_timeout;
     let (outcome, usage) = call(provider.as_ref(), request, &prompt, timeout, agent).await;

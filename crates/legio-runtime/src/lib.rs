@@ -11,6 +11,9 @@ mod error;
 mod fit;
 mod heartbeat;
 mod host_tools;
+mod mcp_client;
+mod mcp_server;
+mod mcp_token;
 mod memory;
 mod messages;
 pub mod metrics;
@@ -26,6 +29,7 @@ mod status;
 mod supervisor;
 mod tool_progress;
 mod tools;
+mod tools_view;
 mod turn;
 
 pub use error::{ErrorCode, RuntimeError};
@@ -34,12 +38,15 @@ pub use legio_config::{
     AgentSpec, ConfigError, HeartbeatSchedule, ProviderSpec, RestartSettings, Role, RuntimeConfig,
     RuntimeSettings, StoreBackend, StoreSettings, UnknownMentions,
 };
+pub use legio_config::{McpServerSpec, McpTransport, MCP_DEFAULT_TIMEOUT, MCP_TOOL_PREFIX};
 pub use legio_ops::{
     agents_with_roster, compaction_job, context_report, fold_memory, inspect, memory_table,
     prepare_turn, preview_turn, read_memory, require_conversation, CompactionJob, ContextReport,
     InspectKind, OpsError, PreparedTurn, ReportItem, Table, TurnInputs, TurnPreview, MAX_DELTA,
     NO_SESSION,
 };
+pub use mcp_server::{serve_mcp_stdio, McpScope, McpService, ScopeResolver};
+pub use mcp_token::{McpTokenError, McpTokenKey, MCP_TOKEN_DEFAULT_TTL};
 pub use memory::{MemoryTools, ToolError, ToolSpec};
 pub use names::IntoName;
 pub use progress::{Progress, ProgressSink};
@@ -48,3 +55,4 @@ pub use reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::{AgentStatus, Runtime, RuntimeBuilder};
 pub use status::Activity;
+pub use tools_view::tools_table;

@@ -52,8 +52,9 @@ pub enum ToolRegistryError {
         /// The name.
         name: String,
     },
-    /// A built-in or memory tool already has the name.
-    #[error("tool name {name:?} is taken by a built-in tool; choose another name")]
+    /// A built-in or memory tool already has the name, or it starts with `mcp__` (the prefix of
+    /// the `[mcp.NAME]` servers' tools).
+    #[error("tool name {name:?} is taken by a built-in tool or starts with \"mcp__\" (reserved for MCP servers' tools); choose another name")]
     Reserved {
         /// The name.
         name: String,
@@ -86,7 +87,11 @@ pub(crate) fn check_tool(name: &str, parameters: &Value) -> Result<(), ToolRegis
     if !valid_name(name) {
         return Err(ToolRegistryError::InvalidName { name: owned() });
     }
-    if name == GET_HISTORY || name == DISPATCH || MemoryTools::is_memory_tool(name) {
+    if name == GET_HISTORY
+        || name == DISPATCH
+        || MemoryTools::is_memory_tool(name)
+        || name.starts_with(legio_config::MCP_TOOL_PREFIX)
+    {
         return Err(ToolRegistryError::Reserved { name: owned() });
     }
     if parameters.get("type").and_then(Value::as_str) != Some("object") {

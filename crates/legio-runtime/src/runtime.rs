@@ -67,7 +67,7 @@ pub struct AgentStatus {
 
 /// A running legion: the log, the supervisors and their agent actors.
 pub struct Runtime {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     root: ActorRef<RootMsg>,
     /// Conversation supervisors already looked up (the root owns them).
     supervisors_by_key: Arc<Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>>,
@@ -229,6 +229,7 @@ impl Runtime {
         let mut providers = build_providers(&config, &overrides)?;
         providers.extend(overrides);
         let memory = Arc::new(MemoryTools::new(Arc::clone(&log), &config.agents));
+        let mcp = Arc::new(crate::mcp_client::McpClients::start(&config.mcp).await?);
         let shared = Arc::new(Shared {
             log,
             config,
@@ -237,6 +238,8 @@ impl Runtime {
             memory,
             tools,
             host_desk: Default::default(),
+            mcp,
+            mcp_endpoint: Default::default(),
             prompts: Default::default(),
             dispatch_tails: Default::default(),
             calibrations: Default::default(),
@@ -403,13 +406,16 @@ impl Runtime {
     }
 
     /// An agent of the roster.
-    fn roster_agent(&self, agent: impl IntoName<AgentName>) -> Result<AgentName, RuntimeError> {
+    pub(crate) fn roster_agent(
+        &self,
+        agent: impl IntoName<AgentName>,
+    ) -> Result<AgentName, RuntimeError> {
         let agent = agent.into_name()?;
         Ok(self.shared.roster_spec(&agent)?.name.clone())
     }
 
     /// A conversation key a host may write to: valid and not reserved (`legio:...`).
-    fn host_conversation(
+    pub(crate) fn host_conversation(
         conversation: impl IntoName<ConversationKey>,
     ) -> Result<ConversationKey, RuntimeError> {
         let key = conversation.into_name()?;
@@ -423,7 +429,7 @@ impl Runtime {
 
     /// The conversation's supervisor: from this runtime's cache, or from the root (which starts
     /// it on first need).
-    async fn conversation(
+    pub(crate) async fn conversation(
         &self,
         key: &ConversationKey,
     ) -> Result<ActorRef<ConversationMsg>, RuntimeError> {
@@ -1036,6 +1042,7 @@ impl Runtime {
             .root
             .stop_and_wait(None, Some(Duration::from_secs(5)))
             .await;
+        self.shared.mcp.stop().await;
     }
 }
 

@@ -29,6 +29,11 @@ pub(crate) struct Shared {
     pub(crate) tools: ToolRegistry,
     /// The tools hosts run over the API: declared per conversation, and their waiting calls.
     pub(crate) host_desk: crate::host_tools::HostToolDesk,
+    /// The `[mcp.NAME]` servers' connections and the tools they listed at start.
+    pub(crate) mcp: Arc<crate::mcp_client::McpClients>,
+    /// legio's own `/mcp` endpoint, once a server serves it (`Runtime::serve_mcp_at`), and the
+    /// key its tokens are signed with: given to providers that run their own tool loop.
+    pub(crate) mcp_endpoint: std::sync::OnceLock<(String, crate::mcp_token::McpTokenKey)>,
     /// Composed prompts by file, valid while the file's modification time and length are the
     /// same (a stat per turn instead of a read and a hash).
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,

@@ -5,7 +5,8 @@
 //! specialists, their replies as the result), its memory tools ([`MemoryTools::tools_for`], scoped
 //! by who calls), the host's tools ([`ToolRegistry`], registered through the embedding API), and
 //! on turns a host posts with tools it runs over an API, those (host_tools.rs: their calls are
-//! announced and wait for the host's results instead of running here).
+//! announced and wait for the host's results instead of running here); and the tools of the
+//! `[mcp.NAME]` servers that name the agent (`mcp__NAME__T`, mcp_client.rs).
 //!
 //! A call never fails the turn: unknown tools, arguments that are not JSON, a tool's error, a
 //! panicking host tool and a tool cut by the turn's deadline all become error results for the
@@ -27,12 +28,14 @@ use tokio::sync::oneshot;
 use crate::clock::{fresh_uuid, now};
 use crate::dispatch::{gather, Route};
 use crate::host_tools::HostToolCall;
+use crate::mcp_client::McpClients;
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{Job, TurnRequest};
 use crate::progress::{Progress, ProgressSink};
+use crate::registry::ToolRegistry;
 use crate::registry::{DISPATCH, GET_HISTORY};
 use crate::shared::Shared;
-use legio_config::{AgentSpec, Role};
+use legio_config::{AgentSpec, Role, RuntimeConfig};
 
 /// How many messages `get_history` returns unless asked otherwise, and at most.
 const HISTORY_DEFAULT: u64 = 20;
@@ -78,19 +81,55 @@ their replies are this tool's result. Everyone in the conversation sees the mess
 
 /// The tools `spec`'s agent is offered, in order (see the module docs).
 pub(crate) fn tools_for(shared: &Shared, spec: &AgentSpec) -> Vec<ToolSpec> {
-    let mut tools = vec![get_history_spec()];
+    offered_tools(&shared.config, &shared.tools, &shared.mcp, spec)
+        .into_iter()
+        .map(|(tool, _)| tool)
+        .collect()
+}
+
+/// The tools `spec`'s agent is offered, in order, each with where it comes from (`built-in`,
+/// `memory`, `host`, or the MCP server's table and command or URL).
+pub(crate) fn offered_tools(
+    config: &RuntimeConfig,
+    host: &ToolRegistry,
+    mcp: &McpClients,
+    spec: &AgentSpec,
+) -> Vec<(ToolSpec, String)> {
+    let mut tools = vec![(get_history_spec(), "built-in".to_owned())];
     if spec.role == Role::Orchestrator {
-        let specialists: Vec<String> = shared
-            .config
-            .specialists()
-            .map(|a| a.name.to_string())
-            .collect();
+        let specialists: Vec<String> = config.specialists().map(|a| a.name.to_string()).collect();
         if !specialists.is_empty() {
-            tools.push(dispatch_spec(&specialists));
+            tools.push((dispatch_spec(&specialists), "built-in".to_owned()));
         }
     }
-    tools.extend(MemoryTools::tools_for(spec));
-    tools.extend(shared.tools.tools.iter().map(|t| t.spec.clone()));
+    let tagged = |source: &str| {
+        let source = source.to_owned();
+        move |t: ToolSpec| (t, source.clone())
+    };
+    tools.extend(
+        MemoryTools::tools_for(spec)
+            .into_iter()
+            .map(tagged("memory")),
+    );
+    tools.extend(
+        host.tools
+            .iter()
+            .map(|t| t.spec.clone())
+            .map(tagged("host")),
+    );
+    for server in mcp
+        .servers
+        .iter()
+        .filter(|s| s.spec.agents.contains(&spec.name))
+    {
+        let source = server.spec.source();
+        tools.extend(
+            server
+                .tools
+                .iter()
+                .map(|t| (t.offered.clone(), source.clone())),
+        );
+    }
     tools
 }
 
@@ -290,6 +329,9 @@ pub(crate) fn prepare_call(ctx: &CallContext, name: &str, arguments: &str) -> Ca
     let builtin = name == GET_HISTORY
         || (name == DISPATCH && ctx.spec.role == Role::Orchestrator)
         || MemoryTools::is_memory_tool(name);
+    if let Some((server, remote)) = ctx.shared.mcp.find(&ctx.spec.name, name) {
+        return Box::pin(async move { server.call(remote, args).await });
+    }
     if !builtin {
         if let Some(tool) = ctx.shared.tools.get(name) {
             let run = Arc::clone(&tool.run);

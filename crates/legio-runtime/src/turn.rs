@@ -336,7 +336,31 @@ fn provider_request(
         status: prompt.status.clone(),
         deltas: None,
         tools: Arc::clone(&setup.tools),
+        mcp: mcp_access(agent, setup),
     }
+}
+
+/// legio's MCP endpoint with a fresh token for this agent and conversation, for a provider that
+/// takes no tool definitions (it runs its own loop), once a server serves `/mcp`.
+fn mcp_access(agent: &Agent, setup: &Setup) -> Option<legio_llm::McpAccess> {
+    if setup.provider.capabilities().tools {
+        return None;
+    }
+    let (url, key) = agent.shared.mcp_endpoint.get()?;
+    let scope = crate::mcp_server::McpScope {
+        conversation: agent.conversation.clone(),
+        agent: agent.name.clone(),
+    };
+    // Valid for the turn, with a margin for a restart's backoff.
+    let ttl = agent.shared.config.runtime.turn_timeout + Duration::from_secs(60);
+    Some(legio_llm::McpAccess {
+        url: url.clone(),
+        bearer: key.issue(&scope, ttl),
+        tools: crate::tools::tools_for(&agent.shared, &setup.spec)
+            .into_iter()
+            .map(|t| t.name)
+            .collect(),
+    })
 }
 
 /// Closes the session whose provider session the provider no longer knows, so the retry opens a
@@ -836,6 +860,8 @@ mod tests {
             memory,
             tools: Default::default(),
             host_desk: Default::default(),
+            mcp: Default::default(),
+            mcp_endpoint: Default::default(),
             prompts: Default::default(),
             dispatch_tails: Default::default(),
             calibrations: Default::default(),

@@ -151,7 +151,7 @@ fn identify(tokens: &[Arc<ScopedToken>], request: &Request) -> Result<Arc<Scoped
     ))
 }
 
-fn bearer(request: &Request) -> Option<&str> {
+pub(crate) fn bearer(request: &Request) -> Option<&str> {
     let value = request
         .headers()
         .get(header::AUTHORIZATION)?

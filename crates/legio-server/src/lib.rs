@@ -11,6 +11,7 @@ mod heartbeats;
 mod history;
 mod host_tools;
 mod limits;
+mod mcp;
 mod meta;
 mod metrics;
 mod openai;

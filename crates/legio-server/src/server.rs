@@ -94,6 +94,7 @@ impl Server {
         settings: ServerSettings,
         metrics: MetricsHandle,
     ) -> Self {
+        crate::mcp::announce(&runtime, listener.local_addr().ok());
         let (stop, stopping) = watch::channel(false);
         let state = Arc::new(AppState {
             runtime: Arc::new(runtime),
@@ -265,6 +266,7 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .merge(host)
         .merge(metrics)
         .merge(operator)
+        .merge(crate::mcp::routes(&state))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))

@@ -5,6 +5,7 @@ mod behaviours;
 mod compaction;
 mod exactly_once;
 mod heartbeat;
+mod mcp;
 mod providers;
 mod scenarios;
 mod tools;

@@ -321,6 +321,13 @@ fn host_tools_cannot_take_a_built_in_name_or_an_invalid_one() {
                 name: "write_note".into(),
             },
         ),
+        (
+            // The prefix of the [mcp.NAME] servers' tools.
+            "mcp__fs__read",
+            ToolRegistryError::Reserved {
+                name: "mcp__fs__read".into(),
+            },
+        ),
         ("a b", ToolRegistryError::InvalidName { name: "a b".into() }),
     ] {
         assert_eq!(
