@@ -9,6 +9,7 @@ mod model;
 mod nats;
 mod runtime;
 mod sled_log;
+mod storage_faults;
 mod tidy;
 mod tool_links;
 mod verify;

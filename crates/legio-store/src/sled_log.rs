@@ -145,9 +145,15 @@ const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
 fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> {
     let deadline = Instant::now() + LOCK_GRACE;
+    let mut cleared = false;
     loop {
         match config.open() {
             Ok(db) => return Ok(db),
+            Err(sled::Error::Corruption { .. })
+                if !cleared && remove_unfinished_snapshots(path)? =>
+            {
+                cleared = true;
+            }
             Err(e) => {
                 let text = e.to_string();
                 if !text.contains("could not acquire lock") {
@@ -166,6 +172,29 @@ fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> 
             }
         }
     }
+}
+
+/// Removes sled's unfinished snapshot files (`snap.*.generating`) and says whether there were
+/// any. sled writes a snapshot to such a file and renames it only once it is complete and
+/// synced, so one left behind (a full disk during an open, a crash) holds nothing the log needs;
+/// but sled 0.34 picks it as the newest snapshot and then reports the whole log corrupt. Called
+/// only after an open failed as corrupt: the failed open held the lock, so no other process is
+/// writing a snapshot here.
+fn remove_unfinished_snapshots(path: &Path) -> Result<bool> {
+    let entries =
+        std::fs::read_dir(path).map_err(|e| StoreError::io("listing the database folder", e))?;
+    let mut removed = false;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            std::fs::remove_file(entry.path())
+                .map_err(|e| StoreError::io("removing an unfinished snapshot file", e))?;
+            tracing::warn!(file = %entry.path().display(), "removed an unfinished snapshot file (left by a full disk or a crash during an earlier open)");
+            removed = true;
+        }
+    }
+    Ok(removed)
 }
 
 fn sync_dir(path: &Path) -> Result<()> {
