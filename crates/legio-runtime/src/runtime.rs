@@ -54,7 +54,7 @@ pub struct Runtime {
     shared: Arc<Shared>,
     root: ActorRef<RootMsg>,
     /// Conversation supervisors already looked up (the root owns them).
-    supervisors_by_key: Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>,
+    supervisors_by_key: Arc<SupervisorCache>,
     reaper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     stopped: AtomicBool,
 }
@@ -209,7 +209,7 @@ impl Runtime {
         let runtime = Self {
             shared,
             root,
-            supervisors_by_key: Mutex::new(HashMap::new()),
+            supervisors_by_key: Arc::default(),
             reaper: Mutex::new(None),
             stopped: AtomicBool::new(false),
         };
@@ -221,12 +221,16 @@ impl Runtime {
         let interval = self.shared.config.runtime.reap_interval;
         let idle = self.shared.config.runtime.idle_timeout;
         let root = self.root.clone();
+        let cache = Arc::clone(&self.supervisors_by_key);
+        let shared = Arc::clone(&self.shared);
         let task = tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.tick().await;
             loop {
                 ticker.tick().await;
-                match reap(&root, idle).await {
+                let reaped = reap(&root, idle).await;
+                forget_retired(&cache, &shared);
+                match reaped {
                     Ok(n) if n > 0 => tracing::info!(reaped = n, "reaped idle agents"),
                     Ok(_) => {}
                     Err(_) => break,
@@ -681,12 +685,23 @@ impl Runtime {
     /// Stops every agent idle longer than the configured timeout (the reaper does this on its
     /// interval). Returns how many were stopped.
     pub async fn reap_idle(&self) -> Result<usize, RuntimeError> {
-        reap(&self.root, self.shared.config.runtime.idle_timeout).await
+        self.reap_idle_older_than(self.shared.config.runtime.idle_timeout)
+            .await
     }
 
-    /// Like [`Runtime::reap_idle`] with an explicit idle threshold.
+    /// Like [`Runtime::reap_idle`] with an explicit idle threshold. A conversation whose agents
+    /// are all reaped loses its supervisor too (it stops shortly after), and the runtime forgets
+    /// the conversation: it costs no memory until its next turn.
     pub async fn reap_idle_older_than(&self, idle: Duration) -> Result<usize, RuntimeError> {
-        reap(&self.root, idle).await
+        let reaped = reap(&self.root, idle).await;
+        forget_retired(&self.supervisors_by_key, &self.shared);
+        reaped
+    }
+
+    /// How many conversations have a supervisor (at least one agent live, or one reaped very
+    /// recently): the ones that cost memory.
+    pub async fn live_conversations(&self) -> usize {
+        self.supervisors().await.len()
     }
 
     async fn supervisors(&self) -> Vec<ActorRef<ConversationMsg>> {
@@ -777,6 +792,24 @@ impl Route for ConversationRoute<'_> {
                 .is_ok()
         })
     }
+}
+
+/// The runtime's cache of conversation supervisors (saves a round trip to the root per post).
+type SupervisorCache = Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>;
+
+/// Drops the cached supervisors that stopped (retired after a reap) and the dispatch tails of
+/// conversations with no post in flight.
+fn forget_retired(cache: &SupervisorCache, shared: &Shared) {
+    use ractor::ActorStatus;
+    if let Ok(mut cache) = cache.lock() {
+        cache.retain(|_, supervisor| {
+            !matches!(
+                supervisor.get_status(),
+                ActorStatus::Draining | ActorStatus::Stopping | ActorStatus::Stopped
+            )
+        });
+    }
+    shared.prune_dispatch_tails();
 }
 
 async fn reap(root: &ActorRef<RootMsg>, idle: Duration) -> Result<usize, RuntimeError> {
