@@ -8,6 +8,7 @@ mod memory;
 mod model;
 mod nats;
 mod runtime;
+mod salvage;
 mod sled_log;
 mod storage_faults;
 mod tidy;

@@ -9,6 +9,7 @@
 
 mod backend;
 mod codec;
+mod copy;
 mod damage;
 mod engine;
 mod error;
@@ -21,6 +22,7 @@ pub mod metrics;
 mod migrate;
 mod nats;
 mod options;
+mod salvage;
 mod sled_log;
 #[doc(hidden)]
 pub mod testing;
@@ -36,5 +38,6 @@ pub use nats::{
     Lease, LeaseError, Leases, NatsAuth, NatsLog, NatsOptions, NatsTls, MAX_BATCH_EVENTS,
 };
 pub use options::{Durability, StoreOptions};
-pub use sled_log::SledLog;
+pub use salvage::{LostRange, Salvaged};
+pub use sled_log::{ReadAround, SledLog};
 pub use verify::{Finding, VerifyProgress, VerifyReport, MAX_FINDINGS};

@@ -36,6 +36,8 @@ pub(crate) struct SledBackend {
     db: sled::Db,
     trees: [sled::Tree; 4],
     path: PathBuf,
+    /// The folder errors name: `path`, or the original of a read-only copy.
+    origin: PathBuf,
     data_file: File,
     synced_blobs: Mutex<HashSet<OsString>>,
 }
@@ -53,7 +55,7 @@ pub(crate) fn sled_err(during: &'static str) -> impl Fn(sled::Error) -> StoreErr
 }
 
 impl SledBackend {
-    fn open(path: &Path, options: &StoreOptions) -> Result<Self> {
+    fn open(path: &Path, origin: &Path, options: &StoreOptions) -> Result<Self> {
         if !options.create_if_missing && !path.join("db").exists() {
             return Err(StoreError::NotFound {
                 path: path.to_owned(),
@@ -67,7 +69,7 @@ impl SledBackend {
                 Durability::Sync => None,
                 Durability::Relaxed { flush_every } => Some(flush_every.as_millis().max(1) as u64),
             });
-        let db = open_with_lock_grace(&config, path)?;
+        let db = open_with_lock_grace(&config, path, origin)?;
         let tree = |id: TreeId| db.open_tree(id.name()).map_err(sled_err("opening a tree"));
         let trees = [
             tree(TreeId::Chunks)?,
@@ -81,6 +83,7 @@ impl SledBackend {
             db,
             trees,
             path: path.to_owned(),
+            origin: origin.to_owned(),
             data_file,
             synced_blobs: Mutex::new(HashSet::new()),
         };
@@ -88,6 +91,16 @@ impl SledBackend {
         backend.sync()?;
         sync_dir(path)?;
         Ok(backend)
+    }
+
+    /// A failed read as a store error: a damaged or missing file is [`StoreError::Damaged`],
+    /// naming the file and, for an event's chunk, the seq read (or scanned from).
+    fn read_failure(&self, e: sled::Error, tree: TreeId, key: &[u8]) -> StoreError {
+        let seq = match tree {
+            TreeId::Chunks => crate::keys::seq_suffix(key),
+            _ => None,
+        };
+        describe_failure(&self.origin, e, "reading", seq)
     }
 
     pub(crate) fn tree(&self, id: TreeId) -> &sled::Tree {
@@ -143,7 +156,7 @@ impl SledBackend {
 /// dropped; a lock held by another live process is still reported within this time.
 const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
-fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> {
+fn open_with_lock_grace(config: &sled::Config, path: &Path, origin: &Path) -> Result<sled::Db> {
     let deadline = Instant::now() + LOCK_GRACE;
     let mut cleared = false;
     loop {
@@ -157,11 +170,16 @@ fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> 
             Err(e) => {
                 let text = e.to_string();
                 if !text.contains("could not acquire lock") {
-                    return Err(StoreError::Io {
-                        during: "opening the database",
-                        kind: crate::error::Cause::kind(&e),
-                        reason: format!("{} ({text})", path.display()),
-                    });
+                    return Err(
+                        match describe_failure(origin, e, "opening the database", None) {
+                            StoreError::Io { during, kind, .. } => StoreError::Io {
+                                during,
+                                kind,
+                                reason: format!("{} ({text})", path.display()),
+                            },
+                            damaged => damaged,
+                        },
+                    );
                 }
                 if Instant::now() >= deadline {
                     return Err(StoreError::Locked {
@@ -172,6 +190,106 @@ fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> 
             }
         }
     }
+}
+
+/// A sled failure as a store error. Corruption names the file sled found it in: a blob file
+/// (`blobs/N`), else, on open, sled's newest snapshot file when there is one (a damaged snapshot
+/// is reported with no location), else the data file `db`. A missing blob (or blob folder) is
+/// damage too, not an I/O failure.
+pub(crate) fn describe_failure(
+    path: &Path,
+    e: sled::Error,
+    during: &'static str,
+    seq: Option<Seq>,
+) -> StoreError {
+    let damaged = |file: PathBuf, reason: String| StoreError::Damaged { file, seq, reason };
+    match e {
+        sled::Error::Corruption { at, .. } => {
+            let at = format!("{at:?}");
+            if let Some(blob) = blob_named(&at) {
+                let reason = "sled found corrupt data in this blob file".to_owned();
+                return damaged(path.join("blobs").join(blob), reason);
+            }
+            if at == "None" && during != "reading" {
+                // Opening: sled's snapshot, or (it says no more) the data file or a blob.
+                if let Some(snapshot) = damaged_snapshot(path) {
+                    let reason =
+                        "its checksum does not match; it is only a cache of the log".into();
+                    return damaged(snapshot, reason);
+                }
+                let reason = "sled found corrupt data while opening it (in the data file `db` or \
+                              a blob file)";
+                return damaged(path.to_owned(), reason.into());
+            }
+            damaged(
+                path.join("db"),
+                format!("sled found corrupt data (at {at})"),
+            )
+        }
+        sled::Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound && during == "reading" => {
+            let blobs = path.join("blobs");
+            let reason = if blobs.is_dir() {
+                "a blob file is missing"
+            } else {
+                "the blob folder is missing"
+            };
+            damaged(blobs, format!("{reason} ({io})"))
+        }
+        e => StoreError::io(during, e),
+    }
+}
+
+/// The blob pointer in sled's `Some(Blob(lid, ptr))`, which is the blob file's name.
+fn blob_named(at: &str) -> Option<String> {
+    let inner = at.split("Blob(").nth(1)?;
+    let ptr = inner.split(')').next()?.split(',').nth(1)?.trim();
+    ptr.parse::<u64>().ok().map(|n| n.to_string())
+}
+
+/// sled's newest finished snapshot file when it is damaged: shorter than its trailer, or its
+/// CRC-32 (sled's trailer: the length as 8 bytes, then the CRC of what comes before them, as 4
+/// little-endian bytes) does not match.
+pub(crate) fn damaged_snapshot(path: &Path) -> Option<PathBuf> {
+    let snapshot = newest_snapshot(path)?;
+    let bytes = std::fs::read(&snapshot).ok()?;
+    if bytes.len() <= 12 {
+        return Some(snapshot);
+    }
+    let (body, trailer) = bytes.split_at(bytes.len() - 12);
+    let expected = u32::from_le_bytes(trailer[8..12].try_into().ok()?);
+    (crc32(body) != expected).then_some(snapshot)
+}
+
+/// CRC-32 (IEEE, reflected), as sled computes it for its snapshot files.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// sled's newest finished snapshot file in the database folder.
+fn newest_snapshot(path: &Path) -> Option<PathBuf> {
+    let mut snapshots: Vec<PathBuf> = std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("snap.") && !n.ends_with(".generating"))
+        })
+        .collect();
+    snapshots.sort();
+    snapshots.pop()
 }
 
 /// Removes sled's unfinished snapshot files (`snap.*.generating`) and says whether there were
@@ -207,7 +325,9 @@ impl Backend for SledBackend {
     type Value = sled::IVec;
 
     fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Self::Value>> {
-        self.tree(tree).get(key).map_err(sled_err("reading"))
+        self.tree(tree)
+            .get(key)
+            .map_err(|e| self.read_failure(e, tree, key))
     }
 
     fn floor(
@@ -221,7 +341,7 @@ impl Backend for SledBackend {
             .range::<&[u8], _>(..=key)
             .next_back()
             .transpose()
-            .map_err(sled_err("reading"))?;
+            .map_err(|e| self.read_failure(e, tree, key))?;
         Ok(found
             .filter(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.to_vec(), v)))
@@ -235,13 +355,14 @@ impl Backend for SledBackend {
         direction: Direction,
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
+        let tree_id = tree;
         let tree = self.tree(tree);
         let iter = match end {
             Some(end) => tree.range(start..end),
             None => tree.range(start..),
         };
         let mut step = |item: sled::Result<(sled::IVec, sled::IVec)>| -> Result<bool> {
-            let (k, v) = item.map_err(sled_err("scanning"))?;
+            let (k, v) = item.map_err(|e| self.read_failure(e, tree_id, start))?;
             Ok(visit(&k, &v).is_break())
         };
         match direction {
@@ -267,7 +388,7 @@ impl Backend for SledBackend {
         Ok(self
             .tree(tree)
             .last()
-            .map_err(sled_err("reading"))?
+            .map_err(|e| self.read_failure(e, tree, &[]))?
             .map(|(k, v)| (k.to_vec(), v)))
     }
 
@@ -318,6 +439,20 @@ pub struct SledLog {
     committer: Mutex<Option<JoinHandle<()>>>,
     durability: Durability,
     migration: Migration,
+    /// Set when opened read-only: the private copy the log really is (removed on drop, after the
+    /// engine: fields drop in order).
+    read_only: Option<ReadOnly>,
+}
+
+/// What a read-only open worked on.
+#[derive(Debug)]
+struct ReadOnly {
+    /// The database folder that was asked for (never written).
+    original: PathBuf,
+    /// Why sled could not open the folder as it is, when the copy had to be read from sled's
+    /// log alone (see [`SledLog::read_around`]).
+    read_around: Option<ReadAround>,
+    _copy: crate::copy::Copy,
 }
 
 impl std::fmt::Debug for SledLog {
@@ -347,13 +482,36 @@ impl SledLog {
         progress: &mut dyn FnMut(MigrateProgress),
     ) -> Result<Self> {
         let path = path.as_ref();
-        let _span = tracing::info_span!("open", path = %path.display()).entered();
-        let backend = SledBackend::open(path, options)?;
+        Self::open_at(path, path, true, options, progress)
+    }
+
+    /// Opens the log in `path`, naming `origin` in errors (the original of a read-only copy).
+    fn open_at(
+        path: &Path,
+        origin: &Path,
+        writable: bool,
+        options: &StoreOptions,
+        progress: &mut dyn FnMut(MigrateProgress),
+    ) -> Result<Self> {
+        let _span = tracing::info_span!("open", path = %origin.display()).entered();
+        let backend = SledBackend::open(path, origin, options)?;
         let migration = migrate::run(&backend, progress)?;
         let limits = Limits {
             max_message_bytes: options.max_message_bytes,
         };
         let engine = Arc::new(Engine::open(backend, limits)?);
+        if let (Some((from, to)), true) = (engine.hidden_events(), writable) {
+            return Err(StoreError::Damaged {
+                file: origin.to_owned(),
+                seq: Some(from),
+                reason: format!(
+                    "the index watermark says events up to seq {to} were stored, but the last \
+                     one that reads is seq {}: a damaged file (a blob?) hides the rest; the log \
+                     takes no appends like this",
+                    from.0 - 1
+                ),
+            });
+        }
         // Recovery may have re-derived index entries: make them durable before serving.
         engine.backend.sync()?;
         let (sender, receiver) = mpsc::channel();
@@ -372,7 +530,67 @@ impl SledLog {
             committer: Mutex::new(Some(committer)),
             durability: options.durability,
             migration,
+            read_only: None,
         })
+    }
+
+    /// Opens the log in the folder `path` without writing to it: sled and legio's recovery work
+    /// on a private copy of the folder (in the system's temporary folder; see `copy.rs`), and
+    /// appends are refused with [`StoreError::ReadOnly`]. For `legio verify` and
+    /// `legio export --salvage`. When sled's snapshot file is damaged, the copy leaves it out
+    /// (sled then rebuilds its page table from the log) and
+    /// [`SledLog::damaged_snapshot`] names it.
+    pub fn open_read_only(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self> {
+        let original = path.as_ref().to_owned();
+        let mut options = options.clone();
+        options.create_if_missing = false;
+        let (mut log, copy, read_around) = on_copy(&original, |copy| {
+            Self::open_at(copy, &original, false, &options, &mut |_| {})
+        })?;
+        log.read_only = Some(ReadOnly {
+            original,
+            read_around,
+            _copy: copy,
+        });
+        Ok(log)
+    }
+
+    /// Hands every event of the log in the folder `path` that still decodes to `visit`, in seq
+    /// order (`Break` stops the walk), and reports the seq ranges that could not be read, each
+    /// with its reason (`legio export --salvage`). Works on a private copy, as
+    /// [`SledLog::open_read_only`] does, and needs neither the indexes nor the last chunk to
+    /// read: only sled's own open (without its snapshot file, when that is damaged).
+    pub fn salvage(
+        path: impl AsRef<Path>,
+        options: &StoreOptions,
+        visit: &mut dyn FnMut(Record) -> std::ops::ControlFlow<()>,
+    ) -> Result<crate::salvage::Salvaged> {
+        let original = path.as_ref().to_owned();
+        let mut options = options.clone();
+        options.create_if_missing = false;
+        // The backend alone opens even when the chunks it would read first are damaged: check
+        // that the first and the last chunk read, else read from sled's log alone.
+        let (backend, _copy, read_around) = on_copy(&original, |copy| {
+            let backend = SledBackend::open(copy, &original, &options)?;
+            backend.last(TreeId::Chunks)?;
+            backend.scan(
+                TreeId::Chunks,
+                &[],
+                None,
+                Direction::Forward,
+                &mut |_, _| std::ops::ControlFlow::Break(()),
+            )?;
+            Ok(backend)
+        })?;
+        let mut salvaged = crate::salvage::salvage(&backend, visit)?;
+        salvaged.read_around = read_around;
+        Ok(salvaged)
+    }
+
+    /// After [`SledLog::open_read_only`]: why sled could not open the folder as it is, when the
+    /// log was read from sled's log alone (a damaged snapshot file, data file or blob).
+    pub fn read_around(&self) -> Option<&ReadAround> {
+        self.read_only.as_ref()?.read_around.as_ref()
     }
 
     /// What opening did to the stored layout (`from == to` when nothing needed migrating).
@@ -380,9 +598,12 @@ impl SledLog {
         self.migration
     }
 
-    /// The database folder.
+    /// The database folder (the one asked for, also when opened read-only).
     pub fn path(&self) -> &Path {
-        &self.engine.backend.path
+        match &self.read_only {
+            Some(read_only) => &read_only.original,
+            None => &self.engine.backend.path,
+        }
     }
 
     /// Stops accepting appends, commits what is pending, flushes and waits for the committer.
@@ -495,8 +716,68 @@ fn run_committer(
     }
 }
 
+/// Why a read-only open or a salvage read the database from sled's log alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadAround {
+    /// sled's snapshot file is damaged; it is only a cache of the log: nothing is lost.
+    Snapshot(PathBuf),
+    /// sled could not open or read the database as it is (a damaged data or blob file): read
+    /// from its log alone, which ends at the first record it cannot read, so events stored after
+    /// it may be missing without a trace.
+    Damage(StoreError),
+}
+
+impl std::fmt::Display for ReadAround {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Snapshot(file) => write!(
+                f,
+                "sled's snapshot file {} is damaged; it is only a cache of the log, which was read \
+                 without it (move the file away and the database opens again)",
+                file.display()
+            ),
+            Self::Damage(e) => write!(
+                f,
+                "{e}; the log was read from sled's log alone, which ends at the first record \
+                 sled cannot read: events stored after it may be missing"
+            ),
+        }
+    }
+}
+
+/// Copies the database folder `original` and opens the copy with `open`; when that fails on
+/// damage, copies it again without sled's snapshot files (sled then rebuilds its page table from
+/// its log, reading around a damaged snapshot, a missing blob, or up to a damaged one) and says
+/// why.
+fn on_copy<T>(
+    original: &Path,
+    open: impl Fn(&Path) -> Result<T>,
+) -> Result<(T, crate::copy::Copy, Option<ReadAround>)> {
+    use crate::copy::{copy_database, Snapshots};
+    let copy = copy_database(original, Snapshots::Keep)?;
+    match open(&copy.path) {
+        Ok(opened) => Ok((opened, copy, None)),
+        // sled could not open it: without its snapshot it recovers from the log alone, reading
+        // around a damaged snapshot, and around a damaged blob as if the log ended there (what
+        // that hides, verify reports and salvage names).
+        Err(e @ StoreError::Damaged { seq: None, .. }) => {
+            drop(copy);
+            let copy = copy_database(original, Snapshots::Leave)?;
+            let why = match damaged_snapshot(original) {
+                Some(snapshot) => ReadAround::Snapshot(snapshot),
+                None => ReadAround::Damage(e),
+            };
+            Ok((open(&copy.path)?, copy, Some(why)))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 impl EventLog for SledLog {
     fn submit(&self, events: Vec<Event>) -> Result<AppendHandle> {
+        if self.read_only.is_some() {
+            return Err(StoreError::ReadOnly);
+        }
         let batch = self.engine.encode_batch(events)?;
         let (ack, rx) = oneshot::channel();
         let sender = self.sender.lock().map_err(|_| StoreError::Closed)?;
