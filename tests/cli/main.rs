@@ -496,6 +496,85 @@ fn inspect_stats_and_verify() {
     assert!(stdout(&out).contains("seq 2"), "{}", stdout(&out));
 }
 
+/// Every file under `path` with its bytes.
+fn folder_contents(path: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(path).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(folder_contents(&p));
+        } else {
+            out.insert(p.clone(), std::fs::read(&p).unwrap());
+        }
+    }
+    out
+}
+
+/// `verify` never writes; a damaged snapshot is a note, a missing blob folder a problem (exit 3);
+/// `export --salvage` writes what reads, names what does not, and its file imports.
+#[test]
+fn verify_is_read_only_and_salvage_rebuilds_a_damaged_log() {
+    let f = fixture();
+    // The in-process runtime's writes: the next open writes sled's snapshot (unless read-only).
+    let before = folder_contents(&f.db());
+    let out = f.legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        before == folder_contents(&f.db()),
+        "verify wrote to the database"
+    );
+    let total = {
+        let log = f.log();
+        log.last_seq().0
+    };
+    let snapshot = std::fs::read_dir(f.db())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("snap.")
+        })
+        .expect("sled wrote a snapshot");
+    let mut bytes = std::fs::read(&snapshot).unwrap();
+    bytes[10] ^= 0x5a;
+    std::fs::write(&snapshot, bytes).unwrap();
+    let out = f.legio(&["stats"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains(&snapshot.display().to_string()),
+        "{}",
+        stderr(&out)
+    );
+    let out = f.legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("note: sled's snapshot file"),
+        "{}",
+        stdout(&out)
+    );
+    let salvaged = f.dir.path().join("salvaged.jsonl");
+    let out = f.legio(&["export", "--salvage", "-o", salvaged.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("salvaged {total} events")),
+        "{}",
+        stderr(&out)
+    );
+    let rebuilt = f.dir.path().join("rebuilt");
+    let out = f.legio(&[
+        "--db",
+        rebuilt.to_str().unwrap(),
+        "import",
+        salvaged.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = f.legio(&["--db", rebuilt.to_str().unwrap(), "verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+}
+
 #[path = "../support/archive.rs"]
 mod archive;
 
