@@ -69,6 +69,18 @@ fn legio_in(dir: &Path, config: &Path, args: &[&str], stdin: Option<&str>) -> Ou
     child.wait_with_output().unwrap()
 }
 
+fn legio_with_env(dir: &Path, config: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_legio"))
+        .current_dir(dir)
+        .env("LEGIO_CONFIG", config)
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -672,6 +684,182 @@ fn export_import_export_is_identical_and_bad_input_keeps_nothing() {
     // Export of one conversation only.
     let out = f.legio(&["export", "--conversation", "cli:other"]);
     assert!(stdout(&out).lines().all(|l| l.contains("\"cli:other\"")));
+}
+
+/// Import checks the whole file before it writes: each broken rule is refused with its line,
+/// and nothing is created.
+#[test]
+fn import_refuses_what_the_api_forbids_and_writes_nothing() {
+    let f = fixture();
+    let exported = f.dir.path().join("all.jsonl");
+    assert_eq!(
+        code(&f.legio(&["export", "-o", exported.to_str().unwrap()])),
+        0
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&exported)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let find = |kind: &str, nth: usize| {
+        lines
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v["kind"] == kind)
+            .nth(nth)
+            .map(|(i, _)| i)
+            .unwrap()
+    };
+    let (first, second) = (find("message_posted", 0), find("message_posted", 1));
+    let later = find("message_posted", 3);
+    let opened = find("session_opened", 0);
+    type Edit = Box<dyn Fn(&mut Vec<serde_json::Value>)>;
+    let cases: Vec<(&str, usize, Edit)> = vec![
+        ("is used twice", second, {
+            let id = lines[first]["id"].clone();
+            Box::new(move |l| l[second]["id"] = id.clone())
+        }),
+        ("which no earlier message is", second, {
+            let id = lines[later]["id"].clone();
+            Box::new(move |l| l[second]["reply_to"] = id.clone())
+        }),
+        (
+            "reserved conversation",
+            first,
+            Box::new(move |l| l[first]["conversation"] = "legio:memory".into()),
+        ),
+        (
+            "not in the configuration's roster",
+            opened,
+            Box::new(move |l| l[opened]["agent"] = "zed".into()),
+        ),
+        (
+            "which no earlier event opened",
+            opened + 1,
+            Box::new(move |l| {
+                l[opened]["kind"] = "message_posted".into();
+                l[opened] = l[first].clone();
+                l[opened]["id"] = l[later]["id"].clone();
+                l[later]["id"] = serde_json::Value::Null;
+            }),
+        ),
+    ];
+    for (n, (expected, line, edit)) in cases.into_iter().enumerate() {
+        let mut edited = lines.clone();
+        edit(&mut edited);
+        edited.retain(|v| !(v["kind"] == "message_posted" && v["id"].is_null()));
+        let text: Vec<String> = edited.iter().map(|v| v.to_string()).collect();
+        let file = f.dir.path().join(format!("bad{n}.jsonl"));
+        std::fs::write(&file, text.join("\n")).unwrap();
+        let fresh = f.dir.path().join(format!("fresh{n}"));
+        let out = f.legio(&[
+            "--db",
+            fresh.to_str().unwrap(),
+            "import",
+            file.to_str().unwrap(),
+        ]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 1, "{expected}: {err}");
+        assert!(err.contains(expected), "{expected}: {err}");
+        assert!(
+            err.contains(&format!("line {}", line + 1)),
+            "{expected} at line {}: {err}",
+            line + 1
+        );
+        assert!(err.contains("nothing was imported"), "{err}");
+        assert!(!fresh.exists(), "{expected}: a database was created");
+    }
+}
+
+#[path = "../support/small_disk.rs"]
+mod small_disk;
+
+/// An import that fails half way (the disk fills) leaves no database and no staging folder, and
+/// the same import works once space is back.
+#[test]
+fn a_failed_import_keeps_nothing_and_a_retry_works() {
+    let Some(disk) = small_disk::SmallDisk::mount(24) else {
+        return;
+    };
+    let f = fixture();
+    let exported = f.dir.path().join("all.jsonl");
+    assert_eq!(
+        code(&f.legio(&["export", "-o", exported.to_str().unwrap()])),
+        0
+    );
+    // Many copies of the conversation under other keys: a file larger than the space left.
+    let text = std::fs::read_to_string(&exported).unwrap();
+    let mut big = String::new();
+    for copy in 0..400 {
+        big.push_str(
+            &text
+                .replace(CONV, &format!("copy:{copy}"))
+                .replace("cli:other", &format!("other:{copy}")),
+        );
+    }
+    let ids_unique = big.lines().count();
+    assert!(ids_unique > 1000);
+    let file = f.dir.path().join("big.jsonl");
+    // Message ids must stay unique: renumber them per copy by dropping the duplicates' ids.
+    let mut seen = std::collections::HashSet::new();
+    let mut lines = Vec::new();
+    for (n, line) in big.lines().enumerate() {
+        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["kind"] == "message_posted" {
+            let id = format!("019c612c-{:04x}-7000-8000-{:012x}", n % 0xffff, n);
+            assert!(seen.insert(id.clone()));
+            v["id"] = id.into();
+            v["reply_to"] = serde_json::Value::Null;
+        }
+        lines.push(v.to_string());
+    }
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let filler = disk.fill_leaving(3 * 1024 * 1024);
+    let target = disk.path().join("imported");
+    // sled's writes wait forever on a full disk: the import gives up after its stall limit.
+    let out = legio_with_env(
+        f.dir.path(),
+        &f.config_path(),
+        &[
+            "--db",
+            target.to_str().unwrap(),
+            "import",
+            file.to_str().unwrap(),
+        ],
+        &[("LEGIO_IMPORT_STALL_SECONDS", "5")],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing was imported"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!target.exists(), "a failed import left a database behind");
+    let left: Vec<_> = std::fs::read_dir(disk.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("filler")],
+        "a staging folder was left"
+    );
+    std::fs::remove_file(filler).unwrap();
+    let out = f.legio(&[
+        "--db",
+        target.to_str().unwrap(),
+        "import",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = f.legio(&["--db", target.to_str().unwrap(), "verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("verified {} events", lines.len())),
+        "{}",
+        stdout(&out)
+    );
 }
 
 /// `-o -` is standard output, as in every Unix tool: the same bytes as a file, and no file `-`.

@@ -70,12 +70,6 @@ pub fn log_location(context: &Context) -> Result<String> {
     })
 }
 
-/// Opens an existing log, or creates it (import, post, chat).
-pub fn open_or_create_log(context: &Context) -> Result<SledLog> {
-    let store = context.store()?;
-    Ok(SledLog::open(&store.path, &store.options)?)
-}
-
 /// The configuration (the roster is needed to know roles and providers).
 pub fn config(context: &Context) -> Result<RuntimeConfig> {
     context

@@ -8,6 +8,7 @@ mod context;
 mod demo;
 mod export;
 mod import;
+mod import_check;
 mod inspect;
 mod invocation;
 mod migrate;

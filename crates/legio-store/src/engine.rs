@@ -67,6 +67,12 @@ pub(crate) fn encode_batch(events: Vec<Event>, max_message_bytes: usize) -> Resu
         .collect()
 }
 
+/// Whether `event` passes the append limits of every log backend (`encode_batch`'s rule) under
+/// `max_message_bytes`: for tools that check a whole file before writing any of it (import).
+pub fn check_event(event: &Event, max_message_bytes: usize) -> Result<()> {
+    encode_batch(vec![event.clone()], max_message_bytes).map(|_| ())
+}
+
 /// An event, validated and encoded, waiting for its seq.
 #[derive(Debug)]
 pub(crate) struct Encoded {

@@ -29,6 +29,7 @@ pub mod testing;
 mod verify;
 
 pub use codec::{decode_event, encode_event, FORMAT_VERSION};
+pub use engine::check_event;
 pub use error::{Result, StoreError};
 pub use layout::LAYOUT_VERSION;
 pub use log::{AppendHandle, EventLog, Subscription};

@@ -33,13 +33,33 @@ use crate::verify::{self, VerifyProgress, VerifyReport};
 const MAX_GROUP_EVENTS: usize = 4096;
 
 pub(crate) struct SledBackend {
-    db: sled::Db,
-    trees: [sled::Tree; 4],
+    /// sled's handles; taken (and leaked) on drop after a commit failure (see `Drop`).
+    sled: Option<Sled>,
     path: PathBuf,
     /// The folder errors name: `path`, or the original of a read-only copy.
     origin: PathBuf,
     data_file: File,
     synced_blobs: Mutex<HashSet<OsString>>,
+    /// The first commit failure: from then on nothing is flushed (after a failed write sled may
+    /// wait forever in its flush) and every append is refused with it.
+    failure: Mutex<Option<StoreError>>,
+}
+
+/// sled's database and the log's trees in it.
+struct Sled {
+    db: sled::Db,
+    trees: [sled::Tree; 4],
+}
+
+impl Drop for SledBackend {
+    fn drop(&mut self) {
+        // sled flushes when its last handle drops, and after a failed write that flush waits
+        // forever (it never sees the failed interval become stable): leak the handles instead.
+        // The process exits with the failure reported; nothing unflushed was acknowledged.
+        if self.failure().is_some() {
+            std::mem::forget(self.sled.take());
+        }
+    }
 }
 
 impl std::fmt::Debug for SledBackend {
@@ -80,17 +100,37 @@ impl SledBackend {
         let data_file = File::open(path.join("db"))
             .map_err(|e| StoreError::io("opening the data file for fsync", e))?;
         let backend = Self {
-            db,
-            trees,
+            sled: Some(Sled { db, trees }),
             path: path.to_owned(),
             origin: origin.to_owned(),
             data_file,
             synced_blobs: Mutex::new(HashSet::new()),
+            failure: Mutex::new(None),
         };
         // Make the files' directory entries durable once (a fresh database's `db` file).
         backend.sync()?;
         sync_dir(path)?;
         Ok(backend)
+    }
+
+    fn sled(&self) -> &Sled {
+        match &self.sled {
+            Some(sled) => sled,
+            // Taken only in `drop`, after which nothing can call this.
+            None => unreachable!("sled's handles are taken only on drop"),
+        }
+    }
+
+    /// The first commit failure, if a commit failed.
+    pub(crate) fn failure(&self) -> Option<StoreError> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Records a commit failure (the first one stays).
+    fn fail(&self, error: &StoreError) {
+        if let Ok(mut failure) = self.failure.lock() {
+            failure.get_or_insert_with(|| error.clone());
+        }
     }
 
     /// A failed read as a store error: a damaged or missing file is [`StoreError::Damaged`],
@@ -104,17 +144,20 @@ impl SledBackend {
     }
 
     pub(crate) fn tree(&self, id: TreeId) -> &sled::Tree {
-        &self.trees[id as usize]
+        &self.sled().trees[id as usize]
     }
 
     pub(crate) fn db(&self) -> &sled::Db {
-        &self.db
+        &self.sled().db
     }
 
     /// Makes everything applied so far durable: sled's flush, then a real fdatasync of the data
     /// file, then fsync of blob files sled wrote since the last sync (sled never fsyncs them).
     pub(crate) fn sync(&self) -> Result<()> {
-        self.db.flush().map_err(sled_err("flushing"))?;
+        if let Some(failure) = self.failure() {
+            return Err(failure);
+        }
+        self.sled().db.flush().map_err(sled_err("flushing"))?;
         self.data_file
             .sync_data()
             .map_err(|e| StoreError::io("fdatasync of the data file", e))?;
@@ -420,7 +463,10 @@ impl Backend for SledBackend {
     }
 
     fn size_on_disk(&self) -> Result<u64> {
-        self.db.size_on_disk().map_err(sled_err("measuring size"))
+        self.sled()
+            .db
+            .size_on_disk()
+            .map_err(sled_err("measuring size"))
     }
 }
 
@@ -617,6 +663,7 @@ impl SledLog {
                 .join()
                 .map_err(|_| StoreError::io("closing", "the committer thread panicked"))?;
         }
+        // After a commit failure there is nothing safe to flush: sync answers that failure.
         self.engine.backend.sync()
     }
 
@@ -659,8 +706,8 @@ fn run_committer(
     receiver: &mpsc::Receiver<Request>,
     durability: Durability,
 ) {
-    // After a failed fsync the state on disk is unknown: refuse everything from then on.
-    let mut failed: Option<StoreError> = None;
+    // After a failed write or fsync the state on disk is unknown: refuse everything from then
+    // on, and flush nothing (sled may wait forever in a flush after a failed write).
     while let Ok(first) = receiver.recv() {
         let mut events = first.batch.len();
         let mut group = vec![first];
@@ -673,7 +720,7 @@ fn run_committer(
                 Err(_) => break,
             }
         }
-        if let Some(error) = &failed {
+        if let Some(error) = engine.backend.failure() {
             for request in group {
                 let _ = request.ack.send(Err(error.clone()));
             }
@@ -704,15 +751,17 @@ fn run_committer(
             }
             Err(error) => {
                 tracing::error!(error = %error, "commit failed; the log refuses further appends");
+                engine.backend.fail(&error);
                 for (ack, _) in acks {
                     let _ = ack.send(Err(error.clone()));
                 }
-                failed = Some(error);
             }
         }
     }
-    if let Err(e) = engine.backend.sync() {
-        tracing::error!(error = %e, "final flush failed");
+    if engine.backend.failure().is_none() {
+        if let Err(e) = engine.backend.sync() {
+            tracing::error!(error = %e, "final flush failed");
+        }
     }
 }
 
@@ -777,6 +826,9 @@ impl EventLog for SledLog {
     fn submit(&self, events: Vec<Event>) -> Result<AppendHandle> {
         if self.read_only.is_some() {
             return Err(StoreError::ReadOnly);
+        }
+        if let Some(failure) = self.engine.backend.failure() {
+            return Err(failure);
         }
         let batch = self.engine.encode_batch(events)?;
         let (ack, rx) = oneshot::channel();
