@@ -170,8 +170,7 @@ fn write_staged(staging: &Path, options: &StoreOptions, events: Vec<Event>) -> R
     let log = SledLog::open(staging, &options)?;
     let rt = common::tokio()?;
     let bar = common::progress(events.len() as u64, "import", true);
-    let mut batches = events.chunks(common::CHUNK).peekable();
-    while let Some(batch) = batches.next() {
+    for batch in events.chunks(common::CHUNK) {
         bar.inc(batch.len() as u64);
         let handle = log.submit(batch.to_vec())?;
         let stall = stall_limit();
