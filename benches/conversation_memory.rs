@@ -1,16 +1,16 @@
-//! Memory after many conversations were touched and reaped: RSS of one `Runtime` after 1,000
+//! Memory after many conversations were touched and reaped: VmRSS of one `Runtime` after 1,000
 //! distinct conversations had a turn and were reaped, and again after 100,000 (× scale), in the
-//! same process, with the ratio. A conversation whose agents are all reaped loses its supervisor
-//! and every per-conversation entry of the runtime, so the second figure should be close to the
-//! first: what still grows is the log's own (sled's page table for the new keys; its page cache is
-//! capped at 8 MiB here).
+//! same process, with the ratio, each also after `malloc_trim` (glibc keeps freed memory
+//! resident). Reaping stops the agents and the runtime forgets their status and dispatch tails;
+//! the conversation supervisors themselves still stay (issue 16.4 is open on that), so the
+//! figures show what one reaped conversation still costs.
 //! Run: `cargo bench --bench conversation_memory` (`LEGIO_BENCH_SCALE=0.1` for a quick run).
 //!
 //! Shape: one orchestrator on a zero-latency stateless scripted provider whose record of requests
-//! is cleared before each reading, relaxed durability, 64 concurrent clients each posting one
-//! message to a new conversation; every 5,000 conversations everything idle is reaped
-//! (`reap_idle_older_than(0)`), and before each reading the bench waits until no conversation
-//! supervisor is live, then lets the blocking pool wind down.
+//! is cleared before each reading, relaxed durability, sled's cache capped at 8 MiB, 64
+//! concurrent clients each posting one message to a new conversation; every 5,000
+//! conversations everything idle is reaped (`reap_idle_older_than(0)`), and again before each
+//! reading, after which the blocking pool winds down for 3 s.
 
 use legio_tests::bench::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -143,24 +143,15 @@ struct Reading {
     trimmed: u64,
 }
 
-/// Waits until no conversation supervisor is live, clears the provider's record, lets the
-/// blocking pool wind down and reads VmRSS; then asks glibc's allocator to return its free
+/// Reaps every idle agent, clears the provider's record, lets the blocking pool wind down and
+/// reads VmRSS; then asks glibc's allocator to return its free
 /// pages (`malloc_trim`) and reads it again: memory freed by reaped conversations but kept by
 /// the allocator (per-thread arenas) is counted by the first figure only.
 async fn reading(runtime: &Arc<Runtime>, provider: &ScriptedProvider) -> Reading {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        runtime
-            .reap_idle_older_than(Duration::ZERO)
-            .await
-            .expect("a reap");
-        let live = runtime.live_conversations().await;
-        if live == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{live} conversations still live");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    runtime
+        .reap_idle_older_than(Duration::ZERO)
+        .await
+        .expect("a reap");
     provider.clear_requests();
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss = vm_rss();

@@ -1124,6 +1124,11 @@ impl Served {
     /// Starts `legio serve --bind 127.0.0.1:0` on `f`'s configuration with the API token `token`,
     /// reads the address it prints first, and waits until `/healthz` answers.
     fn start(f: &Fixture, token: &str) -> Self {
+        Self::start_with(f, token, &[])
+    }
+
+    /// [`Served::start`] with extra environment variables.
+    fn start_with(f: &Fixture, token: &str, env: &[(&str, &str)]) -> Self {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_legio"))
             .current_dir(f.dir.path())
@@ -1131,6 +1136,7 @@ impl Served {
             .env("LEGIO_API_TOKEN", token)
             .env_remove("LEGIO_OPERATOR_TOKEN")
             .env_remove("LEGIO_STORE_PATH")
+            .envs(env.iter().copied())
             .env("NO_COLOR", "1")
             .args(["serve", "--bind", "127.0.0.1:0"])
             .stdin(Stdio::null())
@@ -1565,4 +1571,76 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
     let out = legio(&["post", "--conversation", CONV, "no"]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("--nats"), "{}", stderr(&out));
+}
+
+/// After a storage failure (the disk fills under a running server), SIGTERM still ends `legio
+/// serve` within its shutdown deadline, and every turn it acknowledged is in the log.
+#[test]
+fn sigterm_ends_serve_after_a_storage_failure() {
+    const FILL_TOKEN: &str = "fill-token";
+    let Some(disk) = small_disk::SmallDisk::mount(24) else {
+        return;
+    };
+    let f = fixture();
+    let db = disk.path().join("db");
+    let served = Served::start_with(
+        &f,
+        FILL_TOKEN,
+        &[("LEGIO_STORE_PATH", db.to_str().unwrap())],
+    );
+    let filler = disk.fill_leaving(2 * 1024 * 1024);
+    let big = "x".repeat(200 * 1024);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let base = served.base.clone();
+    let (acknowledged, refused) = rt.block_on(async move {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        let mut acknowledged = Vec::new();
+        for n in 0..60 {
+            let key = format!("fill:{n}");
+            let sent = client
+                .post(format!("{base}/sessions/{key}/turns"))
+                .bearer_auth(FILL_TOKEN)
+                .header("content-type", "application/json")
+                .body(serde_json::json!({ "content": big }).to_string())
+                .send()
+                .await;
+            match sent {
+                Ok(r) if r.status().as_u16() == 200 => acknowledged.push(key),
+                Ok(r) => return (acknowledged, Some(r.status().as_u16())),
+                Err(e) => return (acknowledged, Some(if e.is_timeout() { 0 } else { 1 })),
+            }
+        }
+        (acknowledged, None)
+    });
+    assert!(refused.is_some(), "the disk never filled");
+    let started = std::time::Instant::now();
+    let (status, err) = served.terminate();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(45),
+        "SIGTERM took {took:?} ({status}): {err}"
+    );
+    std::fs::remove_file(filler).unwrap();
+    let log = SledLog::open(&db, &StoreOptions::default()).unwrap();
+    for key in &acknowledged {
+        let events = log
+            .conversation_events(&ConversationKey::new(key.as_str()).unwrap(), Seq::ZERO, 100)
+            .unwrap();
+        assert!(
+            events.iter().any(|r| r.event.as_message().is_some()),
+            "acknowledged turn in {key} is not in the log"
+        );
+    }
+    eprintln!(
+        "{} turns acknowledged before the disk filled (then {refused:?}); SIGTERM ended serve in \
+         {took:?} with {status}; its last line: {}",
+        acknowledged.len(),
+        err.lines().last().unwrap_or_default()
+    );
 }

@@ -112,15 +112,4 @@ pub(crate) enum RootMsg {
     All {
         reply: oneshot::Sender<Vec<ActorRef<ConversationMsg>>>,
     },
-    /// A conversation supervisor with no agent left (all reaped) asks to be removed; it forwards
-    /// whatever reaches it from then on through [`RootMsg::Forward`] until it stops.
-    Retire {
-        conversation: ConversationKey,
-        id: ActorId,
-    },
-    /// A message that reached a retired supervisor, for the conversation's current one.
-    Forward {
-        conversation: ConversationKey,
-        message: ConversationMsg,
-    },
 }

@@ -689,17 +689,17 @@ impl Runtime {
             .await
     }
 
-    /// Like [`Runtime::reap_idle`] with an explicit idle threshold. A conversation whose agents
-    /// are all reaped loses its supervisor too (it stops shortly after), and the runtime forgets
-    /// the conversation: it costs no memory until its next turn.
+    /// Like [`Runtime::reap_idle`] with an explicit idle threshold. The runtime also forgets the
+    /// dispatch tails of conversations with no post in flight and the cached supervisors that
+    /// stopped; the conversation supervisors themselves stay (see `docs/runtime-semantics.md`).
     pub async fn reap_idle_older_than(&self, idle: Duration) -> Result<usize, RuntimeError> {
         let reaped = reap(&self.root, idle).await;
         forget_retired(&self.supervisors_by_key, &self.shared);
         reaped
     }
 
-    /// How many conversations have a supervisor (at least one agent live, or one reaped very
-    /// recently): the ones that cost memory.
+    /// How many conversations have a supervisor (every conversation touched since the start:
+    /// supervisors are not removed when their agents are reaped).
     pub async fn live_conversations(&self) -> usize {
         self.supervisors().await.len()
     }
@@ -797,7 +797,7 @@ impl Route for ConversationRoute<'_> {
 /// The runtime's cache of conversation supervisors (saves a round trip to the root per post).
 type SupervisorCache = Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>;
 
-/// Drops the cached supervisors that stopped (retired after a reap) and the dispatch tails of
+/// Drops the cached supervisors that stopped (a failed one) and the dispatch tails of
 /// conversations with no post in flight.
 fn forget_retired(cache: &SupervisorCache, shared: &Shared) {
     use ractor::ActorStatus;

@@ -45,9 +45,6 @@ pub(crate) struct ConversationState {
     by_actor: HashMap<ActorId, AgentName>,
     restarts: HashMap<AgentName, RestartTracker>,
     shutting_down: bool,
-    /// Every agent was reaped and the root was asked to drop this supervisor: what still reaches
-    /// it goes back to the root for the conversation's next supervisor.
-    retired: bool,
 }
 
 impl Actor for ConversationSupervisor {
@@ -65,7 +62,6 @@ impl Actor for ConversationSupervisor {
             by_actor: HashMap::new(),
             restarts: HashMap::new(),
             shutting_down: false,
-            retired: false,
         })
     }
 
@@ -75,10 +71,6 @@ impl Actor for ConversationSupervisor {
         message: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        if state.retired {
-            self.forward(&myself, message);
-            return Ok(());
-        }
         match message {
             ConversationMsg::Work { agent, job, reply } => {
                 if state.shutting_down {
@@ -272,7 +264,6 @@ impl Actor for ConversationSupervisor {
                 match state.slots.get(&agent) {
                     Some(Slot::Live(a)) if a.get_id() == cell.get_id() => {
                         state.slots.remove(&agent);
-                        self.retire_if_empty(&myself, state);
                     }
                     Some(Slot::Draining(a, _)) if a.get_id() == cell.get_id() => {
                         // Reaped while turns were waiting: they go to a fresh actor.
@@ -287,7 +278,6 @@ impl Actor for ConversationSupervisor {
                             for (_, reply) in queued {
                                 let _ = reply.send(shut_down(&agent));
                             }
-                            self.retire_if_empty(&myself, state);
                         }
                     }
                     _ => {}
@@ -297,11 +287,6 @@ impl Actor for ConversationSupervisor {
         }
         Ok(())
     }
-}
-
-/// The root supervisor of a conversation supervisor.
-fn root_of(myself: &ActorRef<ConversationMsg>) -> Option<ActorRef<RootMsg>> {
-    myself.try_get_supervisor().map(ActorRef::from)
 }
 
 /// Routes a job by the agent's slot: to its actor, into its queue, or answered with an error.
@@ -359,51 +344,6 @@ fn shut_down(agent: &AgentName) -> AgentReply {
 }
 
 impl ConversationSupervisor {
-    /// With no agent left (every one reaped), asks the root to drop this supervisor, so that a
-    /// conversation with no live agent costs nothing; the next turn starts a new supervisor. From
-    /// here on this one forwards what still reaches it (sent before the root dropped it) to the
-    /// root, and stops once its mailbox is drained.
-    fn retire_if_empty(&self, myself: &ActorRef<ConversationMsg>, state: &mut ConversationState) {
-        if !state.slots.is_empty() || state.shutting_down || state.retired {
-            return;
-        }
-        let Some(root) = root_of(myself) else {
-            return;
-        };
-        state.retired = true;
-        let retire = RootMsg::Retire {
-            conversation: self.conversation.clone(),
-            id: myself.get_id(),
-        };
-        if root.send_message(retire).is_err() {
-            state.retired = false;
-        }
-    }
-
-    /// Sends a message that reached this retired supervisor back to the root, which hands it to
-    /// the conversation's current supervisor (answering the ones that need no agent here).
-    fn forward(&self, myself: &ActorRef<ConversationMsg>, message: ConversationMsg) {
-        let message = match message {
-            ConversationMsg::Reap { reply, .. } => {
-                let _ = reply.send(0);
-                return;
-            }
-            ConversationMsg::Shutdown { reply } | ConversationMsg::Kill { reply } => {
-                let _ = reply.send(());
-                return;
-            }
-            ConversationMsg::ReapDone { .. } | ConversationMsg::Respawn { .. } => return,
-            message => message,
-        };
-        let forward = RootMsg::Forward {
-            conversation: self.conversation.clone(),
-            message,
-        };
-        if let Some(root) = root_of(myself) {
-            let _ = root.send_message(forward);
-        }
-    }
-
     /// Spawns the agent's actor unless the log says it is failed. A spawn failure is a failure of
     /// the child (backoff or failed), never of this supervisor.
     async fn start(
@@ -557,33 +497,31 @@ impl Actor for RootSupervisor {
                 conversation,
                 reply,
             } => {
-                let result = self.supervisor(&myself, state, conversation).await;
+                if let Some(existing) = state.conversations.get(&conversation) {
+                    let _ = reply.send(Ok(existing.clone()));
+                    return Ok(());
+                }
+                let supervisor = ConversationSupervisor {
+                    shared: Arc::clone(&self.shared),
+                    conversation: conversation.clone(),
+                };
+                let result =
+                    match Actor::spawn_linked(None, supervisor, (), myself.get_cell()).await {
+                        Ok((actor, _handle)) => {
+                            state.by_actor.insert(actor.get_id(), conversation.clone());
+                            state.conversations.insert(conversation, actor.clone());
+                            Ok(actor)
+                        }
+                        Err(e) => Err(RuntimeError::SupervisorStart {
+                            what: format!("the supervisor of {conversation}"),
+                            reason: e.to_string(),
+                        }),
+                    };
                 let _ = reply.send(result);
             }
             RootMsg::All { reply } => {
                 let _ = reply.send(state.conversations.values().cloned().collect());
             }
-            RootMsg::Retire { conversation, id } => {
-                if let Some(actor) = state.conversations.get(&conversation) {
-                    if actor.get_id() == id {
-                        // Messages already in its mailbox come back as `Forward`s; it stops
-                        // once they are handled, and sends to it fail from now on.
-                        let _ = actor.drain();
-                        state.conversations.remove(&conversation);
-                    }
-                }
-            }
-            RootMsg::Forward {
-                conversation,
-                message,
-            } => match self.supervisor(&myself, state, conversation).await {
-                Ok(actor) => {
-                    let _ = actor.send_message(message);
-                }
-                Err(e) => {
-                    tracing::error!(error = %e, "a message for a retired conversation supervisor was lost")
-                }
-            },
         }
         Ok(())
     }
@@ -607,44 +545,9 @@ impl Actor for RootSupervisor {
             SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell),
             _ => None,
         };
-        if let Some(cell) = cell {
-            let id = cell.get_id();
-            if let Some(conversation) = state.by_actor.remove(&id) {
-                // A retired supervisor's conversation may have a new one already: keep it.
-                if state.conversations.get(&conversation).map(|a| a.get_id()) == Some(id) {
-                    state.conversations.remove(&conversation);
-                }
-            }
+        if let Some(conversation) = cell.and_then(|c| state.by_actor.remove(&c.get_id())) {
+            state.conversations.remove(&conversation);
         }
         Ok(())
-    }
-}
-
-impl RootSupervisor {
-    /// The conversation's supervisor, started on first need.
-    async fn supervisor(
-        &self,
-        myself: &ActorRef<RootMsg>,
-        state: &mut RootState,
-        conversation: ConversationKey,
-    ) -> Result<ActorRef<ConversationMsg>, RuntimeError> {
-        if let Some(existing) = state.conversations.get(&conversation) {
-            return Ok(existing.clone());
-        }
-        let supervisor = ConversationSupervisor {
-            shared: Arc::clone(&self.shared),
-            conversation: conversation.clone(),
-        };
-        match Actor::spawn_linked(None, supervisor, (), myself.get_cell()).await {
-            Ok((actor, _handle)) => {
-                state.by_actor.insert(actor.get_id(), conversation.clone());
-                state.conversations.insert(conversation, actor.clone());
-                Ok(actor)
-            }
-            Err(e) => Err(RuntimeError::SupervisorStart {
-                what: format!("the supervisor of {conversation}"),
-                reason: e.to_string(),
-            }),
-        }
     }
 }

@@ -233,42 +233,6 @@ async fn idle_reaping_suspends_a_resumable_session_and_resumes_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reaped_conversation_loses_its_supervisor_and_comes_back_on_its_next_turn() {
-    let legion = Legion::new(RESUMABLE, "").await;
-    let keys: Vec<String> = (0..20).map(|n| format!("many:{n}")).collect();
-    for key in &keys {
-        let posted = legion.rt().post(key.as_str(), "@all hello").await.unwrap();
-        assert!(posted.replies.iter().all(|r| r.outcome.is_ok()));
-    }
-    assert_eq!(legion.rt().live_conversations().await, 20);
-    assert_eq!(
-        legion
-            .rt()
-            .reap_idle_older_than(Duration::ZERO)
-            .await
-            .unwrap(),
-        60
-    );
-    // The supervisors retire once their agents have stopped: poll for it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while legion.rt().live_conversations().await > 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} conversation supervisors still live after every agent was reaped",
-            legion.rt().live_conversations().await
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    // Every conversation works again, from a new supervisor, resuming its sessions.
-    for key in &keys {
-        let posted = legion.rt().post(key.as_str(), "@ann again").await.unwrap();
-        assert!(posted.replies.iter().all(|r| r.outcome.is_ok()));
-    }
-    assert_eq!(legion.rt().live_conversations().await, 20);
-    assert!(legion.rt().log().verify(&mut |_| {}).unwrap().is_clean());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_reaping_closes_a_session_that_cannot_resume() {
     let legion = Legion::new(NOT_RESUMABLE, "").await;
     legion.post("hello").await;
