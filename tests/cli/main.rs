@@ -69,6 +69,18 @@ fn legio_in(dir: &Path, config: &Path, args: &[&str], stdin: Option<&str>) -> Ou
     child.wait_with_output().unwrap()
 }
 
+fn legio_with_env(dir: &Path, config: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_legio"))
+        .current_dir(dir)
+        .env("LEGIO_CONFIG", config)
+        .env("NO_COLOR", "1")
+        .envs(env.iter().copied())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
@@ -497,6 +509,84 @@ fn inspect_stats_and_verify() {
 }
 
 mod plain;
+/// Every file under `path` with its bytes.
+fn folder_contents(path: &Path) -> std::collections::BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(path).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(folder_contents(&p));
+        } else {
+            out.insert(p.clone(), std::fs::read(&p).unwrap());
+        }
+    }
+    out
+}
+
+/// `verify` never writes; a damaged snapshot is a note, a missing blob folder a problem (exit 3);
+/// `export --salvage` writes what reads, names what does not, and its file imports.
+#[test]
+fn verify_is_read_only_and_salvage_rebuilds_a_damaged_log() {
+    let f = fixture();
+    // The in-process runtime's writes: the next open writes sled's snapshot (unless read-only).
+    let before = folder_contents(&f.db());
+    let out = f.legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        before == folder_contents(&f.db()),
+        "verify wrote to the database"
+    );
+    let total = {
+        let log = f.log();
+        log.last_seq().0
+    };
+    let snapshot = std::fs::read_dir(f.db())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("snap.")
+        })
+        .expect("sled wrote a snapshot");
+    let mut bytes = std::fs::read(&snapshot).unwrap();
+    bytes[10] ^= 0x5a;
+    std::fs::write(&snapshot, bytes).unwrap();
+    let out = f.legio(&["stats"]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains(&snapshot.display().to_string()),
+        "{}",
+        stderr(&out)
+    );
+    let out = f.legio(&["verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("note: sled's snapshot file"),
+        "{}",
+        stdout(&out)
+    );
+    let salvaged = f.dir.path().join("salvaged.jsonl");
+    let out = f.legio(&["export", "--salvage", "-o", salvaged.to_str().unwrap()]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("salvaged {total} events")),
+        "{}",
+        stderr(&out)
+    );
+    let rebuilt = f.dir.path().join("rebuilt");
+    let out = f.legio(&[
+        "--db",
+        rebuilt.to_str().unwrap(),
+        "import",
+        salvaged.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = f.legio(&["--db", rebuilt.to_str().unwrap(), "verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+}
 
 #[path = "../support/archive.rs"]
 mod archive;
@@ -596,6 +686,182 @@ fn export_import_export_is_identical_and_bad_input_keeps_nothing() {
     // Export of one conversation only.
     let out = f.legio(&["export", "--conversation", "cli:other"]);
     assert!(stdout(&out).lines().all(|l| l.contains("\"cli:other\"")));
+}
+
+/// Import checks the whole file before it writes: each broken rule is refused with its line,
+/// and nothing is created.
+#[test]
+fn import_refuses_what_the_api_forbids_and_writes_nothing() {
+    let f = fixture();
+    let exported = f.dir.path().join("all.jsonl");
+    assert_eq!(
+        code(&f.legio(&["export", "-o", exported.to_str().unwrap()])),
+        0
+    );
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&exported)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let find = |kind: &str, nth: usize| {
+        lines
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| v["kind"] == kind)
+            .nth(nth)
+            .map(|(i, _)| i)
+            .unwrap()
+    };
+    let (first, second) = (find("message_posted", 0), find("message_posted", 1));
+    let later = find("message_posted", 3);
+    let opened = find("session_opened", 0);
+    type Edit = Box<dyn Fn(&mut Vec<serde_json::Value>)>;
+    let cases: Vec<(&str, usize, Edit)> = vec![
+        ("is used twice", second, {
+            let id = lines[first]["id"].clone();
+            Box::new(move |l| l[second]["id"] = id.clone())
+        }),
+        ("which no earlier message is", second, {
+            let id = lines[later]["id"].clone();
+            Box::new(move |l| l[second]["reply_to"] = id.clone())
+        }),
+        (
+            "reserved conversation",
+            first,
+            Box::new(move |l| l[first]["conversation"] = "legio:memory".into()),
+        ),
+        (
+            "not in the configuration's roster",
+            opened,
+            Box::new(move |l| l[opened]["agent"] = "zed".into()),
+        ),
+        (
+            "which no earlier event opened",
+            opened + 1,
+            Box::new(move |l| {
+                l[opened]["kind"] = "message_posted".into();
+                l[opened] = l[first].clone();
+                l[opened]["id"] = l[later]["id"].clone();
+                l[later]["id"] = serde_json::Value::Null;
+            }),
+        ),
+    ];
+    for (n, (expected, line, edit)) in cases.into_iter().enumerate() {
+        let mut edited = lines.clone();
+        edit(&mut edited);
+        edited.retain(|v| !(v["kind"] == "message_posted" && v["id"].is_null()));
+        let text: Vec<String> = edited.iter().map(|v| v.to_string()).collect();
+        let file = f.dir.path().join(format!("bad{n}.jsonl"));
+        std::fs::write(&file, text.join("\n")).unwrap();
+        let fresh = f.dir.path().join(format!("fresh{n}"));
+        let out = f.legio(&[
+            "--db",
+            fresh.to_str().unwrap(),
+            "import",
+            file.to_str().unwrap(),
+        ]);
+        let err = stderr(&out);
+        assert_eq!(code(&out), 1, "{expected}: {err}");
+        assert!(err.contains(expected), "{expected}: {err}");
+        assert!(
+            err.contains(&format!("line {}", line + 1)),
+            "{expected} at line {}: {err}",
+            line + 1
+        );
+        assert!(err.contains("nothing was imported"), "{err}");
+        assert!(!fresh.exists(), "{expected}: a database was created");
+    }
+}
+
+#[path = "../support/small_disk.rs"]
+mod small_disk;
+
+/// An import that fails half way (the disk fills) leaves no database and no staging folder, and
+/// the same import works once space is back.
+#[test]
+fn a_failed_import_keeps_nothing_and_a_retry_works() {
+    let Some(disk) = small_disk::SmallDisk::mount(24) else {
+        return;
+    };
+    let f = fixture();
+    let exported = f.dir.path().join("all.jsonl");
+    assert_eq!(
+        code(&f.legio(&["export", "-o", exported.to_str().unwrap()])),
+        0
+    );
+    // Many copies of the conversation under other keys: a file larger than the space left.
+    let text = std::fs::read_to_string(&exported).unwrap();
+    let mut big = String::new();
+    for copy in 0..400 {
+        big.push_str(
+            &text
+                .replace(CONV, &format!("copy:{copy}"))
+                .replace("cli:other", &format!("other:{copy}")),
+        );
+    }
+    let ids_unique = big.lines().count();
+    assert!(ids_unique > 1000);
+    let file = f.dir.path().join("big.jsonl");
+    // Message ids must stay unique: renumber them per copy by dropping the duplicates' ids.
+    let mut seen = std::collections::HashSet::new();
+    let mut lines = Vec::new();
+    for (n, line) in big.lines().enumerate() {
+        let mut v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if v["kind"] == "message_posted" {
+            let id = format!("019c612c-{:04x}-7000-8000-{:012x}", n % 0xffff, n);
+            assert!(seen.insert(id.clone()));
+            v["id"] = id.into();
+            v["reply_to"] = serde_json::Value::Null;
+        }
+        lines.push(v.to_string());
+    }
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let filler = disk.fill_leaving(3 * 1024 * 1024);
+    let target = disk.path().join("imported");
+    // sled's writes wait forever on a full disk: the import gives up after its stall limit.
+    let out = legio_with_env(
+        f.dir.path(),
+        &f.config_path(),
+        &[
+            "--db",
+            target.to_str().unwrap(),
+            "import",
+            file.to_str().unwrap(),
+        ],
+        &[("LEGIO_IMPORT_STALL_SECONDS", "5")],
+    );
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nothing was imported"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!target.exists(), "a failed import left a database behind");
+    let left: Vec<_> = std::fs::read_dir(disk.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        left,
+        vec![std::ffi::OsString::from("filler")],
+        "a staging folder was left"
+    );
+    std::fs::remove_file(filler).unwrap();
+    let out = f.legio(&[
+        "--db",
+        target.to_str().unwrap(),
+        "import",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let out = f.legio(&["--db", target.to_str().unwrap(), "verify"]);
+    assert_eq!(code(&out), 0, "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains(&format!("verified {} events", lines.len())),
+        "{}",
+        stdout(&out)
+    );
 }
 
 /// `-o -` is standard output, as in every Unix tool: the same bytes as a file, and no file `-`.
@@ -860,6 +1126,11 @@ impl Served {
     /// Starts `legio serve --bind 127.0.0.1:0` on `f`'s configuration with the API token `token`,
     /// reads the address it prints first, and waits until `/healthz` answers.
     fn start(f: &Fixture, token: &str) -> Self {
+        Self::start_with(f, token, &[])
+    }
+
+    /// [`Served::start`] with extra environment variables.
+    fn start_with(f: &Fixture, token: &str, env: &[(&str, &str)]) -> Self {
         use std::io::BufRead;
         let mut child = Command::new(env!("CARGO_BIN_EXE_legio"))
             .current_dir(f.dir.path())
@@ -867,6 +1138,7 @@ impl Served {
             .env("LEGIO_API_TOKEN", token)
             .env_remove("LEGIO_OPERATOR_TOKEN")
             .env_remove("LEGIO_STORE_PATH")
+            .envs(env.iter().copied())
             .env("NO_COLOR", "1")
             .args(["serve", "--bind", "127.0.0.1:0"])
             .stdin(Stdio::null())
@@ -1421,4 +1693,76 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
     let out = legio(&["post", "--conversation", CONV, "no"]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("--nats"), "{}", stderr(&out));
+}
+
+/// After a storage failure (the disk fills under a running server), SIGTERM still ends `legio
+/// serve` within its shutdown deadline, and every turn it acknowledged is in the log.
+#[test]
+fn sigterm_ends_serve_after_a_storage_failure() {
+    const FILL_TOKEN: &str = "fill-token";
+    let Some(disk) = small_disk::SmallDisk::mount(24) else {
+        return;
+    };
+    let f = fixture();
+    let db = disk.path().join("db");
+    let served = Served::start_with(
+        &f,
+        FILL_TOKEN,
+        &[("LEGIO_STORE_PATH", db.to_str().unwrap())],
+    );
+    let filler = disk.fill_leaving(2 * 1024 * 1024);
+    let big = "x".repeat(200 * 1024);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let base = served.base.clone();
+    let (acknowledged, refused) = rt.block_on(async move {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        let mut acknowledged = Vec::new();
+        for n in 0..60 {
+            let key = format!("fill:{n}");
+            let sent = client
+                .post(format!("{base}/sessions/{key}/turns"))
+                .bearer_auth(FILL_TOKEN)
+                .header("content-type", "application/json")
+                .body(serde_json::json!({ "content": big }).to_string())
+                .send()
+                .await;
+            match sent {
+                Ok(r) if r.status().as_u16() == 200 => acknowledged.push(key),
+                Ok(r) => return (acknowledged, Some(r.status().as_u16())),
+                Err(e) => return (acknowledged, Some(if e.is_timeout() { 0 } else { 1 })),
+            }
+        }
+        (acknowledged, None)
+    });
+    assert!(refused.is_some(), "the disk never filled");
+    let started = std::time::Instant::now();
+    let (status, err) = served.terminate();
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(45),
+        "SIGTERM took {took:?} ({status}): {err}"
+    );
+    std::fs::remove_file(filler).unwrap();
+    let log = SledLog::open(&db, &StoreOptions::default()).unwrap();
+    for key in &acknowledged {
+        let events = log
+            .conversation_events(&ConversationKey::new(key.as_str()).unwrap(), Seq::ZERO, 100)
+            .unwrap();
+        assert!(
+            events.iter().any(|r| r.event.as_message().is_some()),
+            "acknowledged turn in {key} is not in the log"
+        );
+    }
+    eprintln!(
+        "{} turns acknowledged before the disk filled (then {refused:?}); SIGTERM ended serve in \
+         {took:?} with {status}; its last line: {}",
+        acknowledged.len(),
+        err.lines().last().unwrap_or_default()
+    );
 }

@@ -26,6 +26,21 @@ pub fn open_log(context: &Context) -> Result<Box<dyn EventLog>> {
     Ok(Box::new(SledLog::open(&store.path, &options)?))
 }
 
+/// Opens an existing log without writing to it (`verify`): the sled database through a private
+/// copy (`SledLog::open_read_only`), or the cluster's stream read-only. The second value says why
+/// the sled database had to be read from sled's log alone, if it had.
+pub fn open_log_read_only(
+    context: &Context,
+) -> Result<(Box<dyn EventLog>, Option<legio_store::ReadAround>)> {
+    if let Some(options) = nats_options(context)? {
+        return Ok((Box::new(NatsLog::open_read_only(&options)?), None));
+    }
+    let store = context.store()?;
+    let log = SledLog::open_read_only(&store.path, &store.options)?;
+    let read_around = log.read_around().cloned();
+    Ok((Box::new(log), read_around))
+}
+
 /// The cluster to read, if any: `--nats` URLs over the configuration's `[store.nats]` (or its
 /// defaults), or the configuration's own when its backend is nats.
 pub fn nats_options(context: &Context) -> Result<Option<NatsOptions>> {
@@ -52,12 +67,6 @@ pub fn log_location(context: &Context) -> Result<String> {
         ),
         None => context.store()?.path.display().to_string(),
     })
-}
-
-/// Opens an existing log, or creates it (import, post, chat).
-pub fn open_or_create_log(context: &Context) -> Result<SledLog> {
-    let store = context.store()?;
-    Ok(SledLog::open(&store.path, &store.options)?)
 }
 
 /// The configuration (the roster is needed to know roles and providers).

@@ -25,6 +25,7 @@ mod demo;
 mod export;
 mod heartbeat;
 mod import;
+mod import_check;
 mod inspect;
 mod invocation;
 #[cfg(feature = "runtime")]

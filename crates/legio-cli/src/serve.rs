@@ -6,6 +6,7 @@
 use std::io::Write;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 use legio_runtime::Runtime;
@@ -50,6 +51,27 @@ async fn stop_signal() {
     }
 }
 
+/// Once a stop is asked for, makes sure the process ends within `deadline` even if shutting down
+/// hangs (after a storage failure sled can wait forever in a flush): past it, says so and exits
+/// with code 1. Everything acknowledged is already durable; the next start recovers the rest.
+fn exit_after(deadline: Duration) {
+    let spawned = std::thread::Builder::new()
+        .name("legio-exit-deadline".into())
+        .spawn(move || {
+            std::thread::sleep(deadline);
+            eprintln!(
+                "legio: shutdown did not finish within {} s (the event log did not close: a \
+                 storage failure?); exiting now; everything acknowledged is durable, and the next \
+                 start recovers the open sessions",
+                deadline.as_secs()
+            );
+            std::process::exit(1);
+        });
+    if let Err(e) = spawned {
+        eprintln!("legio: cannot start the shutdown deadline ({e})");
+    }
+}
+
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let config = common::config(context)?;
@@ -73,7 +95,13 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         let addr = server.local_addr()?;
         outln!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.has_tokens() { "?token=…" } else { "" });
         std::io::stdout().flush()?;
-        let report = server.serve(stop_signal()).await?;
+        let deadline = settings.shutdown_grace * 3 + Duration::from_secs(5);
+        let report = server
+            .serve(async move {
+                stop_signal().await;
+                exit_after(deadline);
+            })
+            .await?;
         eprintln!(
             "legio: stopped{}{}",
             if report.drained { "" } else { "; in-flight requests outlived the grace period and were cancelled" },

@@ -201,6 +201,12 @@ impl ScriptedProvider {
         self.lock().faults.clear();
     }
 
+    /// Forgets the requests recorded so far (a long benchmark's record would otherwise grow with
+    /// every call); sessions and faults are kept.
+    pub fn clear_requests(&self) {
+        self.lock().requests = Vec::new();
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         self.lock().requests.clone()

@@ -70,7 +70,7 @@ pub struct Runtime {
     pub(crate) shared: Arc<Shared>,
     root: ActorRef<RootMsg>,
     /// Conversation supervisors already looked up (the root owns them).
-    supervisors_by_key: Arc<Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>>,
+    supervisors_by_key: Arc<SupervisorCache>,
     reaper: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// The heartbeat schedules' tasks (schedule.rs), aborted with the reaper.
     schedules: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
@@ -361,12 +361,16 @@ impl Runtime {
         let interval = self.shared.config.runtime.reap_interval;
         let idle = self.shared.config.runtime.idle_timeout;
         let root = self.root.clone();
+        let cache = Arc::clone(&self.supervisors_by_key);
+        let shared = Arc::clone(&self.shared);
         let task = tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.tick().await;
             loop {
                 ticker.tick().await;
-                match reap(&root, idle).await {
+                let reaped = reap(&root, idle).await;
+                forget_retired(&cache, &shared);
+                match reaped {
                     Ok(n) if n > 0 => tracing::info!(reaped = n, "reaped idle agents"),
                     Ok(_) => {}
                     Err(_) => break,
@@ -955,12 +959,23 @@ impl Runtime {
     /// Stops every agent idle longer than the configured timeout (the reaper does this on its
     /// interval). Returns how many were stopped.
     pub async fn reap_idle(&self) -> Result<usize, RuntimeError> {
-        reap(&self.root, self.shared.config.runtime.idle_timeout).await
+        self.reap_idle_older_than(self.shared.config.runtime.idle_timeout)
+            .await
     }
 
-    /// Like [`Runtime::reap_idle`] with an explicit idle threshold.
+    /// Like [`Runtime::reap_idle`] with an explicit idle threshold. The runtime also forgets the
+    /// dispatch tails of conversations with no post in flight and the cached supervisors that
+    /// stopped; the conversation supervisors themselves stay (see `docs/runtime-semantics.md`).
     pub async fn reap_idle_older_than(&self, idle: Duration) -> Result<usize, RuntimeError> {
-        reap(&self.root, idle).await
+        let reaped = reap(&self.root, idle).await;
+        forget_retired(&self.supervisors_by_key, &self.shared);
+        reaped
+    }
+
+    /// How many conversations have a supervisor (every conversation touched since the start:
+    /// supervisors are not removed when their agents are reaped).
+    pub async fn live_conversations(&self) -> usize {
+        self.supervisors().await.len()
     }
 
     async fn supervisors(&self) -> Vec<ActorRef<ConversationMsg>> {
@@ -1062,6 +1077,24 @@ impl Route for ConversationRoute<'_> {
                 .is_ok()
         })
     }
+}
+
+/// The runtime's cache of conversation supervisors (saves a round trip to the root per post).
+type SupervisorCache = Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>;
+
+/// Drops the cached supervisors that stopped (a failed one) and the dispatch tails of
+/// conversations with no post in flight.
+fn forget_retired(cache: &SupervisorCache, shared: &Shared) {
+    use ractor::ActorStatus;
+    if let Ok(mut cache) = cache.lock() {
+        cache.retain(|_, supervisor| {
+            !matches!(
+                supervisor.get_status(),
+                ActorStatus::Draining | ActorStatus::Stopping | ActorStatus::Stopped
+            )
+        });
+    }
+    shared.prune_dispatch_tails();
 }
 
 async fn reap(root: &ActorRef<RootMsg>, idle: Duration) -> Result<usize, RuntimeError> {

@@ -116,6 +116,21 @@ impl Shared {
         Ok((range, DispatchTicket { _done: done }))
     }
 
+    /// Forgets the dispatch tails of conversations whose last post has sent its turns (their
+    /// ticket is dropped), so that conversations no longer posted to cost nothing here.
+    pub(crate) fn prune_dispatch_tails(&self) {
+        let mut tails = self
+            .dispatch_tails
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        tails.retain(|_, signal| {
+            matches!(
+                signal.try_recv(),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty)
+            )
+        });
+    }
+
     /// Appends and waits until durable (awaiting the committer, never blocking a worker).
     pub(crate) async fn append(&self, events: Vec<Event>) -> Result<SeqRange, RuntimeError> {
         self.check_gate(&events)?;

@@ -46,7 +46,13 @@ impl StatusBoard {
         activity: Activity,
     ) {
         if let Ok(mut map) = self.map.lock() {
-            map.insert((conversation.clone(), agent.clone()), activity);
+            // Idle is what `get` answers for an agent it does not know: keep no entry for it, so
+            // the board holds only agents at work (a reaped conversation costs nothing here).
+            if activity == Activity::Idle {
+                map.remove(&(conversation.clone(), agent.clone()));
+            } else {
+                map.insert((conversation.clone(), agent.clone()), activity);
+            }
         }
     }
 

@@ -67,6 +67,12 @@ pub(crate) fn encode_batch(events: Vec<Event>, max_message_bytes: usize) -> Resu
         .collect()
 }
 
+/// Whether `event` passes the append limits of every log backend (`encode_batch`'s rule) under
+/// `max_message_bytes`: for tools that check a whole file before writing any of it (import).
+pub fn check_event(event: &Event, max_message_bytes: usize) -> Result<()> {
+    encode_batch(vec![event.clone()], max_message_bytes).map(|_| ())
+}
+
 /// An event, validated and encoded, waiting for its seq.
 #[derive(Debug)]
 pub(crate) struct Encoded {
@@ -79,6 +85,9 @@ pub(crate) struct Engine<B: Backend> {
     limits: Limits,
     committed: watch::Sender<Seq>,
     next_seq: Mutex<Seq>,
+    /// Seqs the watermark says were stored after the last one that reads (see
+    /// [`Engine::hidden_events`]).
+    hidden: Option<(Seq, Seq)>,
 }
 
 impl<B: Backend> std::fmt::Debug for Engine<B> {
@@ -109,18 +118,29 @@ impl<B: Backend> Engine<B> {
             Some(v) => keys::seq_suffix(v.as_ref()).unwrap_or(Seq::ZERO),
             None => Seq::ZERO,
         };
+        // The watermark is written after a group's events (sled keeps writes in order), so one
+        // past the last readable event means a damaged file hides the events between.
+        let hidden = (watermark > last).then(|| (last.next(), watermark));
         let engine = Self {
             backend,
             limits,
             committed: watch::Sender::new(last),
             next_seq: Mutex::new(last.next()),
+            hidden,
         };
         let from = Seq(watermark.0.saturating_sub(REINDEX_MARGIN).max(1));
-        if last >= from {
+        if hidden.is_none() && last >= from {
             let reindexed = engine.reindex(from, last)?;
             tracing::info!(from = %from, to = %last, watermark = %watermark, reindexed, "re-derived indexes past the watermark");
         }
         Ok(engine)
+    }
+
+    /// Seqs (first, last) that the index watermark says were stored but that no readable chunk
+    /// holds: a damaged file hides them. Such a log must not take appends (their seqs would be
+    /// handed out again); verify reports them.
+    pub(crate) fn hidden_events(&self) -> Option<(Seq, Seq)> {
+        self.hidden
     }
 
     /// Re-derives the list entries and session states of every group from the one holding

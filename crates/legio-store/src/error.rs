@@ -61,6 +61,17 @@ pub enum StoreError {
         /// The newest version this build knows.
         known: u8,
     },
+    /// A file of the database is damaged or missing: sled found a checksum or format error in
+    /// it, or could not find it.
+    #[error("the database file {file} is damaged{at}: {reason}; nothing was changed; run `legio verify`, and `legio export --salvage` to get every event that still reads", file = file.display(), at = at_seq(*seq))]
+    Damaged {
+        /// The damaged (or missing) file or folder.
+        file: PathBuf,
+        /// The seq whose record was being read, when known.
+        seq: Option<Seq>,
+        /// What sled said.
+        reason: String,
+    },
     /// A record that does not decode.
     #[error("record {what} is corrupt: {reason}; run `legio verify` for a full report")]
     Corrupt {
@@ -135,6 +146,11 @@ pub enum StoreError {
         /// The underlying error.
         reason: String,
     },
+}
+
+fn at_seq(seq: Option<Seq>) -> String {
+    seq.map(|s| format!(" (reading seq {s})"))
+        .unwrap_or_default()
 }
 
 /// An underlying failure, with its `io::ErrorKind` when it has one.

@@ -9,6 +9,7 @@
 
 mod backend;
 mod codec;
+mod copy;
 mod damage;
 mod engine;
 mod error;
@@ -21,6 +22,7 @@ pub mod metrics;
 mod migrate;
 mod nats;
 mod options;
+mod salvage;
 mod sled_backend;
 mod sled_log;
 #[doc(hidden)]
@@ -28,6 +30,7 @@ pub mod testing;
 mod verify;
 
 pub use codec::{decode_event, encode_event, FORMAT_VERSION};
+pub use engine::check_event;
 pub use error::{Result, StoreError};
 pub use layout::LAYOUT_VERSION;
 pub use log::{AppendHandle, EventLog, Subscription};
@@ -38,5 +41,6 @@ pub use nats::{
     NodeBus, Responder, MAX_BATCH_EVENTS,
 };
 pub use options::{Durability, StoreOptions};
-pub use sled_log::SledLog;
+pub use salvage::{LostRange, Salvaged};
+pub use sled_log::{ReadAround, SledLog};
 pub use verify::{Finding, VerifyProgress, VerifyReport, MAX_FINDINGS};

@@ -8,17 +8,41 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use legio_core::Seq;
+
 use crate::backend::{Backend, Direction, TreeId, Visitor, WriteSet};
 use crate::error::{Result, StoreError};
 use crate::metrics as m;
 use crate::options::{Durability, StoreOptions};
 
 pub(crate) struct SledBackend {
-    db: sled::Db,
-    trees: [sled::Tree; 4],
+    /// sled's handles; taken (and leaked) on drop after a commit failure (see `Drop`).
+    sled: Option<Sled>,
     pub(crate) path: PathBuf,
+    /// The folder errors name: `path`, or the original of a read-only copy.
+    origin: PathBuf,
     data_file: File,
     synced_blobs: Mutex<HashSet<OsString>>,
+    /// The first commit failure: from then on nothing is flushed (after a failed write sled may
+    /// wait forever in its flush) and every append is refused with it.
+    failure: Mutex<Option<StoreError>>,
+}
+
+/// sled's database and the log's trees in it.
+struct Sled {
+    db: sled::Db,
+    trees: [sled::Tree; 4],
+}
+
+impl Drop for SledBackend {
+    fn drop(&mut self) {
+        // sled flushes when its last handle drops, and after a failed write that flush waits
+        // forever (it never sees the failed interval become stable): leak the handles instead.
+        // The process exits with the failure reported; nothing unflushed was acknowledged.
+        if self.failure().is_some() {
+            std::mem::forget(self.sled.take());
+        }
+    }
 }
 
 impl std::fmt::Debug for SledBackend {
@@ -34,7 +58,7 @@ pub(crate) fn sled_err(during: &'static str) -> impl Fn(sled::Error) -> StoreErr
 }
 
 impl SledBackend {
-    pub(crate) fn open(path: &Path, options: &StoreOptions) -> Result<Self> {
+    pub(crate) fn open(path: &Path, origin: &Path, options: &StoreOptions) -> Result<Self> {
         if !options.create_if_missing && !path.join("db").exists() {
             return Err(StoreError::NotFound {
                 path: path.to_owned(),
@@ -48,7 +72,7 @@ impl SledBackend {
                 Durability::Sync => None,
                 Durability::Relaxed { flush_every } => Some(flush_every.as_millis().max(1) as u64),
             });
-        let db = open_with_lock_grace(&config, path)?;
+        let db = open_with_lock_grace(&config, path, origin)?;
         let tree = |id: TreeId| db.open_tree(id.name()).map_err(sled_err("opening a tree"));
         let trees = [
             tree(TreeId::Chunks)?,
@@ -59,11 +83,12 @@ impl SledBackend {
         let data_file = File::open(path.join("db"))
             .map_err(|e| StoreError::io("opening the data file for fsync", e))?;
         let backend = Self {
-            db,
-            trees,
+            sled: Some(Sled { db, trees }),
             path: path.to_owned(),
+            origin: origin.to_owned(),
             data_file,
             synced_blobs: Mutex::new(HashSet::new()),
+            failure: Mutex::new(None),
         };
         // Make the files' directory entries durable once (a fresh database's `db` file).
         backend.sync()?;
@@ -71,18 +96,51 @@ impl SledBackend {
         Ok(backend)
     }
 
+    fn sled(&self) -> &Sled {
+        match &self.sled {
+            Some(sled) => sled,
+            // Taken only in `drop`, after which nothing can call this.
+            None => unreachable!("sled's handles are taken only on drop"),
+        }
+    }
+
+    /// The first commit failure, if a commit failed.
+    pub(crate) fn failure(&self) -> Option<StoreError> {
+        self.failure.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Records a commit failure (the first one stays).
+    pub(crate) fn fail(&self, error: &StoreError) {
+        if let Ok(mut failure) = self.failure.lock() {
+            failure.get_or_insert_with(|| error.clone());
+        }
+    }
+
+    /// A failed read as a store error: a damaged or missing file is [`StoreError::Damaged`],
+    /// naming the file and, for an event's chunk, the seq read (or scanned from).
+    fn read_failure(&self, e: sled::Error, tree: TreeId, key: &[u8]) -> StoreError {
+        let seq = match tree {
+            TreeId::Chunks => crate::keys::seq_suffix(key),
+            _ => None,
+        };
+        describe_failure(&self.origin, e, "reading", seq)
+    }
+
     pub(crate) fn tree(&self, id: TreeId) -> &sled::Tree {
-        &self.trees[id as usize]
+        &self.sled().trees[id as usize]
     }
 
     pub(crate) fn db(&self) -> &sled::Db {
-        &self.db
+        &self.sled().db
     }
 
     /// Makes everything applied so far durable: sled's flush, then a real fdatasync of the data
     /// file, then fsync of blob files sled wrote since the last sync (sled never fsyncs them).
     pub(crate) fn sync(&self) -> Result<()> {
-        self.db.flush().map_err(sled_err("flushing"))?;
+        if let Some(failure) = self.failure() {
+            return Err(failure);
+        }
+        self.sled().db.flush().map_err(sled_err("flushing"))?;
         self.data_file
             .sync_data()
             .map_err(|e| StoreError::io("fdatasync of the data file", e))?;
@@ -124,19 +182,30 @@ impl SledBackend {
 /// dropped; a lock held by another live process is still reported within this time.
 const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 
-fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> {
+fn open_with_lock_grace(config: &sled::Config, path: &Path, origin: &Path) -> Result<sled::Db> {
     let deadline = Instant::now() + LOCK_GRACE;
+    let mut cleared = false;
     loop {
         match config.open() {
             Ok(db) => return Ok(db),
+            Err(sled::Error::Corruption { .. })
+                if !cleared && remove_unfinished_snapshots(path)? =>
+            {
+                cleared = true;
+            }
             Err(e) => {
                 let text = e.to_string();
                 if !text.contains("could not acquire lock") {
-                    return Err(StoreError::Io {
-                        during: "opening the database",
-                        kind: crate::error::Cause::kind(&e),
-                        reason: format!("{} ({text})", path.display()),
-                    });
+                    return Err(
+                        match describe_failure(origin, e, "opening the database", None) {
+                            StoreError::Io { during, kind, .. } => StoreError::Io {
+                                during,
+                                kind,
+                                reason: format!("{} ({text})", path.display()),
+                            },
+                            damaged => damaged,
+                        },
+                    );
                 }
                 if Instant::now() >= deadline {
                     return Err(StoreError::Locked {
@@ -149,6 +218,129 @@ fn open_with_lock_grace(config: &sled::Config, path: &Path) -> Result<sled::Db> 
     }
 }
 
+/// A sled failure as a store error. Corruption names the file sled found it in: a blob file
+/// (`blobs/N`), else, on open, sled's newest snapshot file when there is one (a damaged snapshot
+/// is reported with no location), else the data file `db`. A missing blob (or blob folder) is
+/// damage too, not an I/O failure.
+pub(crate) fn describe_failure(
+    path: &Path,
+    e: sled::Error,
+    during: &'static str,
+    seq: Option<Seq>,
+) -> StoreError {
+    let damaged = |file: PathBuf, reason: String| StoreError::Damaged { file, seq, reason };
+    match e {
+        sled::Error::Corruption { at, .. } => {
+            let at = format!("{at:?}");
+            if let Some(blob) = blob_named(&at) {
+                let reason = "sled found corrupt data in this blob file".to_owned();
+                return damaged(path.join("blobs").join(blob), reason);
+            }
+            if at == "None" && during != "reading" {
+                // Opening: sled's snapshot, or (it says no more) the data file or a blob.
+                if let Some(snapshot) = damaged_snapshot(path) {
+                    let reason =
+                        "its checksum does not match; it is only a cache of the log".into();
+                    return damaged(snapshot, reason);
+                }
+                let reason = "sled found corrupt data while opening it (in the data file `db` or \
+                              a blob file)";
+                return damaged(path.to_owned(), reason.into());
+            }
+            damaged(
+                path.join("db"),
+                format!("sled found corrupt data (at {at})"),
+            )
+        }
+        sled::Error::Io(io) if io.kind() == std::io::ErrorKind::NotFound && during == "reading" => {
+            let blobs = path.join("blobs");
+            let reason = if blobs.is_dir() {
+                "a blob file is missing"
+            } else {
+                "the blob folder is missing"
+            };
+            damaged(blobs, format!("{reason} ({io})"))
+        }
+        e => StoreError::io(during, e),
+    }
+}
+
+/// The blob pointer in sled's `Some(Blob(lid, ptr))`, which is the blob file's name.
+fn blob_named(at: &str) -> Option<String> {
+    let inner = at.split("Blob(").nth(1)?;
+    let ptr = inner.split(')').next()?.split(',').nth(1)?.trim();
+    ptr.parse::<u64>().ok().map(|n| n.to_string())
+}
+
+/// sled's newest finished snapshot file when it is damaged: shorter than its trailer, or its
+/// CRC-32 (sled's trailer: the length as 8 bytes, then the CRC of what comes before them, as 4
+/// little-endian bytes) does not match.
+pub(crate) fn damaged_snapshot(path: &Path) -> Option<PathBuf> {
+    let snapshot = newest_snapshot(path)?;
+    let bytes = std::fs::read(&snapshot).ok()?;
+    if bytes.len() <= 12 {
+        return Some(snapshot);
+    }
+    let (body, trailer) = bytes.split_at(bytes.len() - 12);
+    let expected = u32::from_le_bytes(trailer[8..12].try_into().ok()?);
+    (crc32(body) != expected).then_some(snapshot)
+}
+
+/// CRC-32 (IEEE, reflected), as sled computes it for its snapshot files.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &byte in bytes {
+        crc ^= u32::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// sled's newest finished snapshot file in the database folder.
+fn newest_snapshot(path: &Path) -> Option<PathBuf> {
+    let mut snapshots: Vec<PathBuf> = std::fs::read_dir(path)
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("snap.") && !n.ends_with(".generating"))
+        })
+        .collect();
+    snapshots.sort();
+    snapshots.pop()
+}
+
+/// Removes sled's unfinished snapshot files (`snap.*.generating`) and says whether there were
+/// any. sled writes a snapshot to such a file and renames it only once it is complete and
+/// synced, so one left behind (a full disk during an open, a crash) holds nothing the log needs;
+/// but sled 0.34 picks it as the newest snapshot and then reports the whole log corrupt. Called
+/// only after an open failed as corrupt: the failed open held the lock, so no other process is
+/// writing a snapshot here.
+fn remove_unfinished_snapshots(path: &Path) -> Result<bool> {
+    let entries =
+        std::fs::read_dir(path).map_err(|e| StoreError::io("listing the database folder", e))?;
+    let mut removed = false;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with("snap.") && name.ends_with(".generating") {
+            std::fs::remove_file(entry.path())
+                .map_err(|e| StoreError::io("removing an unfinished snapshot file", e))?;
+            tracing::warn!(file = %entry.path().display(), "removed an unfinished snapshot file (left by a full disk or a crash during an earlier open)");
+            removed = true;
+        }
+    }
+    Ok(removed)
+}
+
 fn sync_dir(path: &Path) -> Result<()> {
     File::open(path)
         .and_then(|d| d.sync_all())
@@ -159,7 +351,9 @@ impl Backend for SledBackend {
     type Value = sled::IVec;
 
     fn get(&self, tree: TreeId, key: &[u8]) -> Result<Option<Self::Value>> {
-        self.tree(tree).get(key).map_err(sled_err("reading"))
+        self.tree(tree)
+            .get(key)
+            .map_err(|e| self.read_failure(e, tree, key))
     }
 
     fn floor(
@@ -173,7 +367,7 @@ impl Backend for SledBackend {
             .range::<&[u8], _>(..=key)
             .next_back()
             .transpose()
-            .map_err(sled_err("reading"))?;
+            .map_err(|e| self.read_failure(e, tree, key))?;
         Ok(found
             .filter(|(k, _)| k.starts_with(prefix))
             .map(|(k, v)| (k.to_vec(), v)))
@@ -187,13 +381,14 @@ impl Backend for SledBackend {
         direction: Direction,
         visit: &mut Visitor<'_>,
     ) -> Result<()> {
+        let tree_id = tree;
         let tree = self.tree(tree);
         let iter = match end {
             Some(end) => tree.range(start..end),
             None => tree.range(start..),
         };
         let mut step = |item: sled::Result<(sled::IVec, sled::IVec)>| -> Result<bool> {
-            let (k, v) = item.map_err(sled_err("scanning"))?;
+            let (k, v) = item.map_err(|e| self.read_failure(e, tree_id, start))?;
             Ok(visit(&k, &v).is_break())
         };
         match direction {
@@ -219,7 +414,7 @@ impl Backend for SledBackend {
         Ok(self
             .tree(tree)
             .last()
-            .map_err(sled_err("reading"))?
+            .map_err(|e| self.read_failure(e, tree, &[]))?
             .map(|(k, v)| (k.to_vec(), v)))
     }
 
@@ -251,6 +446,9 @@ impl Backend for SledBackend {
     }
 
     fn size_on_disk(&self) -> Result<u64> {
-        self.db.size_on_disk().map_err(sled_err("measuring size"))
+        self.sled()
+            .db
+            .size_on_disk()
+            .map_err(sled_err("measuring size"))
     }
 }

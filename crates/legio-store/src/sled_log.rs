@@ -6,7 +6,7 @@
 //! Linux only issues `sync_file_range`), then `fdatasync`s sled's data file and any new blob file
 //! itself, and only then acknowledges every writer of the group.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -17,14 +17,14 @@ use legio_core::{
 };
 use tokio::sync::oneshot;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, Direction, TreeId};
 use crate::engine::{Encoded, Engine, Limits};
 use crate::error::{Result, StoreError};
 use crate::log::{AppendHandle, EventLog, Subscription};
 use crate::metrics as m;
 use crate::migrate::{self, MigrateProgress, Migration};
 use crate::options::{Durability, StoreOptions};
-use crate::sled_backend::SledBackend;
+use crate::sled_backend::{damaged_snapshot, SledBackend};
 use crate::verify::{self, VerifyProgress, VerifyReport};
 
 /// The most events one commit group takes.
@@ -45,6 +45,20 @@ pub struct SledLog {
     committer: Mutex<Option<JoinHandle<()>>>,
     durability: Durability,
     migration: Migration,
+    /// Set when opened read-only: the private copy the log really is (removed on drop, after the
+    /// engine: fields drop in order).
+    read_only: Option<ReadOnly>,
+}
+
+/// What a read-only open worked on.
+#[derive(Debug)]
+struct ReadOnly {
+    /// The database folder that was asked for (never written).
+    original: PathBuf,
+    /// Why sled could not open the folder as it is, when the copy had to be read from sled's
+    /// log alone (see [`SledLog::read_around`]).
+    read_around: Option<ReadAround>,
+    _copy: crate::copy::Copy,
 }
 
 impl std::fmt::Debug for SledLog {
@@ -74,13 +88,36 @@ impl SledLog {
         progress: &mut dyn FnMut(MigrateProgress),
     ) -> Result<Self> {
         let path = path.as_ref();
-        let _span = tracing::info_span!("open", path = %path.display()).entered();
-        let backend = SledBackend::open(path, options)?;
+        Self::open_at(path, path, true, options, progress)
+    }
+
+    /// Opens the log in `path`, naming `origin` in errors (the original of a read-only copy).
+    fn open_at(
+        path: &Path,
+        origin: &Path,
+        writable: bool,
+        options: &StoreOptions,
+        progress: &mut dyn FnMut(MigrateProgress),
+    ) -> Result<Self> {
+        let _span = tracing::info_span!("open", path = %origin.display()).entered();
+        let backend = SledBackend::open(path, origin, options)?;
         let migration = migrate::run(&backend, progress)?;
         let limits = Limits {
             max_message_bytes: options.max_message_bytes,
         };
         let engine = Arc::new(Engine::open(backend, limits)?);
+        if let (Some((from, to)), true) = (engine.hidden_events(), writable) {
+            return Err(StoreError::Damaged {
+                file: origin.to_owned(),
+                seq: Some(from),
+                reason: format!(
+                    "the index watermark says events up to seq {to} were stored, but the last \
+                     one that reads is seq {}: a damaged file (a blob?) hides the rest; the log \
+                     takes no appends like this",
+                    from.0 - 1
+                ),
+            });
+        }
         // Recovery may have re-derived index entries: make them durable before serving.
         engine.backend.sync()?;
         let (sender, receiver) = mpsc::channel();
@@ -99,7 +136,67 @@ impl SledLog {
             committer: Mutex::new(Some(committer)),
             durability: options.durability,
             migration,
+            read_only: None,
         })
+    }
+
+    /// Opens the log in the folder `path` without writing to it: sled and legio's recovery work
+    /// on a private copy of the folder (in the system's temporary folder; see `copy.rs`), and
+    /// appends are refused with [`StoreError::ReadOnly`]. For `legio verify` and
+    /// `legio export --salvage`. When sled's snapshot file is damaged, the copy leaves it out
+    /// (sled then rebuilds its page table from the log) and
+    /// [`SledLog::damaged_snapshot`] names it.
+    pub fn open_read_only(path: impl AsRef<Path>, options: &StoreOptions) -> Result<Self> {
+        let original = path.as_ref().to_owned();
+        let mut options = options.clone();
+        options.create_if_missing = false;
+        let (mut log, copy, read_around) = on_copy(&original, |copy| {
+            Self::open_at(copy, &original, false, &options, &mut |_| {})
+        })?;
+        log.read_only = Some(ReadOnly {
+            original,
+            read_around,
+            _copy: copy,
+        });
+        Ok(log)
+    }
+
+    /// Hands every event of the log in the folder `path` that still decodes to `visit`, in seq
+    /// order (`Break` stops the walk), and reports the seq ranges that could not be read, each
+    /// with its reason (`legio export --salvage`). Works on a private copy, as
+    /// [`SledLog::open_read_only`] does, and needs neither the indexes nor the last chunk to
+    /// read: only sled's own open (without its snapshot file, when that is damaged).
+    pub fn salvage(
+        path: impl AsRef<Path>,
+        options: &StoreOptions,
+        visit: &mut dyn FnMut(Record) -> std::ops::ControlFlow<()>,
+    ) -> Result<crate::salvage::Salvaged> {
+        let original = path.as_ref().to_owned();
+        let mut options = options.clone();
+        options.create_if_missing = false;
+        // The backend alone opens even when the chunks it would read first are damaged: check
+        // that the first and the last chunk read, else read from sled's log alone.
+        let (backend, _copy, read_around) = on_copy(&original, |copy| {
+            let backend = SledBackend::open(copy, &original, &options)?;
+            backend.last(TreeId::Chunks)?;
+            backend.scan(
+                TreeId::Chunks,
+                &[],
+                None,
+                Direction::Forward,
+                &mut |_, _| std::ops::ControlFlow::Break(()),
+            )?;
+            Ok(backend)
+        })?;
+        let mut salvaged = crate::salvage::salvage(&backend, visit)?;
+        salvaged.read_around = read_around;
+        Ok(salvaged)
+    }
+
+    /// After [`SledLog::open_read_only`]: why sled could not open the folder as it is, when the
+    /// log was read from sled's log alone (a damaged snapshot file, data file or blob).
+    pub fn read_around(&self) -> Option<&ReadAround> {
+        self.read_only.as_ref()?.read_around.as_ref()
     }
 
     /// What opening did to the stored layout (`from == to` when nothing needed migrating).
@@ -107,9 +204,12 @@ impl SledLog {
         self.migration
     }
 
-    /// The database folder.
+    /// The database folder (the one asked for, also when opened read-only).
     pub fn path(&self) -> &Path {
-        &self.engine.backend.path
+        match &self.read_only {
+            Some(read_only) => &read_only.original,
+            None => &self.engine.backend.path,
+        }
     }
 
     /// Stops accepting appends, commits what is pending, flushes and waits for the committer.
@@ -123,6 +223,7 @@ impl SledLog {
                 .join()
                 .map_err(|_| StoreError::io("closing", "the committer thread panicked"))?;
         }
+        // After a commit failure there is nothing safe to flush: sync answers that failure.
         self.engine.backend.sync()
     }
 
@@ -165,8 +266,8 @@ fn run_committer(
     receiver: &mpsc::Receiver<Request>,
     durability: Durability,
 ) {
-    // After a failed fsync the state on disk is unknown: refuse everything from then on.
-    let mut failed: Option<StoreError> = None;
+    // After a failed write or fsync the state on disk is unknown: refuse everything from then
+    // on, and flush nothing (sled may wait forever in a flush after a failed write).
     while let Ok(first) = receiver.recv() {
         let mut events = first.batch.len();
         let mut group = vec![first];
@@ -179,7 +280,7 @@ fn run_committer(
                 Err(_) => break,
             }
         }
-        if let Some(error) = &failed {
+        if let Some(error) = engine.backend.failure() {
             for request in group {
                 let _ = request.ack.send(Err(error.clone()));
             }
@@ -210,20 +311,85 @@ fn run_committer(
             }
             Err(error) => {
                 tracing::error!(error = %error, "commit failed; the log refuses further appends");
+                engine.backend.fail(&error);
                 for (ack, _) in acks {
                     let _ = ack.send(Err(error.clone()));
                 }
-                failed = Some(error);
             }
         }
     }
-    if let Err(e) = engine.backend.sync() {
-        tracing::error!(error = %e, "final flush failed");
+    if engine.backend.failure().is_none() {
+        if let Err(e) = engine.backend.sync() {
+            tracing::error!(error = %e, "final flush failed");
+        }
+    }
+}
+
+/// Why a read-only open or a salvage read the database from sled's log alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadAround {
+    /// sled's snapshot file is damaged; it is only a cache of the log: nothing is lost.
+    Snapshot(PathBuf),
+    /// sled could not open or read the database as it is (a damaged data or blob file): read
+    /// from its log alone, which ends at the first record it cannot read, so events stored after
+    /// it may be missing without a trace.
+    Damage(StoreError),
+}
+
+impl std::fmt::Display for ReadAround {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Snapshot(file) => write!(
+                f,
+                "sled's snapshot file {} is damaged; it is only a cache of the log, which was read \
+                 without it (move the file away and the database opens again)",
+                file.display()
+            ),
+            Self::Damage(e) => write!(
+                f,
+                "{e}; the log was read from sled's log alone, which ends at the first record \
+                 sled cannot read: events stored after it may be missing"
+            ),
+        }
+    }
+}
+
+/// Copies the database folder `original` and opens the copy with `open`; when that fails on
+/// damage, copies it again without sled's snapshot files (sled then rebuilds its page table from
+/// its log, reading around a damaged snapshot, a missing blob, or up to a damaged one) and says
+/// why.
+fn on_copy<T>(
+    original: &Path,
+    open: impl Fn(&Path) -> Result<T>,
+) -> Result<(T, crate::copy::Copy, Option<ReadAround>)> {
+    use crate::copy::{copy_database, Snapshots};
+    let copy = copy_database(original, Snapshots::Keep)?;
+    match open(&copy.path) {
+        Ok(opened) => Ok((opened, copy, None)),
+        // sled could not open it: without its snapshot it recovers from the log alone, reading
+        // around a damaged snapshot, and around a damaged blob as if the log ended there (what
+        // that hides, verify reports and salvage names).
+        Err(e @ StoreError::Damaged { seq: None, .. }) => {
+            drop(copy);
+            let copy = copy_database(original, Snapshots::Leave)?;
+            let why = match damaged_snapshot(original) {
+                Some(snapshot) => ReadAround::Snapshot(snapshot),
+                None => ReadAround::Damage(e),
+            };
+            Ok((open(&copy.path)?, copy, Some(why)))
+        }
+        Err(e) => Err(e),
     }
 }
 
 impl EventLog for SledLog {
     fn submit(&self, events: Vec<Event>) -> Result<AppendHandle> {
+        if self.read_only.is_some() {
+            return Err(StoreError::ReadOnly);
+        }
+        if let Some(failure) = self.engine.backend.failure() {
+            return Err(failure);
+        }
         let batch = self.engine.encode_batch(events)?;
         let (ack, rx) = oneshot::channel();
         let sender = self.sender.lock().map_err(|_| StoreError::Closed)?;

@@ -80,6 +80,14 @@ pub enum Finding {
         /// The id.
         id: MessageId,
     },
+    /// Events the index watermark says were stored, after the last event that reads: a damaged
+    /// file (sled drops a page it cannot read, such as one whose blob is damaged) hides them.
+    HiddenEvents {
+        /// The first hidden seq.
+        from: Seq,
+        /// The watermark: the last seq stored.
+        to: Seq,
+    },
     /// The index watermark disagrees with the log.
     Watermark {
         /// The watermark.
@@ -100,6 +108,7 @@ impl Finding {
             Self::SessionStateMismatch { .. } => "session_state_mismatch",
             Self::ReplyToUnknown { .. } => "reply_to_unknown",
             Self::DuplicateMessageId { .. } => "duplicate_message_id",
+            Self::HiddenEvents { .. } => "hidden_events",
             Self::Watermark { .. } => "watermark",
         }
     }
@@ -130,6 +139,11 @@ impl fmt::Display for Finding {
             Self::DuplicateMessageId { seq, id } => {
                 write!(f, "message at seq {seq} reuses id {id}")
             }
+            Self::HiddenEvents { from, to } => write!(
+                f,
+                "seqs {from} to {to} were stored (the index watermark says so) but do not read: a \
+                 damaged file hides them; `legio export --salvage` gets every event that reads"
+            ),
             Self::Watermark {
                 indexed_through,
                 last,
@@ -254,7 +268,10 @@ pub(crate) fn verify<B: Backend>(
     });
     walk.strays()?;
     walk.sessions()?;
-    walk.watermark()?;
+    match engine.hidden_events() {
+        Some((from, to)) => walk.report.add(Finding::HiddenEvents { from, to }),
+        None => walk.watermark()?,
+    }
     let report = walk.report;
     tracing::info!(
         events = report.events,
