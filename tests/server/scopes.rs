@@ -39,7 +39,13 @@ scopes = ["operator"]
 fn needs(path: &str) -> Option<&'static str> {
     match path {
         "/healthz" | "/readyz" => None,
-        "/meta" | "/sessions/{id}/turns" | "/sessions/{id}/history" => Some("host"),
+        "/meta"
+        | "/sessions/{id}/turns"
+        | "/sessions/{id}/history"
+        | "/sessions/{id}/heartbeats"
+        | "/sessions/{id}/tools"
+        | "/sessions/{id}/tool_results" => Some("host"),
+        p if p.starts_with("/v1/") => Some("host"),
         "/metrics" | "/dashboard" | "/dashboard.js" => Some("metrics"),
         p if p.starts_with("/operator/") => Some("operator"),
         other => panic!("{other}: a route the scope table does not know; add it to `needs` and docs/http-api.md"),

@@ -489,10 +489,11 @@ impl RuntimeConfig {
         let names: Vec<AgentName> = agents.iter().map(|a| a.name.clone()).collect();
         let heartbeats =
             crate::schedule::parse_schedules(&parsed.heartbeats, &names).map_err(&invalid)?;
+        let roster: Vec<AgentName> = agents.iter().map(|a| a.name.clone()).collect();
         let mcp = parsed
             .mcp
             .iter()
-            .map(|(name, section)| crate::mcp_config::validate(name, section, &agents, &base))
+            .map(|(name, section)| crate::mcp_config::validate(name, section, &roster, &base))
             .collect::<Result<Vec<_>, _>>()
             .map_err(&invalid)?;
         Ok(Self {

@@ -13,8 +13,6 @@ use std::time::Duration;
 use legio_core::AgentName;
 use serde::Deserialize;
 
-use crate::config::AgentSpec;
-
 /// How long one MCP call may take unless `timeout_seconds` says otherwise.
 pub const MCP_DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -122,7 +120,7 @@ fn valid_server_name(name: &str) -> bool {
 pub(crate) fn validate(
     name: &str,
     section: &McpSection,
-    roster: &[AgentSpec],
+    roster: &[AgentName],
     base: &Path,
 ) -> Result<McpServerSpec, String> {
     let where_ = format!("mcp.{name}");
@@ -153,11 +151,11 @@ without \"__\" (its tools are offered as mcp__{name}__TOOL)"
     }
     let mut agents = Vec::new();
     for agent in &section.agents {
-        match roster.iter().find(|a| a.name.as_str() == agent) {
-            Some(spec) if !agents.contains(&spec.name) => agents.push(spec.name.clone()),
+        match roster.iter().find(|a| a.as_str() == agent) {
+            Some(name) if !agents.contains(name) => agents.push(name.clone()),
             Some(_) => return Err(format!("{where_}.agents names {agent:?} twice")),
             None => {
-                let known: Vec<&str> = roster.iter().map(|a| a.name.as_str()).collect();
+                let known: Vec<&str> = roster.iter().map(|a| a.as_str()).collect();
                 return Err(format!(
                     "{where_}.agents names {agent:?}, which is not in [agents] (known: {})",
                     known.join(", ")
@@ -228,22 +226,10 @@ fn http_transport(where_: &str, url: &str, section: &McpSection) -> Result<McpTr
 mod tests {
     use super::*;
 
-    fn roster() -> Vec<AgentSpec> {
+    fn roster() -> Vec<AgentName> {
         ["lead", "ann"]
             .iter()
-            .map(|name| AgentSpec {
-                name: AgentName::new(*name).unwrap(),
-                role: if *name == "lead" {
-                    crate::config::Role::Orchestrator
-                } else {
-                    crate::config::Role::Specialist
-                },
-                description: String::new(),
-                prompt: PathBuf::from("p.md"),
-                provider: "local".to_owned(),
-                compaction: Default::default(),
-                summarizer: None,
-            })
+            .map(|name| AgentName::new(*name).unwrap())
             .collect()
     }
 

@@ -116,7 +116,7 @@ pub enum RuntimeError {
     },
     /// A tool the host declared is invalid (its name, its schema, a name twice).
     #[error(transparent)]
-    HostTool(#[from] crate::registry::ToolRegistryError),
+    HostTool(#[from] crate::registry_error::ToolRegistryError),
     /// A host tool result names no call waiting in the conversation (answered already, timed
     /// out, or never made).
     #[error("no tool call {call_id:?} is waiting for a result in this conversation; waiting: {}", if waiting.is_empty() { "none".to_owned() } else { waiting.join(", ") })]

@@ -19,8 +19,8 @@ use tokio::sync::oneshot;
 
 use crate::error::RuntimeError;
 use crate::memory::ToolSpec;
+use crate::outcome::ToolOutcome;
 use crate::registry::{check_tool, ToolRegistry, ToolRegistryError};
-use crate::tools::ToolOutcome;
 
 /// A call of a host tool a model made, for the host to run.
 #[derive(Clone, Debug, PartialEq, Eq)]

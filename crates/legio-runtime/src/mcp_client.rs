@@ -22,7 +22,7 @@ use tokio::time::Instant;
 
 use crate::error::RuntimeError;
 use crate::memory::ToolSpec;
-use crate::tools::ToolOutcome;
+use crate::outcome::ToolOutcome;
 use legio_config::{McpServerSpec, McpTransport, MCP_TOOL_PREFIX};
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);

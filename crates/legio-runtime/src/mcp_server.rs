@@ -27,18 +27,10 @@ use serde_json::Value;
 use crate::clock::{fresh_uuid, now};
 use crate::dispatch::Route;
 use crate::error::RuntimeError;
+pub use crate::mcp_token::McpScope;
 use crate::memory::ToolSpec;
 use crate::runtime::Runtime;
 use crate::tools::{run_calls, tools_for, CallContext, ToolOutcome};
-
-/// Whose tools an MCP session serves: one agent in one conversation.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct McpScope {
-    /// The conversation the calls are recorded in.
-    pub conversation: ConversationKey,
-    /// The agent whose tools are served and who makes the calls.
-    pub agent: AgentName,
-}
 
 /// Finds the scope of one request from what the transport attached to it (the HTTP server puts
 /// the verified token's scope in the request's extensions); `None` refuses the request.

@@ -15,8 +15,16 @@ use legio_core::{AgentName, ConversationKey};
 use sha2::Sha256;
 use thiserror::Error;
 
-use crate::mcp_server::McpScope;
 use legio_config::StoreSettings;
+
+/// Whose tools an MCP session serves: one agent in one conversation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct McpScope {
+    /// The conversation the calls are recorded in.
+    pub conversation: ConversationKey,
+    /// The agent whose tools are served and who makes the calls.
+    pub agent: AgentName,
+}
 
 /// How long a token lives unless `--ttl` says otherwise: one hour.
 pub const MCP_TOKEN_DEFAULT_TTL: Duration = Duration::from_secs(3600);

@@ -7,9 +7,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use serde_json::Value;
-use thiserror::Error;
 
 use crate::memory::{MemoryTools, ToolSpec};
+pub use crate::registry_error::ToolRegistryError;
 
 /// The built-in tool that reads the conversation as the calling agent may see it.
 pub const GET_HISTORY: &str = "get_history";
@@ -41,36 +41,6 @@ impl fmt::Debug for ToolRegistry {
             .field("tools", &self.names())
             .finish()
     }
-}
-
-/// Why a host tool cannot be registered.
-#[derive(Debug, Error, Clone, PartialEq, Eq)]
-pub enum ToolRegistryError {
-    /// The name is not 1 to 64 characters of `A-Z a-z 0-9 _ -` (what every provider accepts).
-    #[error("tool name {name:?} is invalid: use 1 to 64 characters of A-Z, a-z, 0-9, '_' or '-'")]
-    InvalidName {
-        /// The name.
-        name: String,
-    },
-    /// A built-in or memory tool already has the name, or it starts with `mcp__` (the prefix of
-    /// the `[mcp.NAME]` servers' tools).
-    #[error("tool name {name:?} is taken by a built-in tool or starts with \"mcp__\" (reserved for MCP servers' tools); choose another name")]
-    Reserved {
-        /// The name.
-        name: String,
-    },
-    /// The name is registered already.
-    #[error("tool {name:?} is registered twice")]
-    Duplicate {
-        /// The name.
-        name: String,
-    },
-    /// The parameters are not an object schema.
-    #[error("the parameters of tool {name:?} must be a JSON schema with \"type\": \"object\"")]
-    InvalidSchema {
-        /// The name.
-        name: String,
-    },
 }
 
 fn valid_name(name: &str) -> bool {

@@ -347,7 +347,7 @@ fn mcp_access(agent: &Agent, setup: &Setup) -> Option<legio_llm::McpAccess> {
         return None;
     }
     let (url, key) = agent.shared.mcp_endpoint.get()?;
-    let scope = crate::mcp_server::McpScope {
+    let scope = crate::mcp_token::McpScope {
         conversation: agent.conversation.clone(),
         agent: agent.name.clone(),
     };

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::turns::{conversation_key, reply_json};
+use crate::wire::{conversation_key, reply_json};
 
 /// The body of a heartbeat.
 #[derive(Debug, Deserialize)]

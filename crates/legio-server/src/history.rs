@@ -28,7 +28,7 @@ use serde_json::{json, Map, Value};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::turns::conversation_key;
+use crate::wire::conversation_key;
 
 /// The query of a history request.
 #[derive(Debug, Deserialize)]

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
 use legio_core::ConversationKey;
-use legio_runtime::{HostToolCall, HostToolResult, HostTurn, ToolSpec};
+use legio_runtime::{HostToolResult, HostTurn, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -24,7 +24,9 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
-use crate::turns::{conversation_key, progress_event, replies_json, sse, wants_stream};
+use crate::wire::{
+    conversation_key, progress_event, replies_json, requires_action_json, sse, wants_stream,
+};
 
 /// A tool the host runs, as the host declares it.
 #[derive(Debug, Deserialize)]
@@ -143,27 +145,8 @@ pub(crate) async fn start(
         text: content,
         tools: tools.into_iter().map(ToolBody::into_spec).collect(),
     };
-    let run = Run::start(state, key.clone(), turn);
+    let run = state.start_run(key.clone(), turn);
     follow(state, key, run, wants_stream(headers)).await
-}
-
-/// The body that tells the host to run tools.
-pub(crate) fn requires_action_json(calls: &[HostToolCall]) -> Value {
-    let calls: Vec<Value> = calls
-        .iter()
-        .map(|c| {
-            json!({
-                "id": c.id,
-                "agent": c.agent.as_str(),
-                "name": c.name,
-                "arguments": c.arguments,
-            })
-        })
-        .collect();
-    json!({
-        "status": "requires_action",
-        "required_action": {"type": "submit_tool_outputs", "tool_calls": calls},
-    })
 }
 
 /// Follows a run to its next pause or its end: as JSON, or as a stream of the turn's events

@@ -16,6 +16,7 @@ mod meta;
 mod metrics;
 mod openai;
 mod operator;
+mod parking;
 mod runs;
 mod server;
 mod server_limits;
@@ -23,6 +24,7 @@ mod server_tokens;
 mod settings;
 mod state;
 mod turns;
+mod wire;
 
 pub use error::{ApiError, ServeError};
 pub use metrics::{install_metrics, MetricsHandle};

@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::turns::conversation_key;
+use crate::wire::conversation_key;
 
 /// Events per read while catching up.
 const CHUNK: usize = 1_000;

@@ -4,28 +4,28 @@
 //! `agent_done`) ending with the `replies`. Everything is validated before anything is
 //! stored: a refused turn stores nothing.
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::rejection::{JsonRejection, PathRejection};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::http::HeaderMap;
+use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use axum::Json;
 use std::collections::VecDeque;
 
-use futures_util::stream::{self, Stream, StreamExt};
-use legio_core::ConversationKey;
-use legio_runtime::{AgentReply, Posted, Progress, RuntimeError};
+use futures_util::stream::{self, StreamExt};
+use legio_runtime::{Posted, Progress, RuntimeError};
 use serde::Deserialize;
-use serde_json::{json, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
+use crate::wire::{
+    conversation_key, error_event, progress_event, replies_event, replies_json, sse, wants_stream,
+};
 
 /// The body of a turn.
 #[derive(Debug, Deserialize)]
@@ -40,38 +40,6 @@ pub(crate) struct TurnBody {
     /// for the conversation, the turn may pause with `requires_action`.
     #[serde(default)]
     tools: Option<Vec<crate::host_tools::ToolBody>>,
-}
-
-/// Validates a session id as a conversation key.
-pub(crate) fn conversation_key(id: &str) -> Result<ConversationKey, ApiError> {
-    ConversationKey::new(id).map_err(|e| ApiError::new("bad_conversation_key", e.to_string()))
-}
-
-/// One reply as JSON.
-pub(crate) fn reply_json(reply: &AgentReply) -> Value {
-    json!({
-        "agent": reply.agent.as_str(),
-        "content": reply.text(),
-        "message_id": reply.message_id().map(|id| id.to_string()),
-        "seq": reply.seq().map(|s| s.get()),
-        "error": reply.error(),
-    })
-}
-
-/// A post's replies, with the `@handles` that named no agent.
-pub(crate) fn replies_json(posted: &Posted) -> Value {
-    json!({
-        "replies": posted.replies.iter().map(reply_json).collect::<Vec<_>>(),
-        "unknown_mentions": posted.unknown_mentions,
-    })
-}
-
-pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("text/event-stream"))
 }
 
 pub(crate) async fn post_turn(
@@ -214,70 +182,4 @@ fn drain(updates: &mut mpsc::UnboundedReceiver<Progress>) -> Vec<Progress> {
         out.push(update);
     }
     out
-}
-
-pub(crate) fn sse<S>(events: S) -> Response
-where
-    S: Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
-{
-    Sse::new(events)
-        .keep_alive(KeepAlive::default())
-        .into_response()
-}
-
-fn event(name: &str, data: &Value) -> SseEvent {
-    SseEvent::default().event(name).data(data.to_string())
-}
-
-pub(crate) fn progress_event(update: Progress) -> SseEvent {
-    match update {
-        Progress::AgentStarted { agent } => {
-            event("agent_started", &json!({"agent": agent.as_str()}))
-        }
-        Progress::Delta { agent, text } => {
-            event("delta", &json!({"agent": agent.as_str(), "text": text}))
-        }
-        Progress::CompactionFailed { agent, reason } => event(
-            "compaction_failed",
-            &json!({"agent": agent.as_str(), "reason": reason}),
-        ),
-        Progress::AgentDone { reply } => event("agent_done", &reply_json(&reply)),
-        Progress::ToolCallsRequired { calls, .. } => event(
-            "requires_action",
-            &crate::host_tools::requires_action_json(&calls),
-        ),
-        Progress::Thinking { agent, text } => {
-            event("thinking", &json!({"agent": agent.as_str(), "text": text}))
-        }
-        Progress::ToolCalled {
-            agent,
-            id,
-            name,
-            arguments,
-        } => event(
-            "tool_call",
-            &json!({"agent": agent.as_str(), "id": id, "name": name, "arguments": arguments}),
-        ),
-        Progress::ToolDone { agent, id, name } => event(
-            "tool_done",
-            &json!({"agent": agent.as_str(), "id": id, "name": name}),
-        ),
-        Progress::ToolFailed {
-            agent,
-            id,
-            name,
-            error,
-        } => event(
-            "tool_failed",
-            &json!({"agent": agent.as_str(), "id": id, "name": name, "error": error}),
-        ),
-    }
-}
-
-fn replies_event(posted: &Posted) -> SseEvent {
-    event("replies", &replies_json(posted))
-}
-
-fn error_event(error: ApiError) -> SseEvent {
-    event("error", &error.body())
 }

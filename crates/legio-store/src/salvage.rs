@@ -5,6 +5,7 @@
 //! readable chunk by probing forward, then narrowing down.
 
 use std::ops::ControlFlow;
+use std::path::PathBuf;
 
 use legio_core::{Record, Seq};
 
@@ -33,7 +34,7 @@ pub struct Salvaged {
     /// The seq ranges that could not be read, in order.
     pub lost: Vec<LostRange>,
     /// Why the database was read from sled's log alone, if it was.
-    pub read_around: Option<crate::sled_log::ReadAround>,
+    pub read_around: Option<ReadAround>,
 }
 
 /// Hands every readable event of the log to `visit`, in seq order (it may stop the walk with
@@ -257,5 +258,34 @@ fn probe<B: Backend>(backend: &B, at: Seq) -> Probe {
         (Err(_), _) => Probe::Unreadable,
         (Ok(()), Some(first)) => Probe::Found(first),
         (Ok(()), None) => Probe::End,
+    }
+}
+
+/// Why a read-only open or a salvage read the database from sled's log alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReadAround {
+    /// sled's snapshot file is damaged; it is only a cache of the log: nothing is lost.
+    Snapshot(PathBuf),
+    /// sled could not open or read the database as it is (a damaged data or blob file): read
+    /// from its log alone, which ends at the first record it cannot read, so events stored after
+    /// it may be missing without a trace.
+    Damage(StoreError),
+}
+
+impl std::fmt::Display for ReadAround {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Snapshot(file) => write!(
+                f,
+                "sled's snapshot file {} is damaged; it is only a cache of the log, which was read \
+                 without it (move the file away and the database opens again)",
+                file.display()
+            ),
+            Self::Damage(e) => write!(
+                f,
+                "{e}; the log was read from sled's log alone, which ends at the first record \
+                 sled cannot read: events stored after it may be missing"
+            ),
+        }
     }
 }

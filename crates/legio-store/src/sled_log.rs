@@ -24,6 +24,7 @@ use crate::log::{AppendHandle, EventLog, Subscription};
 use crate::metrics as m;
 use crate::migrate::{self, MigrateProgress, Migration};
 use crate::options::{Durability, StoreOptions};
+pub use crate::salvage::ReadAround;
 use crate::sled_backend::{damaged_snapshot, SledBackend};
 use crate::verify::{self, VerifyProgress, VerifyReport};
 
@@ -321,35 +322,6 @@ fn run_committer(
     if engine.backend.failure().is_none() {
         if let Err(e) = engine.backend.sync() {
             tracing::error!(error = %e, "final flush failed");
-        }
-    }
-}
-
-/// Why a read-only open or a salvage read the database from sled's log alone.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ReadAround {
-    /// sled's snapshot file is damaged; it is only a cache of the log: nothing is lost.
-    Snapshot(PathBuf),
-    /// sled could not open or read the database as it is (a damaged data or blob file): read
-    /// from its log alone, which ends at the first record it cannot read, so events stored after
-    /// it may be missing without a trace.
-    Damage(StoreError),
-}
-
-impl std::fmt::Display for ReadAround {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Snapshot(file) => write!(
-                f,
-                "sled's snapshot file {} is damaged; it is only a cache of the log, which was read \
-                 without it (move the file away and the database opens again)",
-                file.display()
-            ),
-            Self::Damage(e) => write!(
-                f,
-                "{e}; the log was read from sled's log alone, which ends at the first record \
-                 sled cannot read: events stored after it may be missing"
-            ),
         }
     }
 }

@@ -25,7 +25,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
-use crate::turns::sse;
+use crate::wire::sse;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ChatRequest {
@@ -201,7 +201,7 @@ async fn start(
         text,
         tools,
     };
-    Ok(Run::start(state, key.clone(), turn))
+    Ok(state.start_run(key.clone(), turn))
 }
 
 /// An earlier message that is checked against the log (user and assistant text only).

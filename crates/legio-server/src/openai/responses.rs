@@ -27,7 +27,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
-use crate::turns::sse;
+use crate::wire::sse;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ResponsesRequest {
@@ -234,7 +234,7 @@ async fn start(
         text,
         tools,
     };
-    Ok(Run::start(state, key.clone(), turn))
+    Ok(state.start_run(key.clone(), turn))
 }
 
 fn function_call_item(call: &HostToolCall) -> Value {

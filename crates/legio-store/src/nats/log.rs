@@ -222,10 +222,21 @@ impl Inner {
             duplicate_window: Duration::from_secs(120),
             ..Default::default()
         };
-        let mut stream = js
-            .get_or_create_stream(config)
-            .await
-            .map_err(|e| StoreError::cluster("creating the stream", e))?;
+        // A cluster that has just started (or is loaded) may answer the first requests late
+        // while it elects its leaders: try again for a while before giving up.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let mut wait = Duration::from_millis(250);
+        let mut stream = loop {
+            match js.get_or_create_stream(config.clone()).await {
+                Ok(stream) => break stream,
+                Err(e) if tokio::time::Instant::now() + wait < deadline => {
+                    tracing::debug!(error = %e, "creating the stream failed; trying again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(StoreError::cluster("creating the stream", e)),
+            }
+        };
         let info = stream
             .info()
             .await

@@ -1,0 +1,65 @@
+//! Where runs with host tools start, wait and resume: `AppState::start_run` posts a host's turn on
+//! its own task, `park` keeps a run under its calls' ids until the host's results come, `resume`
+//! hands those to the runtime and takes the run back (runs.rs has the run itself).
+
+use std::sync::Arc;
+
+use legio_core::ConversationKey;
+use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Progress};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::error::ApiError;
+use crate::runs::{Parked, Run};
+use crate::state::AppState;
+
+impl AppState {
+    /// Posts `turn` on its own task (a client that goes away does not cancel it).
+    pub(crate) fn start_run(self: &Arc<Self>, key: ConversationKey, turn: HostTurn) -> Run {
+        let (progress, updates) = mpsc::unbounded_channel::<Progress>();
+        let (done_tx, done) = oneshot::channel();
+        let runtime = Arc::clone(&self.runtime);
+        self.spawn_turn(async move {
+            let result = runtime.post_host_turn(&key, turn, progress).await;
+            let _ = done_tx.send(result);
+        });
+        Run::new(updates, done)
+    }
+
+    /// Parks a run until the host posts the results of `calls`.
+    pub(crate) fn park(&self, conversation: &ConversationKey, calls: &[HostToolCall], run: Run) {
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        // Runs whose turn ended meanwhile (their host never answered: the calls timed out) go.
+        parked.retain_mut(|p| {
+            p.run.done.as_mut().is_some_and(|done| {
+                matches!(done.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+            })
+        });
+        parked.push(Parked {
+            conversation: conversation.clone(),
+            call_ids: calls.iter().map(|c| c.id.clone()).collect(),
+            run,
+        });
+    }
+
+    /// Hands the host's results to the runtime and takes back the run that waited for them. An
+    /// id no call waits for refuses them all (the run stays parked).
+    pub(crate) fn resume(
+        &self,
+        conversation: &ConversationKey,
+        results: Vec<HostToolResult>,
+    ) -> Result<Run, ApiError> {
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        let found = parked.iter().position(|p| {
+            p.conversation == *conversation
+                && results.iter().any(|r| p.call_ids.contains(&r.call_id))
+        });
+        self.runtime.submit_tool_results(conversation, results)?;
+        let Some(index) = found else {
+            return Err(ApiError::new(
+                "no_pending_tool_call",
+                "the results were taken, but no request follows that turn any more (its server restarted or the turn ended)",
+            ));
+        };
+        Ok(parked.swap_remove(index).run)
+    }
+}

@@ -1,0 +1,130 @@
+//! The shapes the native turn endpoints answer in, shared by turns.rs and host_tools.rs (a leaf):
+//! a session id checked as a conversation key, replies as JSON, `Accept` read for streaming, and
+//! the server-sent events of a turn's progress (`requires_action` among them).
+
+use std::convert::Infallible;
+
+use axum::http::{header, HeaderMap};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::Stream;
+use legio_core::ConversationKey;
+use legio_runtime::{AgentReply, HostToolCall, Posted, Progress};
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+
+/// Validates a session id as a conversation key.
+pub(crate) fn conversation_key(id: &str) -> Result<ConversationKey, ApiError> {
+    ConversationKey::new(id).map_err(|e| ApiError::new("bad_conversation_key", e.to_string()))
+}
+
+/// One reply as JSON.
+pub(crate) fn reply_json(reply: &AgentReply) -> Value {
+    json!({
+        "agent": reply.agent.as_str(),
+        "content": reply.text(),
+        "message_id": reply.message_id().map(|id| id.to_string()),
+        "seq": reply.seq().map(|s| s.get()),
+        "error": reply.error(),
+    })
+}
+
+/// A post's replies, with the `@handles` that named no agent.
+pub(crate) fn replies_json(posted: &Posted) -> Value {
+    json!({
+        "replies": posted.replies.iter().map(reply_json).collect::<Vec<_>>(),
+        "unknown_mentions": posted.unknown_mentions,
+    })
+}
+
+pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+pub(crate) fn sse<S>(events: S) -> Response
+where
+    S: Stream<Item = Result<SseEvent, Infallible>> + Send + 'static,
+{
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+fn event(name: &str, data: &Value) -> SseEvent {
+    SseEvent::default().event(name).data(data.to_string())
+}
+
+pub(crate) fn progress_event(update: Progress) -> SseEvent {
+    match update {
+        Progress::AgentStarted { agent } => {
+            event("agent_started", &json!({"agent": agent.as_str()}))
+        }
+        Progress::Delta { agent, text } => {
+            event("delta", &json!({"agent": agent.as_str(), "text": text}))
+        }
+        Progress::CompactionFailed { agent, reason } => event(
+            "compaction_failed",
+            &json!({"agent": agent.as_str(), "reason": reason}),
+        ),
+        Progress::AgentDone { reply } => event("agent_done", &reply_json(&reply)),
+        Progress::ToolCallsRequired { calls, .. } => {
+            event("requires_action", &requires_action_json(&calls))
+        }
+        Progress::Thinking { agent, text } => {
+            event("thinking", &json!({"agent": agent.as_str(), "text": text}))
+        }
+        Progress::ToolCalled {
+            agent,
+            id,
+            name,
+            arguments,
+        } => event(
+            "tool_call",
+            &json!({"agent": agent.as_str(), "id": id, "name": name, "arguments": arguments}),
+        ),
+        Progress::ToolDone { agent, id, name } => event(
+            "tool_done",
+            &json!({"agent": agent.as_str(), "id": id, "name": name}),
+        ),
+        Progress::ToolFailed {
+            agent,
+            id,
+            name,
+            error,
+        } => event(
+            "tool_failed",
+            &json!({"agent": agent.as_str(), "id": id, "name": name, "error": error}),
+        ),
+    }
+}
+
+pub(crate) fn replies_event(posted: &Posted) -> SseEvent {
+    event("replies", &replies_json(posted))
+}
+
+pub(crate) fn error_event(error: ApiError) -> SseEvent {
+    event("error", &error.body())
+}
+/// The body that tells the host to run tools.
+pub(crate) fn requires_action_json(calls: &[HostToolCall]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|c| {
+            json!({
+                "id": c.id,
+                "agent": c.agent.as_str(),
+                "name": c.name,
+                "arguments": c.arguments,
+            })
+        })
+        .collect();
+    json!({
+        "status": "requires_action",
+        "required_action": {"type": "submit_tool_outputs", "tool_calls": calls},
+    })
+}
