@@ -8,7 +8,9 @@
 //!   the session has not seen in its own thread (its own replies it wrote itself), then the new
 //!   message. Replies that a result of the agent's own `dispatch` call already carried (a reply
 //!   to the message it dispatched, recorded before that call's results) count as delivered with
-//!   the result: the delta leaves them out.
+//!   the result: the delta leaves them out. The agent's own tool results before its last reply in
+//!   the delta were recorded during a turn that completed after them (calls its session made over
+//!   MCP, results it got as it ran): the session holds them, so the delta leaves them out too.
 //!
 //! Every plan then follows the tool-call rules ([`settle_tool_calls`]): another agent's tool
 //! traffic is left out, an orphaned result is dropped, an interrupted call is completed with an
