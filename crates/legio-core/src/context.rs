@@ -233,7 +233,7 @@ fn last_turn_reply(me: &Participant, after: &[&Record]) -> Option<Seq> {
         })
         .filter(|(_, m)| !m.reply_to.is_some_and(|to| calls.contains(&to)))
         .map(|(seq, _)| seq)
-        .last()
+        .next_back()
 }
 
 /// A delta's history: the visible messages after `checkpoint` the session does not hold, each
