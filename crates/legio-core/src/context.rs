@@ -8,9 +8,9 @@
 //!   the session has not seen in its own thread (its own replies it wrote itself), then the new
 //!   message. Replies that a result of the agent's own `dispatch` call already carried (a reply
 //!   to the message it dispatched, recorded before that call's results) count as delivered with
-//!   the result: the delta leaves them out. The agent's own tool results before its last reply in
-//!   the delta were recorded during a turn that completed after them (calls its session made over
-//!   MCP, results it got as it ran): the session holds them, so the delta leaves them out too.
+//!   the result: the delta leaves them out. The agent's own results of calls made outside a
+//!   turn's step (over MCP: the call has no `reply_to`) before its last reply in the delta were
+//!   got by the session as it ran during that turn: the delta leaves them out too.
 //!
 //! Every plan then follows the tool-call rules ([`settle_tool_calls`]): another agent's tool
 //! traffic is left out, an orphaned result is dropped, an interrupted call is completed with an
@@ -250,13 +250,24 @@ fn delta_history<'a>(
     let me = Participant::Agent(agent.clone());
     let after: Vec<&Record> = before.filter(|r| r.seq > checkpoint).collect();
     let replied_at = last_turn_reply(&me, &after);
+    // Calls made outside a turn's step (over MCP: no `reply_to`; a step's calls reply to the
+    // message the step answered).
+    let outside: Vec<MessageId> = after
+        .iter()
+        .filter_map(|r| r.event.as_message())
+        .filter(|m| m.sender == me && m.reply_to.is_none() && !tool_call_ids(m).is_empty())
+        .map(|m| m.id)
+        .collect();
+    let session_held = |seq: Seq, m: &Message| {
+        Some(seq) < replied_at && m.reply_to.is_some_and(|call| outside.contains(&call))
+    };
     let mut unseen: Vec<&Record> = Vec::new();
     for r in after {
         match r.event.as_message() {
             // The results of its tool calls were written by the runtime, not the session, unless
-            // they were made during a turn that then replied (calls over MCP: the session got
-            // their results as it ran).
-            Some(m) if m.sender == me && (!has_tool_result(m) || Some(r.seq) < replied_at) => {
+            // the session made the calls over MCP during a turn that then replied (it got their
+            // results as it ran).
+            Some(m) if m.sender == me && (!has_tool_result(m) || session_held(r.seq, m)) => {
                 held.push(item(r, false))
             }
             Some(_) => unseen.push(r),

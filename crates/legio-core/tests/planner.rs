@@ -458,4 +458,26 @@ fn a_delta_leaves_out_tool_results_of_a_turn_that_replied() {
         msg(7, "user", "vorenus"),
     ];
     check_plan(delta(), &died, &died[5], 50, "5 | 7");
+    // A step's results after the checkpoint with a later reply of a turn that answered an earlier
+    // message (queued while the loop ran, so its context stopped before them): still sent.
+    let step = Part::ToolCall {
+        id: "t1".into(),
+        name: "get_history".into(),
+        arguments: "{}".into(),
+    };
+    let step_result = Part::ToolResult {
+        call_id: "t1".into(),
+        content: "[]".into(),
+        is_error: false,
+    };
+    let queued = vec![
+        msg(1, "user", "vorenus"),
+        msg(2, "user", "vorenus"),
+        own(3, "vorenus", vec![step], Some(1)),
+        own(5, "vorenus", vec![step_result], Some(3)),
+        own(6, "user", vec![], Some(2)),
+        msg(7, "user", "vorenus"),
+    ];
+    let delta = Delivery::Delta { checkpoint: Seq(2) };
+    check_plan(delta, &queued, &queued[5], 50, "5 | 7");
 }
