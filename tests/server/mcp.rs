@@ -334,6 +334,21 @@ async fn an_orchestrator_on_claude_code_dispatches_through_the_mcp_endpoint() {
                 ..
             })
         )));
+
+    // The next turn resumes the session with a delta: the CLI holds the MCP call, its result and
+    // the specialist's reply the result carried, so none of them is sent again.
+    let posted = runtime.post("mcp:cc", "and now?").await.unwrap();
+    assert!(posted.replies[0].outcome.is_ok(), "{:?}", posted.replies[0]);
+    let argv = std::fs::read(fake_dir.join("call-2.argv")).unwrap();
+    assert!(
+        argv.split(|b| *b == 0).any(|a| a == b"--resume"),
+        "the second turn resumes its session"
+    );
+    let stdin = std::fs::read_to_string(fake_dir.join("call-2.stdin")).unwrap();
+    assert!(stdin.contains("and now?"), "{stdin}");
+    for held in ["a read", "check the figures", "mcp_", "dispatch"] {
+        assert!(!stdin.contains(held), "{held:?} sent again: {stdin}");
+    }
     let _ = stop.send(());
     served.await.unwrap().unwrap();
 }

@@ -8,7 +8,9 @@
 //!   the session has not seen in its own thread (its own replies it wrote itself), then the new
 //!   message. Replies that a result of the agent's own `dispatch` call already carried (a reply
 //!   to the message it dispatched, recorded before that call's results) count as delivered with
-//!   the result: the delta leaves them out.
+//!   the result: the delta leaves them out. The agent's own results of calls made outside a
+//!   turn's step (over MCP: the call has no `reply_to`) before its last reply in the delta were
+//!   got by the session as it ran during that turn: the delta leaves them out too.
 //!
 //! Every plan then follows the tool-call rules ([`settle_tool_calls`]): another agent's tool
 //! traffic is left out, an orphaned result is dropped, an interrupted call is completed with an
@@ -26,11 +28,11 @@ use crate::compaction::{summary_tokens, ContextSummary};
 pub use crate::context_item::ContextItem;
 use crate::event::{DeliveryMode, Record};
 use crate::lifecycle::Delivery;
-use crate::message::{Audience, Message, MessageId};
+use crate::message::{Audience, Message, MessageId, Part};
 use crate::name::{AgentName, Participant};
 use crate::seq::Seq;
 use crate::tokens::estimate_message_tokens;
-use crate::tool_calls::{has_tool_result, settle_tool_calls};
+use crate::tool_calls::{has_tool_result, settle_tool_calls, tool_call_ids};
 
 /// What one turn sends to an agent's provider.
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
@@ -90,7 +92,9 @@ fn carried_by_results(
             .filter_map(|r| r.event.as_message().map(|m| (r.seq, m)))
     };
     // The calls answered in this delta: call message id -> seq of its results.
+    let held_messages = held.iter().map(|i| (i.seq, &i.message));
     let results: Vec<(MessageId, Seq)> = messages()
+        .chain(held_messages)
         .filter(|(_, m)| m.sender == *me && has_tool_result(m))
         .filter_map(|(seq, m)| m.reply_to.map(|call| (call, seq)))
         .collect();
@@ -205,6 +209,33 @@ fn context_item(r: &Record, redelivered: bool) -> ContextItem {
     }
 }
 
+/// The seq of `me`'s last turn reply in `after`: its message with no tool part that is not one it
+/// sent from a tool call (a dispatched message replies to its call). Its own results before it
+/// were recorded during a turn that completed after them: calls the session made itself (over
+/// MCP) and got the results of. (A tool loop's step records its checkpoint at its results, so
+/// their results are never after the checkpoint once the turn has replied.)
+fn last_turn_reply(me: &Participant, after: &[&Record]) -> Option<Seq> {
+    let own = || {
+        after
+            .iter()
+            .filter_map(|r| r.event.as_message().map(|m| (r.seq, m)))
+            .filter(|(_, m)| m.sender == *me)
+    };
+    let calls: Vec<MessageId> = own()
+        .filter(|(_, m)| !tool_call_ids(m).is_empty())
+        .map(|(_, m)| m.id)
+        .collect();
+    own()
+        .filter(|(_, m)| {
+            !m.parts
+                .iter()
+                .any(|p| matches!(p, Part::ToolCall { .. } | Part::ToolResult { .. }))
+        })
+        .filter(|(_, m)| !m.reply_to.is_some_and(|to| calls.contains(&to)))
+        .map(|(seq, _)| seq)
+        .next_back()
+}
+
 /// A delta's history: the visible messages after `checkpoint` the session does not hold, each
 /// marked redelivered when an earlier turn's request may have carried it. The agent's own
 /// messages go to `held` (the session wrote them; their tool calls still count).
@@ -217,11 +248,28 @@ fn delta_history<'a>(
 ) -> Vec<ContextItem> {
     let item = context_item;
     let me = Participant::Agent(agent.clone());
+    let after: Vec<&Record> = before.filter(|r| r.seq > checkpoint).collect();
+    let replied_at = last_turn_reply(&me, &after);
+    // Calls made outside a turn's step (over MCP: no `reply_to`; a step's calls reply to the
+    // message the step answered).
+    let outside: Vec<MessageId> = after
+        .iter()
+        .filter_map(|r| r.event.as_message())
+        .filter(|m| m.sender == me && m.reply_to.is_none() && !tool_call_ids(m).is_empty())
+        .map(|m| m.id)
+        .collect();
+    let session_held = |seq: Seq, m: &Message| {
+        Some(seq) < replied_at && m.reply_to.is_some_and(|call| outside.contains(&call))
+    };
     let mut unseen: Vec<&Record> = Vec::new();
-    for r in before.filter(|r| r.seq > checkpoint) {
+    for r in after {
         match r.event.as_message() {
-            // The results of its tool calls were written by the runtime, not the session.
-            Some(m) if m.sender == me && !has_tool_result(m) => held.push(item(r, false)),
+            // The results of its tool calls were written by the runtime, not the session, unless
+            // the session made the calls over MCP during a turn that then replied (it got their
+            // results as it ran).
+            Some(m) if m.sender == me && (!has_tool_result(m) || session_held(r.seq, m)) => {
+                held.push(item(r, false))
+            }
             Some(_) => unseen.push(r),
             None => {}
         }

@@ -401,3 +401,83 @@ fn a_resumed_session_without_a_completed_turn_is_suspended_by_a_crash() {
     assert!(end.suspend, "a resumed session can be resumed again");
     assert_eq!(end.why, BoundaryReason::Crashed);
 }
+
+/// vorenus's message `seq` with `parts`, addressed to `audience`, replying to message `to`.
+fn own(seq: u64, audience: &str, parts: Vec<Part>, to: Option<u64>) -> Record {
+    let mut r = msg(seq, "vorenus", audience);
+    if let Event::MessagePosted(m) = &mut r.event {
+        if !parts.is_empty() {
+            m.parts = parts;
+        }
+        m.reply_to = to.map(|s| MessageId::from_parts(ts(s), [s as u8; 10]));
+    }
+    r
+}
+
+fn reply(seq: u64, sender: &str, audience: &str, to: u64) -> Record {
+    let mut r = msg(seq, sender, audience);
+    if let Event::MessagePosted(m) = &mut r.event {
+        m.reply_to = Some(MessageId::from_parts(ts(to), [to as u8; 10]));
+    }
+    r
+}
+
+/// A turn that called `dispatch` over MCP (the session made the call and got its result as it
+/// ran), then replied: the next delta resends neither the result nor the reply it carried. A
+/// tool loop that died before sending its results (no reply after them) still sends them.
+#[test]
+fn a_delta_leaves_out_tool_results_of_a_turn_that_replied() {
+    let call = Part::ToolCall {
+        id: "mcp_1".into(),
+        name: "dispatch".into(),
+        arguments: "{}".into(),
+    };
+    let result = Part::ToolResult {
+        call_id: "mcp_1".into(),
+        content: "pullo: done".into(),
+        is_error: false,
+    };
+    let mcp_turn = vec![
+        msg(1, "user", "vorenus"),
+        own(2, "vorenus", vec![call.clone()], None),
+        own(3, "pullo", vec![], Some(2)),
+        reply(4, "pullo", "vorenus", 3),
+        own(5, "vorenus", vec![result.clone()], Some(2)),
+        own(6, "user", vec![], Some(1)),
+        msg(7, "user", "vorenus"),
+    ];
+    let delta = || Delivery::Delta { checkpoint: Seq(1) };
+    check_plan(delta(), &mcp_turn, &mcp_turn[6], 50, " | 7");
+    // The same calls without the turn's reply (the turn died with them): the results are sent.
+    let died = vec![
+        msg(1, "user", "vorenus"),
+        own(2, "vorenus", vec![call], Some(1)),
+        own(3, "pullo", vec![], Some(2)),
+        reply(4, "pullo", "vorenus", 3),
+        own(5, "vorenus", vec![result], Some(2)),
+        msg(7, "user", "vorenus"),
+    ];
+    check_plan(delta(), &died, &died[5], 50, "5 | 7");
+    // A step's results after the checkpoint with a later reply of a turn that answered an earlier
+    // message (queued while the loop ran, so its context stopped before them): still sent.
+    let step = Part::ToolCall {
+        id: "t1".into(),
+        name: "get_history".into(),
+        arguments: "{}".into(),
+    };
+    let step_result = Part::ToolResult {
+        call_id: "t1".into(),
+        content: "[]".into(),
+        is_error: false,
+    };
+    let queued = vec![
+        msg(1, "user", "vorenus"),
+        msg(2, "user", "vorenus"),
+        own(3, "vorenus", vec![step], Some(1)),
+        own(5, "vorenus", vec![step_result], Some(3)),
+        own(6, "user", vec![], Some(2)),
+        msg(7, "user", "vorenus"),
+    ];
+    let delta = Delivery::Delta { checkpoint: Seq(2) };
+    check_plan(delta, &queued, &queued[5], 50, "5 | 7");
+}
