@@ -18,8 +18,16 @@ use serde_json::{json, Value};
 /// Round-robin posts to every node for several conversations land once each, in order, and
 /// the ones sent to a non-owner are served by the owner; then one nats-server of three is lost
 /// and restarted, and turns go on.
+/// The cluster tests run one at a time: each starts three nats-servers and three legio nodes on
+/// ports found free a moment before, and side by side they raced for ports and for the CPU.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[test]
 fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
+    let _one_at_a_time = one_at_a_time();
     let Some(mut legion) = Legion::start(0) else {
         return;
     };
@@ -149,6 +157,7 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
 /// every provider session was sent each message once (a repeat only marked redelivered).
 #[test]
 fn killing_the_owner_of_a_busy_conversation_moves_it_within_the_lease_ttl() {
+    let _one_at_a_time = one_at_a_time();
     let Some(mut legion) = Legion::start(150) else {
         return;
     };
@@ -229,6 +238,7 @@ fn killing_the_owner_of_a_busy_conversation_moves_it_within_the_lease_ttl() {
 /// and nothing of its turn is in the log.
 #[test]
 fn a_paused_owner_finds_its_appends_refused_and_stands_down() {
+    let _one_at_a_time = one_at_a_time();
     let Some(legion) = Legion::start(1500) else {
         return;
     };
