@@ -125,20 +125,24 @@ pub(crate) async fn completions(
 }
 
 fn chat_tools(tools: Vec<ChatTool>) -> Result<Vec<ToolSpec>, ApiError> {
+    function_tools(tools.into_iter().map(|t| (t.kind, t.function)))
+}
+
+/// The request's tools as the host's tools: each must be of type `function` (both APIs' shape).
+pub(crate) fn function_tools(
+    tools: impl IntoIterator<Item = (String, FunctionDef)>,
+) -> Result<Vec<ToolSpec>, ApiError> {
     tools
         .into_iter()
-        .map(|t| {
-            if t.kind != "function" {
+        .map(|(kind, function)| {
+            if kind != "function" {
                 return Err(ApiError::new(
                     "invalid_tool",
-                    format!(
-                        "tools of type {:?} are not supported; use \"function\"",
-                        t.kind
-                    ),
+                    format!("tools of type {kind:?} are not supported; use \"function\""),
                 )
                 .with_param("tools"));
             }
-            Ok(t.function.into_spec())
+            Ok(function.into_spec())
         })
         .collect()
 }

@@ -156,22 +156,7 @@ fn conversation(
 }
 
 fn response_tools(tools: Vec<ResponseTool>) -> Result<Vec<ToolSpec>, ApiError> {
-    tools
-        .into_iter()
-        .map(|t| {
-            if t.kind != "function" {
-                return Err(ApiError::new(
-                    "invalid_tool",
-                    format!(
-                        "tools of type {:?} are not supported; use \"function\"",
-                        t.kind
-                    ),
-                )
-                .with_param("tools"));
-            }
-            Ok(t.function.into_spec())
-        })
-        .collect()
+    super::chat::function_tools(tools.into_iter().map(|t| (t.kind, t.function)))
 }
 
 /// Starts the turn the input asks for: a new message, or tool results.
