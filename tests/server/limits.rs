@@ -1,7 +1,8 @@
 //! `[server.limits]` (issue 16, finding 2): idle and half-sent connections are closed after the
 //! header or body read timeout (300 raw TCP connections, no token needed); a connection over
 //! `max_connections` is answered 503 and closed; a token over `max_turns_in_flight_per_token`
-//! gets 429 with `Retry-After` while other tokens go on.
+//! gets 429 with `Retry-After` while other tokens go on (its turns through the OpenAI-compatible
+//! door count too).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -182,6 +183,23 @@ async fn turns_in_flight_are_capped_per_token() {
         .call("post", "/sessions/{id}/turns", post("t:cap3", TOKEN))
         .await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    // The OpenAI-compatible door counts against the same cap, in both its APIs.
+    for (url, body) in [
+        (
+            "/v1/chat/completions",
+            json!({"model": "legio", "messages": [{"role": "user", "content": "slow"}],
+                   "metadata": {"conversation": "t:cap3"}}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "legio", "input": "slow", "metadata": {"conversation": "t:cap3"}}),
+        ),
+    ] {
+        let request = h.client.post(h.url(url)).bearer_auth(TOKEN).json(&body);
+        let (status, body) = h.call("post", url, request).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{url}: {body}");
+        assert_eq!(body["error"]["code"], "too_many_turns", "{url}: {body}");
+    }
     // Another token is not held back.
     let (status, _) = h
         .call(

@@ -23,6 +23,7 @@ use super::{
 };
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::limits::TurnSlot;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
 use crate::wire::sse;
@@ -106,6 +107,12 @@ pub(crate) async fn completions(
     let key = conversation_of(body.metadata.as_ref())?.ok_or_else(missing_conversation)?;
     caller.check_conversation(key.as_str())?;
     let tools = chat_tools(body.tools.unwrap_or_default())?;
+    // The token's cap on turns in flight holds at the door too; the place is held until the
+    // answer is whole (or, streamed, until its stream ends).
+    let slot = match state.turn_slots.acquire(caller.name()) {
+        Ok(slot) => slot,
+        Err(too_many) => return Ok(too_many.into_response()),
+    };
     let run = start(&state, &key, &agent, body.messages, tools).await?;
     let shape = Shape {
         id: super::fresh_id("chatcmpl"),
@@ -119,9 +126,11 @@ pub(crate) async fn completions(
             .stream_options
             .and_then(|o| o.include_usage)
             .unwrap_or(false);
-        return streamed(state, shape, run, include_usage).await;
+        return streamed(state, shape, run, include_usage, slot).await;
     }
-    whole(&state, &shape, run).await
+    let answer = whole(&state, &shape, run).await;
+    drop(slot);
+    answer
 }
 
 fn chat_tools(tools: Vec<ChatTool>) -> Result<Vec<ToolSpec>, ApiError> {
@@ -294,6 +303,8 @@ struct Streaming {
     queued: VecDeque<String>,
     streamed: bool,
     include_usage: bool,
+    /// The token's place among its turns in flight, released when the stream is dropped.
+    _slot: TurnSlot,
 }
 
 impl Streaming {
@@ -366,6 +377,7 @@ async fn streamed(
     shape: Shape,
     mut run: Run,
     include_usage: bool,
+    slot: TurnSlot,
 ) -> Result<Response, ApiError> {
     // A refused turn is an error status, not a stream.
     let first = match run.next().await {
@@ -380,6 +392,7 @@ async fn streamed(
         queued: VecDeque::new(),
         streamed: false,
         include_usage,
+        _slot: slot,
     };
     let opening = streaming.chunk(json!({"role": "assistant", "content": ""}), None);
     streaming.queued.push_back(opening);

@@ -25,6 +25,7 @@ use super::transcript::{self, Earlier};
 use super::{agent_for_model, conversation_of, missing_conversation, text_of, unix_now, usage};
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::limits::TurnSlot;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
 use crate::wire::sse;
@@ -104,6 +105,11 @@ pub(crate) async fn create(
     )?;
     caller.check_conversation(key.as_str())?;
     let tools = response_tools(body.tools.unwrap_or_default())?;
+    // The token's cap on turns in flight holds here too (see chat::completions).
+    let slot = match state.turn_slots.acquire(caller.name()) {
+        Ok(slot) => slot,
+        Err(too_many) => return Ok(too_many.into_response()),
+    };
     let run = start(&state, &key, &agent, &body.input, tools).await?;
     let shape = Shape {
         model: body.model,
@@ -113,9 +119,10 @@ pub(crate) async fn create(
         previous: body.previous_response_id,
     };
     if body.stream.unwrap_or(false) {
-        return streamed(state, shape, run).await;
+        return streamed(state, shape, run, slot).await;
     }
     let (output, seq, usage) = outcome(&state, &shape, run, |_| {}).await?;
+    drop(slot);
     Ok(Json(response_json(&shape, seq, output, &usage)).into_response())
 }
 
@@ -315,7 +322,12 @@ fn event(data: &Value) -> SseEvent {
 }
 
 /// The streamed response: the run goes on its own task, its events through a channel.
-async fn streamed(state: Arc<AppState>, shape: Shape, run: Run) -> Result<Response, ApiError> {
+async fn streamed(
+    state: Arc<AppState>,
+    shape: Shape,
+    run: Run,
+    slot: TurnSlot,
+) -> Result<Response, ApiError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     let created = json!({
         "type": "response.created",
@@ -327,6 +339,7 @@ async fn streamed(state: Arc<AppState>, shape: Shape, run: Run) -> Result<Respon
     });
     let _ = tx.send(created);
     tokio::spawn(async move {
+        let _slot = slot;
         let deltas = tx.clone();
         let sent = outcome(&state, &shape, run, move |text| {
             let _ = deltas.send(json!({
