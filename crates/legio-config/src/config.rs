@@ -291,6 +291,203 @@ fn compaction_policy(
     Ok(policy)
 }
 
+/// `[store]`: where the log lives and how it writes (`LEGIO_STORE_PATH` and
+/// `LEGIO_STORE_DURABILITY` override the file).
+fn store_settings(section: &StoreSection, base: &Path) -> Result<StoreSettings, String> {
+    let mut options = StoreOptions::default();
+    let mut path = base.join(
+        section
+            .path
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("../data/legio")),
+    );
+    if let Some(p) = std::env::var_os("LEGIO_STORE_PATH") {
+        path = PathBuf::from(p);
+    }
+    if let Some(word) = std::env::var("LEGIO_STORE_DURABILITY")
+        .ok()
+        .or(section.durability.clone())
+    {
+        options.durability = Durability::parse(&word)
+            .ok_or_else(|| format!("store.durability = {word:?} is not \"sync\" or \"relaxed\""))?;
+    }
+    if let Some(limit) = section.max_message_bytes {
+        if limit == 0 {
+            return Err("store.max_message_bytes must be above 0".into());
+        }
+        options.max_message_bytes = limit;
+    }
+    if let Some(mb) = section.cache_capacity_mb {
+        if mb == 0 {
+            return Err("store.cache_capacity_mb must be above 0".into());
+        }
+        options.cache_capacity_bytes = mb.saturating_mul(1024 * 1024);
+    }
+    let backend = crate::store_backend::parse_backend(
+        section.backend.as_deref(),
+        section.nats.as_ref(),
+        base,
+        options.max_message_bytes,
+    )?;
+    Ok(StoreSettings {
+        path,
+        options,
+        backend,
+    })
+}
+
+/// `runtime.KEY = v` seconds as a duration.
+fn seconds(key: &str, v: f64) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(v)
+        .map_err(|_| format!("runtime.{key} = {v} is not a valid duration"))
+}
+
+/// A count that must be above 0, or the default.
+fn above_zero(key: &str, v: Option<usize>, default: usize) -> Result<usize, String> {
+    match v {
+        Some(0) => Err(format!("runtime.{key} must be above 0")),
+        Some(v) => Ok(v),
+        None => Ok(default),
+    }
+}
+
+/// `[runtime]` over the defaults.
+fn runtime_settings(r: &RuntimeSection) -> Result<RuntimeSettings, String> {
+    let mut runtime = RuntimeSettings::default();
+    runtime.compaction = compaction_policy(&r.compaction, runtime.compaction, "runtime")?;
+    runtime.summarizer = r.compaction.summarizer.clone();
+    runtime.history_window =
+        above_zero("history_window", r.history_window, runtime.history_window)?;
+    runtime.max_tool_steps =
+        above_zero("max_tool_steps", r.max_tool_steps, runtime.max_tool_steps)?;
+    if let Some(v) = r.session_idle_timeout_minutes {
+        runtime.idle_timeout = seconds("session_idle_timeout_minutes", v * 60.0)?;
+    }
+    if let Some(v) = r.max_input_tokens {
+        runtime.max_input_tokens = v;
+    }
+    if let Some(v) = r.turn_timeout_seconds {
+        runtime.turn_timeout = seconds("turn_timeout_seconds", v)?;
+    }
+    if let Some(v) = r.host_tool_timeout_seconds {
+        runtime.host_tool_timeout = seconds("host_tool_timeout_seconds", v)?;
+    }
+    if let Some(v) = r.reap_interval_seconds {
+        runtime.reap_interval = seconds("reap_interval_seconds", v)?;
+    }
+    runtime.restart = restart_settings(r, runtime.restart)?;
+    runtime.unknown_mentions = match r.unknown_mentions.as_deref() {
+        None | Some("warn") => UnknownMentions::Warn,
+        Some("error") => UnknownMentions::Error,
+        Some(other) => {
+            return Err(format!(
+                "runtime.unknown_mentions = {other:?} is not \"warn\" or \"error\""
+            ))
+        }
+    };
+    Ok(runtime)
+}
+
+/// `runtime.restart_*` over `restart`.
+fn restart_settings(
+    r: &RuntimeSection,
+    mut restart: RestartSettings,
+) -> Result<RestartSettings, String> {
+    if let Some(v) = r.restart_max {
+        restart.max_restarts = v;
+    }
+    if let Some(v) = r.restart_window_seconds {
+        restart.window = seconds("restart_window_seconds", v)?;
+    }
+    if let Some(v) = r.restart_backoff_ms {
+        restart.backoff = Duration::from_millis(v);
+    }
+    if let Some(v) = r.restart_backoff_max_ms {
+        restart.max_backoff = Duration::from_millis(v);
+    }
+    Ok(restart)
+}
+
+/// `[agents.NAME]`, checked against the providers.
+fn agent_spec(
+    name: &str,
+    a: &AgentSection,
+    providers: &BTreeMap<String, ProviderSpec>,
+    runtime: &RuntimeSettings,
+    base: &Path,
+) -> Result<AgentSpec, String> {
+    let agent = AgentName::new(name).map_err(|e| format!("agents.{name}: {e}"))?;
+    let role = match a.role.as_str() {
+        "orchestrator" => Role::Orchestrator,
+        "specialist" => Role::Specialist,
+        other => {
+            return Err(format!(
+                "agents.{name}.role = {other:?} is not \"orchestrator\" or \"specialist\""
+            ))
+        }
+    };
+    if !providers.contains_key(&a.provider) {
+        let known: Vec<&str> = providers.keys().map(String::as_str).collect();
+        return Err(format!(
+            "agents.{name}.provider = {:?} names no [providers.{}] table (known: {})",
+            a.provider,
+            a.provider,
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        ));
+    }
+    let prompt = base.join(&a.prompt);
+    if !prompt.is_file() {
+        return Err(format!(
+            "agents.{name}.prompt: no file at {}",
+            prompt.display()
+        ));
+    }
+    let where_ = format!("agents.{name}");
+    let compaction = compaction_policy(&a.compaction, runtime.compaction, &where_)?;
+    let summarizer = a
+        .compaction
+        .summarizer
+        .clone()
+        .or_else(|| runtime.summarizer.clone());
+    if let Some(s) = summarizer.as_ref().filter(|s| !providers.contains_key(*s)) {
+        return Err(format!(
+            "{where_}.summarizer (or runtime.summarizer) = {s:?} names no [providers.{s}] table"
+        ));
+    }
+    Ok(AgentSpec {
+        name: agent,
+        role,
+        description: a.description.clone(),
+        prompt,
+        provider: a.provider.clone(),
+        compaction,
+        summarizer,
+    })
+}
+
+/// The roster in its order (the orchestrator first, then the specialists by name), once it has
+/// exactly one orchestrator.
+fn roster_order(mut agents: Vec<AgentSpec>) -> Result<Vec<AgentSpec>, String> {
+    let orchestrators: Vec<&str> = agents
+        .iter()
+        .filter(|a| a.role == Role::Orchestrator)
+        .map(|a| a.name.as_str())
+        .collect();
+    if orchestrators.len() != 1 {
+        return Err(format!(
+            "exactly one agent must have role = \"orchestrator\"; found {} ({})",
+            orchestrators.len(),
+            orchestrators.join(", ")
+        ));
+    }
+    agents.sort_by_key(|a| (a.role != Role::Orchestrator, a.name.clone()));
+    Ok(agents)
+}
+
 impl RuntimeConfig {
     /// Loads and validates `file`.
     pub fn load(file: &Path) -> Result<Self, ConfigError> {
@@ -311,185 +508,23 @@ impl RuntimeConfig {
         let parsed: FileConfig =
             toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
-
-        let mut options = StoreOptions::default();
-        let mut path = base.join(
-            parsed
-                .store
-                .path
-                .clone()
-                .unwrap_or_else(|| PathBuf::from("../data/legio")),
-        );
-        if let Some(p) = std::env::var_os("LEGIO_STORE_PATH") {
-            path = PathBuf::from(p);
-        }
-        if let Some(word) = std::env::var("LEGIO_STORE_DURABILITY")
-            .ok()
-            .or(parsed.store.durability.clone())
-        {
-            options.durability = Durability::parse(&word).ok_or_else(|| {
-                invalid(format!(
-                    "store.durability = {word:?} is not \"sync\" or \"relaxed\""
-                ))
-            })?;
-        }
-        if let Some(limit) = parsed.store.max_message_bytes {
-            if limit == 0 {
-                return Err(invalid("store.max_message_bytes must be above 0".into()));
-            }
-            options.max_message_bytes = limit;
-        }
-        if let Some(mb) = parsed.store.cache_capacity_mb {
-            if mb == 0 {
-                return Err(invalid("store.cache_capacity_mb must be above 0".into()));
-            }
-            options.cache_capacity_bytes = mb.saturating_mul(1024 * 1024);
-        }
-        let backend = crate::store_backend::parse_backend(
-            parsed.store.backend.as_deref(),
-            parsed.store.nats.as_ref(),
-            &base,
-            options.max_message_bytes,
-        )
-        .map_err(&invalid)?;
-
-        let r = &parsed.runtime;
-        let mut runtime = RuntimeSettings::default();
-        runtime.compaction =
-            compaction_policy(&r.compaction, runtime.compaction, "runtime").map_err(&invalid)?;
-        runtime.summarizer = r.compaction.summarizer.clone();
-        let secs = |key: &str, v: f64| -> Result<Duration, ConfigError> {
-            Duration::try_from_secs_f64(v)
-                .map_err(|_| invalid(format!("runtime.{key} = {v} is not a valid duration")))
-        };
-        if let Some(v) = r.history_window {
-            if v == 0 {
-                return Err(invalid("runtime.history_window must be above 0".into()));
-            }
-            runtime.history_window = v;
-        }
-        if let Some(v) = r.session_idle_timeout_minutes {
-            runtime.idle_timeout = secs("session_idle_timeout_minutes", v * 60.0)?;
-        }
-        if let Some(v) = r.max_input_tokens {
-            runtime.max_input_tokens = v;
-        }
-        if let Some(v) = r.turn_timeout_seconds {
-            runtime.turn_timeout = secs("turn_timeout_seconds", v)?;
-        }
-        if let Some(v) = r.max_tool_steps {
-            if v == 0 {
-                return Err(invalid("runtime.max_tool_steps must be above 0".into()));
-            }
-            runtime.max_tool_steps = v;
-        }
-        if let Some(v) = r.host_tool_timeout_seconds {
-            runtime.host_tool_timeout = secs("host_tool_timeout_seconds", v)?;
-        }
-        if let Some(v) = r.reap_interval_seconds {
-            runtime.reap_interval = secs("reap_interval_seconds", v)?;
-        }
-        if let Some(v) = r.restart_max {
-            runtime.restart.max_restarts = v;
-        }
-        if let Some(v) = r.restart_window_seconds {
-            runtime.restart.window = secs("restart_window_seconds", v)?;
-        }
-        if let Some(v) = r.restart_backoff_ms {
-            runtime.restart.backoff = Duration::from_millis(v);
-        }
-        if let Some(v) = r.restart_backoff_max_ms {
-            runtime.restart.max_backoff = Duration::from_millis(v);
-        }
-        runtime.unknown_mentions = match r.unknown_mentions.as_deref() {
-            None | Some("warn") => UnknownMentions::Warn,
-            Some("error") => UnknownMentions::Error,
-            Some(other) => {
-                return Err(invalid(format!(
-                    "runtime.unknown_mentions = {other:?} is not \"warn\" or \"error\""
-                )))
-            }
-        };
-
+        let store = store_settings(&parsed.store, &base).map_err(&invalid)?;
+        let runtime = runtime_settings(&parsed.runtime).map_err(&invalid)?;
         let mut providers = BTreeMap::new();
         for (name, p) in &parsed.providers {
             let spec = crate::provider_settings::validate(name, p, &base).map_err(&invalid)?;
             providers.insert(name.clone(), spec);
         }
-
-        let mut agents = Vec::new();
-        for (name, a) in &parsed.agents {
-            let agent = AgentName::new(name.as_str())
-                .map_err(|e| invalid(format!("agents.{name}: {e}")))?;
-            let role = match a.role.as_str() {
-                "orchestrator" => Role::Orchestrator,
-                "specialist" => Role::Specialist,
-                other => {
-                    return Err(invalid(format!(
-                        "agents.{name}.role = {other:?} is not \"orchestrator\" or \"specialist\""
-                    )))
-                }
-            };
-            if !providers.contains_key(&a.provider) {
-                let known: Vec<&str> = providers.keys().map(String::as_str).collect();
-                return Err(invalid(format!(
-                    "agents.{name}.provider = {:?} names no [providers.{}] table (known: {})",
-                    a.provider,
-                    a.provider,
-                    if known.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        known.join(", ")
-                    }
-                )));
-            }
-            let prompt = base.join(&a.prompt);
-            if !prompt.is_file() {
-                return Err(invalid(format!(
-                    "agents.{name}.prompt: no file at {}",
-                    prompt.display()
-                )));
-            }
-            let where_ = format!("agents.{name}");
-            let compaction =
-                compaction_policy(&a.compaction, runtime.compaction, &where_).map_err(&invalid)?;
-            let summarizer = a
-                .compaction
-                .summarizer
-                .clone()
-                .or_else(|| runtime.summarizer.clone());
-            if let Some(s) = summarizer.as_ref().filter(|s| !providers.contains_key(*s)) {
-                return Err(invalid(format!(
-                    "{where_}.summarizer (or runtime.summarizer) = {s:?} names no [providers.{s}] table"
-                )));
-            }
-            agents.push(AgentSpec {
-                name: agent,
-                role,
-                description: a.description.clone(),
-                prompt,
-                provider: a.provider.clone(),
-                compaction,
-                summarizer,
-            });
-        }
-        let orchestrators: Vec<&AgentSpec> = agents
+        let agents = parsed
+            .agents
             .iter()
-            .filter(|a| a.role == Role::Orchestrator)
-            .collect();
-        if orchestrators.len() != 1 {
-            let names: Vec<&str> = orchestrators.iter().map(|a| a.name.as_str()).collect();
-            return Err(invalid(format!(
-                "exactly one agent must have role = \"orchestrator\"; found {} ({})",
-                orchestrators.len(),
-                names.join(", ")
-            )));
-        }
-        agents.sort_by_key(|a| (a.role != Role::Orchestrator, a.name.clone()));
-        let names: Vec<AgentName> = agents.iter().map(|a| a.name.clone()).collect();
-        let heartbeats =
-            crate::schedule::parse_schedules(&parsed.heartbeats, &names).map_err(&invalid)?;
+            .map(|(name, a)| agent_spec(name, a, &providers, &runtime, &base))
+            .collect::<Result<Vec<_>, _>>()
+            .and_then(roster_order)
+            .map_err(&invalid)?;
         let roster: Vec<AgentName> = agents.iter().map(|a| a.name.clone()).collect();
+        let heartbeats =
+            crate::schedule::parse_schedules(&parsed.heartbeats, &roster).map_err(&invalid)?;
         let mcp = parsed
             .mcp
             .iter()
@@ -498,11 +533,7 @@ impl RuntimeConfig {
             .map_err(&invalid)?;
         Ok(Self {
             source: Some(file.to_owned()),
-            store: StoreSettings {
-                path,
-                options,
-                backend,
-            },
+            store,
             runtime,
             agents,
             providers,

@@ -101,143 +101,158 @@ pub fn inspect(
     if let Some(c) = only {
         require_conversation(log, c)?;
     }
-    let table = |header: &[&str], rows: Vec<Vec<String>>| Table {
+    match what {
+        InspectKind::Conversations => conversations_table(log, only),
+        InspectKind::Agents => agents_table(log, only),
+        InspectKind::Sessions => sessions_table(log, only),
+    }
+}
+
+fn table(header: &[&str], rows: Vec<Vec<String>>) -> Table {
+    Table {
         header: header.iter().map(|h| (*h).to_owned()).collect(),
         rows,
+    }
+}
+
+/// Messages, events and last activity per conversation.
+fn conversations_table(
+    log: &dyn EventLog,
+    only: Option<&ConversationKey>,
+) -> Result<Table, OpsError> {
+    let mut stats: BTreeMap<ConversationKey, (u64, u64, Timestamp)> = BTreeMap::new();
+    for_each(log, only, |record| {
+        let event = &record.event;
+        let entry = stats
+            .entry(event.conversation().clone())
+            .or_insert((0, 0, Timestamp::EPOCH));
+        entry.0 += 1;
+        entry.1 += u64::from(event.as_message().is_some());
+        entry.2 = entry.2.max(event.at());
+    })?;
+    let rows = stats
+        .into_iter()
+        .map(|(c, (events, messages, last))| {
+            vec![
+                c.to_string(),
+                messages.to_string(),
+                events.to_string(),
+                last.to_rfc3339(),
+            ]
+        })
+        .collect();
+    Ok(table(
+        &["conversation", "messages", "events", "last activity"],
+        rows,
+    ))
+}
+
+/// Per agent of each conversation: its session state.
+fn agents_table(log: &dyn EventLog, only: Option<&ConversationKey>) -> Result<Table, OpsError> {
+    let conversations = match only {
+        Some(c) => vec![c.clone()],
+        None => log.conversations()?,
     };
-    Ok(match what {
-        InspectKind::Conversations => {
-            let mut stats: BTreeMap<ConversationKey, (u64, u64, Timestamp)> = BTreeMap::new();
-            for_each(log, only, |record| {
-                let event = &record.event;
-                let entry =
-                    stats
-                        .entry(event.conversation().clone())
-                        .or_insert((0, 0, Timestamp::EPOCH));
-                entry.0 += 1;
-                entry.1 += u64::from(event.as_message().is_some());
-                entry.2 = entry.2.max(event.at());
-            })?;
-            let rows = stats
-                .into_iter()
-                .map(|(c, (events, messages, last))| {
-                    vec![
-                        c.to_string(),
-                        messages.to_string(),
-                        events.to_string(),
-                        last.to_rfc3339(),
-                    ]
-                })
-                .collect();
-            table(
-                &["conversation", "messages", "events", "last activity"],
-                rows,
-            )
-        }
-        InspectKind::Agents => {
-            let conversations = match only {
-                Some(c) => vec![c.clone()],
-                None => log.conversations()?,
+    let mut rows = Vec::new();
+    for conversation in &conversations {
+        for state in log.session_states(conversation)? {
+            let (status, session, provider, checkpoint) = match &state.current {
+                Some(c) => (
+                    c.status.as_str().to_owned(),
+                    c.session.to_string(),
+                    c.provider_session.clone().unwrap_or_else(|| "-".into()),
+                    c.checkpoint.to_string(),
+                ),
+                None => ("-".into(), "-".into(), "-".into(), "-".into()),
             };
-            let mut rows = Vec::new();
-            for conversation in &conversations {
-                for state in log.session_states(conversation)? {
-                    let (status, session, provider, checkpoint) = match &state.current {
-                        Some(c) => (
-                            c.status.as_str().to_owned(),
-                            c.session.to_string(),
-                            c.provider_session.clone().unwrap_or_else(|| "-".into()),
-                            c.checkpoint.to_string(),
-                        ),
-                        None => ("-".into(), "-".into(), "-".into(), "-".into()),
-                    };
-                    let status = if state.failed.is_some() {
-                        format!("failed ({status})")
-                    } else {
-                        status
-                    };
-                    rows.push(vec![
-                        conversation.to_string(),
-                        state.agent.to_string(),
-                        status,
-                        session,
-                        provider,
-                        state.total_usage.context_tokens().to_string(),
-                        state.total_usage.output.to_string(),
-                        checkpoint,
-                    ]);
-                }
+            let status = if state.failed.is_some() {
+                format!("failed ({status})")
+            } else {
+                status
+            };
+            rows.push(vec![
+                conversation.to_string(),
+                state.agent.to_string(),
+                status,
+                session,
+                provider,
+                state.total_usage.context_tokens().to_string(),
+                state.total_usage.output.to_string(),
+                checkpoint,
+            ]);
+        }
+    }
+    Ok(table(
+        &[
+            "conversation",
+            "agent",
+            "status",
+            "session",
+            "provider session",
+            "input tokens",
+            "output tokens",
+            "checkpoint",
+        ],
+        rows,
+    ))
+}
+
+/// How a session started, in words.
+fn session_start(how: &SessionStart) -> String {
+    match how {
+        SessionStart::Stateless => "stateless".to_owned(),
+        SessionStart::Bootstrapped { up_to } => format!("bootstrapped up to #{up_to}"),
+        SessionStart::Resumed {
+            provider_session,
+            checkpoint,
+        } => format!("resumed {provider_session} at #{checkpoint}"),
+    }
+}
+
+/// Every session: why it opened, how, and how it ended.
+fn sessions_table(log: &dyn EventLog, only: Option<&ConversationKey>) -> Result<Table, OpsError> {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut index: BTreeMap<String, usize> = BTreeMap::new();
+    for_each(log, only, |record| match &record.event {
+        Event::SessionOpened(e) => {
+            index.insert(e.session.to_string(), rows.len());
+            rows.push(vec![
+                e.conversation.to_string(),
+                e.agent.to_string(),
+                e.session.to_string(),
+                record.seq.to_string(),
+                e.why.to_string(),
+                session_start(&e.how),
+                "open".into(),
+                "-".into(),
+            ]);
+        }
+        Event::SessionSuspended(e) | Event::SessionClosed(e) => {
+            if let Some(&i) = index.get(&e.session.to_string()) {
+                let state = if matches!(record.event, Event::SessionSuspended(_)) {
+                    "suspended"
+                } else {
+                    "closed"
+                };
+                rows[i][6] = format!("{state} ({})", e.why);
+                rows[i][7] = record.seq.to_string();
             }
-            table(
-                &[
-                    "conversation",
-                    "agent",
-                    "status",
-                    "session",
-                    "provider session",
-                    "input tokens",
-                    "output tokens",
-                    "checkpoint",
-                ],
-                rows,
-            )
         }
-        InspectKind::Sessions => {
-            let mut rows: Vec<Vec<String>> = Vec::new();
-            let mut index: BTreeMap<String, usize> = BTreeMap::new();
-            for_each(log, only, |record| match &record.event {
-                Event::SessionOpened(e) => {
-                    let why = e.why.to_string();
-                    let how = match &e.how {
-                        SessionStart::Stateless => "stateless".to_owned(),
-                        SessionStart::Bootstrapped { up_to } => {
-                            format!("bootstrapped up to #{up_to}")
-                        }
-                        SessionStart::Resumed {
-                            provider_session,
-                            checkpoint,
-                        } => format!("resumed {provider_session} at #{checkpoint}"),
-                    };
-                    index.insert(e.session.to_string(), rows.len());
-                    rows.push(vec![
-                        e.conversation.to_string(),
-                        e.agent.to_string(),
-                        e.session.to_string(),
-                        record.seq.to_string(),
-                        why,
-                        how,
-                        "open".into(),
-                        "-".into(),
-                    ]);
-                }
-                Event::SessionSuspended(e) | Event::SessionClosed(e) => {
-                    if let Some(&i) = index.get(&e.session.to_string()) {
-                        let state = if matches!(record.event, Event::SessionSuspended(_)) {
-                            "suspended"
-                        } else {
-                            "closed"
-                        };
-                        rows[i][6] = format!("{state} ({})", e.why);
-                        rows[i][7] = record.seq.to_string();
-                    }
-                }
-                _ => {}
-            })?;
-            table(
-                &[
-                    "conversation",
-                    "agent",
-                    "session",
-                    "opened at",
-                    "why",
-                    "how",
-                    "state",
-                    "ended at",
-                ],
-                rows,
-            )
-        }
-    })
+        _ => {}
+    })?;
+    Ok(table(
+        &[
+            "conversation",
+            "agent",
+            "session",
+            "opened at",
+            "why",
+            "how",
+            "state",
+            "ended at",
+        ],
+        rows,
+    ))
 }
 
 /// One message of a context report.

@@ -439,151 +439,204 @@ impl MemoryTools {
     ) -> Result<String, ToolError> {
         let (who, role) = self.caller(caller)?;
         let Some(def) = definitions(role).iter().find(|d| d.name == tool) else {
-            // A tool of the other role: say which rule forbids it.
-            let denied = match tool {
-                "publish_directive" => Some((MemoryOperation::Write, MemoryStore::Directives)),
-                "revoke_directive" => Some((MemoryOperation::Revoke, MemoryStore::Directives)),
-                "append_notebook" => Some((
-                    MemoryOperation::Write,
-                    MemoryStore::Notebook(caller.clone()),
-                )),
-                _ => None,
-            };
-            if let Some((operation, store)) = denied {
-                check_permission(&who, operation, &store)?;
-            }
-            return Err(ToolError::UnknownTool {
-                tool: tool.to_owned(),
-                caller: caller.to_string(),
-                known: definitions(role)
-                    .iter()
-                    .map(|d| d.name.to_owned())
-                    .collect(),
-            });
+            return Err(other_roles_tool(&who, caller, role, tool));
         };
         let args = def.validate(arguments)?;
         let mut state = self.state.lock().await;
         self.catch_up(&mut state)
             .await
             .map_err(|e| ToolError::Store(e.to_string()))?;
-        let command = match def.name {
-            "list_directives" => {
-                check_permission(&who, MemoryOperation::Read, &MemoryStore::Directives)?;
-                return Ok(list_directives(&state, args.flag("include_revoked")));
-            }
-            "read_directive" => {
-                check_permission(&who, MemoryOperation::Read, &MemoryStore::Directives)?;
-                let d = state.directive(&args.text("id").unwrap_or_default())?;
-                let mut out = format!("directive {} (by {}, {})", d.id, d.by, when(d.at));
-                if let Some(r) = &d.revoked {
-                    out.push_str(&format!(" REVOKED by {} ({})", r.by, when(r.at)));
-                    if let Some(reason) = &r.reason {
-                        out.push_str(&format!(": {reason}"));
-                    }
-                }
-                return Ok(format!("{out}\n{}", d.text));
-            }
-            "list_notes" => {
-                check_permission(&who, MemoryOperation::Read, &MemoryStore::Notes)?;
-                if state.notes.is_empty() {
-                    return Ok("no notes".into());
-                }
-                let lines: Vec<String> = state
-                    .notes
-                    .values()
-                    .map(|n| {
-                        format!(
-                            "{} (by {}, {}): {}",
-                            n.key,
-                            n.author,
-                            when(n.at),
-                            cut(&n.text)
-                        )
-                    })
-                    .collect();
-                return Ok(lines.join("\n"));
-            }
-            "read_note" => {
-                check_permission(&who, MemoryOperation::Read, &MemoryStore::Notes)?;
-                let n = state.note(&args.text("key").unwrap_or_default())?;
-                return Ok(format!(
-                    "note {} (revision {} by {}, {}; created by {})\n{}",
-                    n.key,
-                    n.revisions,
-                    n.author,
-                    when(n.at),
-                    n.created_by,
-                    n.text
-                ));
-            }
-            "list_notebook" | "read_notebook" => {
-                let owner = match role {
-                    Role::Specialist => caller.clone(),
-                    Role::Orchestrator => {
-                        self.specialist(&args.text("agent").unwrap_or_default())?
-                    }
-                };
-                if def.name == "list_notebook" {
-                    let entries = state.notebook(&who, &owner)?;
-                    if entries.is_empty() {
-                        return Ok(format!("the notebook of {owner} is empty"));
-                    }
-                    let lines: Vec<String> = entries
-                        .iter()
-                        .map(|e| format!("{} ({}): {}", e.number, when(e.at), cut(&e.text)))
-                        .collect();
-                    return Ok(lines.join("\n"));
-                }
-                let e = state.notebook_entry(&who, &owner, args.number("entry"))?;
-                return Ok(format!(
-                    "entry {} of the notebook of {owner} ({})\n{}",
-                    e.number,
-                    when(e.at),
-                    e.text
-                ));
-            }
-            "publish_directive" => MemoryCommand::PublishDirective {
-                text: args.text("text").unwrap_or_default(),
-            },
-            "revoke_directive" => MemoryCommand::RevokeDirective {
-                id: args.text("id").unwrap_or_default(),
-                reason: args.text("reason"),
-            },
-            "write_note" => MemoryCommand::WriteNote {
-                key: args.text("key").unwrap_or_default(),
-                text: args.text("text").unwrap_or_default(),
-            },
-            "append_notebook" => MemoryCommand::AppendNotebook {
-                text: args.text("text").unwrap_or_default(),
-            },
-            other => {
-                return Err(ToolError::UnknownTool {
-                    tool: other.to_owned(),
-                    caller: caller.to_string(),
-                    known: definitions(role)
-                        .iter()
-                        .map(|d| d.name.to_owned())
-                        .collect(),
-                })
-            }
+        if let Some(read) = self.read(&state, &who, caller, role, def.name, &args) {
+            return read;
+        }
+        let Some(command) = command_of(def.name, &args) else {
+            return Err(unknown_tool(caller, role, def.name));
         };
         let event = state.decide(&who, command, now())?;
         let range = self.log.submit(vec![event.clone()])?.await?;
         state.apply(range.first, &event);
-        Ok(match &event {
-            Event::DirectivePublished(e) => format!("published directive {}", e.id),
-            Event::DirectiveRevoked(e) => format!("revoked directive {}", e.id),
-            Event::NoteWritten(e) => {
-                let revisions = state.notes.get(&e.key).map_or(1, |n| n.revisions);
-                format!("wrote note {} (revision {revisions})", e.key)
+        Ok(written(&state, &event))
+    }
+
+    /// The answer of a reading tool (`None` for a writing one).
+    fn read(
+        &self,
+        state: &MemoryState,
+        who: &Caller,
+        caller: &AgentName,
+        role: Role,
+        tool: &str,
+        args: &Arguments,
+    ) -> Option<Result<String, ToolError>> {
+        let permitted = |store: &MemoryStore| {
+            check_permission(who, MemoryOperation::Read, store).map_err(ToolError::from)
+        };
+        Some(match tool {
+            "list_directives" => permitted(&MemoryStore::Directives)
+                .map(|()| list_directives(state, args.flag("include_revoked"))),
+            "read_directive" => permitted(&MemoryStore::Directives)
+                .and_then(|()| read_directive(state, &args.text("id").unwrap_or_default())),
+            "list_notes" => permitted(&MemoryStore::Notes).map(|()| list_notes(state)),
+            "read_note" => permitted(&MemoryStore::Notes)
+                .and_then(|()| read_note(state, &args.text("key").unwrap_or_default())),
+            "list_notebook" | "read_notebook" => {
+                let owner = match role {
+                    Role::Specialist => Ok(caller.clone()),
+                    Role::Orchestrator => self.specialist(&args.text("agent").unwrap_or_default()),
+                };
+                owner.and_then(|owner| match tool {
+                    "list_notebook" => list_notebook(state, who, &owner),
+                    _ => read_notebook(state, who, &owner, args.number("entry")),
+                })
             }
-            Event::NotebookEntryAppended(e) => {
-                let n = state.notebooks.get(&e.owner).map_or(0, Vec::len);
-                format!("appended entry {n} to your notebook")
-            }
-            _ => "done".to_owned(),
+            _ => return None,
         })
     }
+}
+
+/// The error for a tool `caller`'s role does not have: the rule that forbids it, where one does
+/// (a specialist asking to publish a directive), else the tools it has.
+fn other_roles_tool(who: &Caller, caller: &AgentName, role: Role, tool: &str) -> ToolError {
+    let denied = match tool {
+        "publish_directive" => Some((MemoryOperation::Write, MemoryStore::Directives)),
+        "revoke_directive" => Some((MemoryOperation::Revoke, MemoryStore::Directives)),
+        "append_notebook" => Some((
+            MemoryOperation::Write,
+            MemoryStore::Notebook(caller.clone()),
+        )),
+        _ => None,
+    };
+    if let Some((operation, store)) = denied {
+        if let Err(e) = check_permission(who, operation, &store) {
+            return e.into();
+        }
+    }
+    unknown_tool(caller, role, tool)
+}
+
+fn unknown_tool(caller: &AgentName, role: Role, tool: &str) -> ToolError {
+    ToolError::UnknownTool {
+        tool: tool.to_owned(),
+        caller: caller.to_string(),
+        known: definitions(role)
+            .iter()
+            .map(|d| d.name.to_owned())
+            .collect(),
+    }
+}
+
+/// The command a writing tool asks for (`None` for any other tool).
+fn command_of(tool: &str, args: &Arguments) -> Option<MemoryCommand> {
+    Some(match tool {
+        "publish_directive" => MemoryCommand::PublishDirective {
+            text: args.text("text").unwrap_or_default(),
+        },
+        "revoke_directive" => MemoryCommand::RevokeDirective {
+            id: args.text("id").unwrap_or_default(),
+            reason: args.text("reason"),
+        },
+        "write_note" => MemoryCommand::WriteNote {
+            key: args.text("key").unwrap_or_default(),
+            text: args.text("text").unwrap_or_default(),
+        },
+        "append_notebook" => MemoryCommand::AppendNotebook {
+            text: args.text("text").unwrap_or_default(),
+        },
+        _ => return None,
+    })
+}
+
+/// What the model is told once `event` is stored.
+fn written(state: &MemoryState, event: &Event) -> String {
+    match event {
+        Event::DirectivePublished(e) => format!("published directive {}", e.id),
+        Event::DirectiveRevoked(e) => format!("revoked directive {}", e.id),
+        Event::NoteWritten(e) => {
+            let revisions = state.notes.get(&e.key).map_or(1, |n| n.revisions);
+            format!("wrote note {} (revision {revisions})", e.key)
+        }
+        Event::NotebookEntryAppended(e) => {
+            let n = state.notebooks.get(&e.owner).map_or(0, Vec::len);
+            format!("appended entry {n} to your notebook")
+        }
+        _ => "done".to_owned(),
+    }
+}
+
+fn read_directive(state: &MemoryState, id: &str) -> Result<String, ToolError> {
+    let d = state.directive(id)?;
+    let mut out = format!("directive {} (by {}, {})", d.id, d.by, when(d.at));
+    if let Some(r) = &d.revoked {
+        out.push_str(&format!(" REVOKED by {} ({})", r.by, when(r.at)));
+        if let Some(reason) = &r.reason {
+            out.push_str(&format!(": {reason}"));
+        }
+    }
+    Ok(format!("{out}\n{}", d.text))
+}
+
+fn list_notes(state: &MemoryState) -> String {
+    if state.notes.is_empty() {
+        return "no notes".into();
+    }
+    let lines: Vec<String> = state
+        .notes
+        .values()
+        .map(|n| {
+            format!(
+                "{} (by {}, {}): {}",
+                n.key,
+                n.author,
+                when(n.at),
+                cut(&n.text)
+            )
+        })
+        .collect();
+    lines.join("\n")
+}
+
+fn read_note(state: &MemoryState, key: &str) -> Result<String, ToolError> {
+    let n = state.note(key)?;
+    Ok(format!(
+        "note {} (revision {} by {}, {}; created by {})\n{}",
+        n.key,
+        n.revisions,
+        n.author,
+        when(n.at),
+        n.created_by,
+        n.text
+    ))
+}
+
+fn list_notebook(
+    state: &MemoryState,
+    who: &Caller,
+    owner: &AgentName,
+) -> Result<String, ToolError> {
+    let entries = state.notebook(who, owner)?;
+    if entries.is_empty() {
+        return Ok(format!("the notebook of {owner} is empty"));
+    }
+    let lines: Vec<String> = entries
+        .iter()
+        .map(|e| format!("{} ({}): {}", e.number, when(e.at), cut(&e.text)))
+        .collect();
+    Ok(lines.join("\n"))
+}
+
+fn read_notebook(
+    state: &MemoryState,
+    who: &Caller,
+    owner: &AgentName,
+    entry: u64,
+) -> Result<String, ToolError> {
+    let e = state.notebook_entry(who, owner, entry)?;
+    Ok(format!(
+        "entry {} of the notebook of {owner} ({})\n{}",
+        e.number,
+        when(e.at),
+        e.text
+    ))
 }
 
 fn list_directives(state: &MemoryState, include_revoked: bool) -> String {

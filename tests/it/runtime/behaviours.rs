@@ -89,7 +89,9 @@ fn one_agents_turns_run_in_log_order_under_concurrent_posts() {
 async fn a_turn_arriving_during_the_restart_backoff_waits_and_is_answered() {
     let legion = Legion::new(
         RESUMABLE,
-        "restart_max = 10\nrestart_backoff_ms = 400\nrestart_backoff_max_ms = 400",
+        // A backoff long enough to be seen by a poll on a loaded machine (400 ms was missed once
+        // at a load average of 14).
+        "restart_max = 10\nrestart_backoff_ms = 1500\nrestart_backoff_max_ms = 1500",
     )
     .await;
     legion.post("@ann warm up").await;
