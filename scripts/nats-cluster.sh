@@ -25,9 +25,35 @@ server_binary() {
   fi
 }
 
-# Prints one free loopback TCP port (the kernel's pick; released again before the server binds it).
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+# Prints N distinct loopback TCP ports that nothing listens on now, drawn from below the kernel's
+# ephemeral range: a port found by binding port 0 comes from that range, where any process's next
+# outgoing connection may take it before nats-server binds it; below it the kernel hands out
+# nothing by itself. (Another process drawing the same port at the same moment is still possible:
+# start() then tries again on new ports.)
+free_ports() { # N
+  python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+try:
+    low, high = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+except OSError:
+    low, high = 32768, 60999
+lo, hi = (low - 10000, low) if low >= 12000 else ((high + 1, 65000) if high <= 55000 else (10000, max(low, 10001)))
+ports = []
+while len(ports) < n:
+    port = random.randrange(lo, hi)
+    if port in ports:
+        continue
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+        ports.append(port)
+    except OSError:
+        pass
+    finally:
+        s.close()
+print(" ".join(map(str, ports)))
+PY
 }
 
 write_config() { # NAME DIR CLIENT CLUSTER MONITOR ROUTES N
@@ -38,6 +64,8 @@ write_config() { # NAME DIR CLIENT CLUSTER MONITOR ROUTES N
     echo "http: 127.0.0.1:$monitor"
     # legio accepts messages up to 1 MiB (store.max_message_bytes) plus framing.
     echo "max_payload: 8MB"
+    # Written once the server listens on all its ports (so the ports are its own).
+    echo "ports_file_dir: \"$dir\""
     echo "jetstream { store_dir: \"$dir/$name\" }"
     if [ "$n" -gt 1 ]; then
       echo "cluster { name: legio, listen: 127.0.0.1:$cluster, routes: [$routes] }"
@@ -45,47 +73,74 @@ write_config() { # NAME DIR CLIENT CLUSTER MONITOR ROUTES N
   } >"$dir/$name.conf"
 }
 
-wait_healthy() { # MONITOR_PORT NAME DIR
-  for _ in $(seq 1 200); do
-    if python3 -c "import urllib.request,sys; urllib.request.urlopen('http://127.0.0.1:$1/healthz?js-enabled-only=true', timeout=1)" 2>/dev/null; then
+# Waits until server NAME (pid PID) has bound its ports and is healthy. Returns 0 when it is,
+# 2 when it exited because a port was taken (worth another try), 1 on anything else.
+wait_healthy() { # MONITOR_PORT NAME DIR PID
+  local port=$1 name=$2 dir=$3 pid=$4
+  for _ in $(seq 1 600); do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      if grep -q "address already in use" "$dir/$name.log"; then
+        return 2
+      fi
+      echo "server $name exited; $dir/$name.log ends:" >&2
+      tail -n 20 "$dir/$name.log" >&2
+      return 1
+    fi
+    if ls "$dir"/*_"$pid".ports >/dev/null 2>&1 &&
+      python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$port/healthz?js-enabled-only=true', timeout=1)" 2>/dev/null; then
       return 0
     fi
     sleep 0.1
   done
-  echo "server $2 did not become healthy; see $3/$2.log" >&2
+  echo "server $name did not become healthy in 60 s; $dir/$name.log ends:" >&2
+  tail -n 20 "$dir/$name.log" >&2
   return 1
 }
 
+# One try at starting N servers on fresh ports. Returns as wait_healthy does; prints the URLs.
+start_once() { # DIR N BIN
+  local dir=$1 n=$2 bin=$3 ports routes="" status
+  read -r -a ports <<<"$(free_ports $((3 * n)))"
+  for i in $(seq 0 $((n - 1))); do
+    routes+="${routes:+, }nats-route://127.0.0.1:${ports[$((3 * i + 1))]}"
+  done
+  for i in $(seq 0 $((n - 1))); do
+    local name="n$((i + 1))"
+    write_config "$name" "$dir" "${ports[$((3 * i))]}" "${ports[$((3 * i + 1))]}" "${ports[$((3 * i + 2))]}" "$routes" "$n"
+    nohup "$bin" -c "$dir/$name.conf" >"$dir/$name.log" 2>&1 &
+    echo $! >"$dir/$name.pid"
+  done
+  for i in $(seq 0 $((n - 1))); do
+    status=0
+    wait_healthy "${ports[$((3 * i + 2))]}" "n$((i + 1))" "$dir" "$(cat "$dir/n$((i + 1)).pid")" || status=$?
+    [ "$status" -eq 0 ] || return "$status"
+  done
+  for i in $(seq 0 $((n - 1))); do
+    echo "nats://127.0.0.1:${ports[$((3 * i))]}"
+  done
+}
+
 start() {
-  local dir=$1 n=${2:-3}
+  local dir=$1 n=${2:-3} bin status
   mkdir -p "$dir"
   dir="$(cd "$dir" && pwd)"
   if ls "$dir"/*.pid >/dev/null 2>&1; then
     echo "servers already run from $dir; stop them first: $0 stop $dir" >&2
     exit 1
   fi
-  local bin clients=() clusters=() monitors=() routes=""
   bin="$(server_binary)"
-  for i in $(seq 1 "$n"); do
-    clients+=("$(free_port)")
-    clusters+=("$(free_port)")
-    monitors+=("$(free_port)")
+  for attempt in 1 2 3 4 5; do
+    status=0
+    start_once "$dir" "$n" "$bin" || status=$?
+    [ "$status" -eq 0 ] && return 0
+    stop "$dir"
+    [ "$status" -eq 2 ] || exit 1
+    echo "a port was taken (try $attempt of 5); starting again on other ports" >&2
+    for i in $(seq 1 "$n"); do rm -rf "${dir:?}/n$i"; done
+    rm -f "$dir"/*.ports
   done
-  for i in $(seq 0 $((n - 1))); do
-    routes+="${routes:+, }nats-route://127.0.0.1:${clusters[$i]}"
-  done
-  for i in $(seq 0 $((n - 1))); do
-    local name="n$((i + 1))"
-    write_config "$name" "$dir" "${clients[$i]}" "${clusters[$i]}" "${monitors[$i]}" "$routes" "$n"
-    nohup "$bin" -c "$dir/$name.conf" >"$dir/$name.log" 2>&1 &
-    echo $! >"$dir/$name.pid"
-  done
-  for i in $(seq 0 $((n - 1))); do
-    wait_healthy "${monitors[$i]}" "n$((i + 1))" "$dir"
-  done
-  for i in $(seq 0 $((n - 1))); do
-    echo "nats://127.0.0.1:${clients[$i]}"
-  done
+  echo "a port was taken on each of 5 tries; see $dir/*.log" >&2
+  exit 1
 }
 
 stop() {

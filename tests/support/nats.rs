@@ -1,9 +1,21 @@
 //! Real `nats-server` processes for the cluster tests and benches: each caller starts its own
-//! servers on free loopback ports with their data in a temp dir, and can kill and restart them.
+//! servers on loopback with their data in a temp dir, and can kill and restart them.
 //!
 //! The binary is `$LEGIO_NATS_SERVER`, else `target/nats-venv/bin/nats-server` (what
 //! `scripts/install-nats-server.sh` installs), else `nats-server` on PATH. Without one, a test is
 //! skipped with a message, except under `CI=true`, where it fails (CI must run them).
+//!
+//! Ports: a port found free by binding port 0 and released again comes from the kernel's
+//! ephemeral range, where any process's next outgoing connection (or port-0 bind) may take it
+//! before nats-server binds it; with many test binaries running side by side that happened.
+//! So every port here is drawn at random from *below* the ephemeral range
+//! (`/proc/sys/net/ipv4/ip_local_port_range`), where the kernel never hands out ports on its
+//! own, and checked free just before use. A collision that still happens (another test process
+//! drew the same port in the same moment) makes nats-server exit with "address already in use":
+//! [`NatsCluster::start`] then starts the whole cluster again on new ports, and
+//! [`NatsCluster::restart`] retries the same ports for a while (clients know them). A server
+//! that exits or never becomes healthy fails the test with the tail of its log, and the data
+//! and log folder is kept whenever a test panics.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,14 +24,29 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use legio_store::NatsOptions;
+use rand::Rng;
+
+/// How many times a start is tried on fresh ports after a port collision.
+const START_ATTEMPTS: usize = 5;
+/// How long a server may take to become healthy.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(60);
+/// What nats-server logs when a port it was given is taken.
+const PORT_TAKEN: &str = "address already in use";
 
 /// One server of a [`NatsCluster`].
 #[derive(Debug)]
 struct Server {
+    name: String,
     config: PathBuf,
     client_port: u16,
     monitor_port: u16,
     child: Option<Child>,
+}
+
+impl Server {
+    fn log_path(&self) -> PathBuf {
+        self.config.with_extension("log")
+    }
 }
 
 /// N JetStream servers (clustered when N > 1) on loopback; stopped when dropped.
@@ -27,7 +54,15 @@ struct Server {
 pub struct NatsCluster {
     binary: PathBuf,
     servers: Vec<Server>,
-    dir: tempfile::TempDir,
+    dir: Option<tempfile::TempDir>,
+}
+
+/// Why a server did not come up.
+enum StartFailure {
+    /// One of its ports was taken (worth another try on other ports).
+    PortTaken(String),
+    /// Anything else (a test failure).
+    Other(String),
 }
 
 /// Where the nats-server binary is, if anywhere.
@@ -46,11 +81,52 @@ pub fn nats_server_binary() -> Option<PathBuf> {
     })
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("a free loopback port")
+/// The ports to draw from: below the kernel's ephemeral range (where it picks ports for
+/// outgoing connections and port-0 binds by itself), or above it when too little is below.
+fn port_range() -> std::ops::Range<u16> {
+    let (low, high) = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|text| {
+            let mut bounds = text.split_whitespace().map(|b| b.parse::<u16>().ok());
+            Some((bounds.next()??, bounds.next()??))
+        })
+        .unwrap_or((32768, 60999));
+    if low >= 12_000 {
+        (low - 10_000)..low
+    } else if high <= 55_000 {
+        (high + 1)..65_000
+    } else {
+        10_000..low.max(10_001)
+    }
+}
+
+/// `n` distinct ports from [`port_range`] that no one listens on right now.
+fn unused_ports(n: usize) -> Vec<u16> {
+    let range = port_range();
+    let mut rng = rand::thread_rng();
+    let mut ports = Vec::with_capacity(n);
+    for _ in 0..1000 * n {
+        if ports.len() == n {
+            break;
+        }
+        let port = rng.gen_range(range.clone());
+        if !ports.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            ports.push(port);
+        }
+    }
+    assert_eq!(ports.len(), n, "not {n} free loopback ports in {range:?}");
+    ports
+}
+
+/// Whether the process `pid` has written its ports file into `dir`: nats-server does so once
+/// it listens on all its ports (so they are its own, not another server's).
+fn ports_written(dir: &Path, pid: u32) -> bool {
+    let suffix = format!("_{pid}.ports");
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().ends_with(&suffix))
+    })
 }
 
 /// Whether the server's monitoring endpoint answers `/healthz` with 200 (JetStream ready).
@@ -70,6 +146,56 @@ fn healthy(monitor_port: u16) -> bool {
     response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
 }
 
+/// The last `n` lines of the file at `path` (or why it cannot be read).
+fn tail(path: &Path, n: usize) -> String {
+    match std::fs::read_to_string(path) {
+        Ok(text) => {
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(n)..].join("\n")
+        }
+        Err(e) => format!("(cannot read {}: {e})", path.display()),
+    }
+}
+
+/// Writes the configuration of `n` servers with fresh ports into `dir`.
+fn configure(dir: &Path, n: usize) -> Vec<Server> {
+    let ports: Vec<(u16, u16, u16)> = unused_ports(3 * n)
+        .chunks(3)
+        .map(|p| (p[0], p[1], p[2]))
+        .collect();
+    let routes: Vec<String> = ports
+        .iter()
+        .map(|(_, cluster, _)| format!("nats-route://127.0.0.1:{cluster}"))
+        .collect();
+    ports
+        .iter()
+        .enumerate()
+        .map(|(i, &(client, cluster, monitor))| {
+            let name = format!("n{}", i + 1);
+            let config = dir.join(format!("{name}.conf"));
+            let mut text = format!(
+                "server_name: {name}\nlisten: 127.0.0.1:{client}\nhttp: 127.0.0.1:{monitor}\nmax_payload: 8MB\nports_file_dir: \"{}\"\njetstream {{ store_dir: \"{}\" }}\n",
+                dir.display(),
+                dir.join(&name).display()
+            );
+            if n > 1 {
+                text.push_str(&format!(
+                    "cluster {{ name: legio, listen: 127.0.0.1:{cluster}, routes: [{}] }}\n",
+                    routes.join(", ")
+                ));
+            }
+            std::fs::write(&config, text).expect("write a nats-server config");
+            Server {
+                name,
+                config,
+                client_port: client,
+                monitor_port: monitor,
+                child: None,
+            }
+        })
+        .collect()
+}
+
 impl NatsCluster {
     /// Starts `n` servers, or says why it cannot: `None` (skip) outside CI when no binary is
     /// found; a panic under `CI=true`.
@@ -80,56 +206,37 @@ impl NatsCluster {
             println!("skipped: {what}");
             return None;
         };
-        let dir = tempfile::tempdir().expect("a temp dir for nats-server data");
-        let ports: Vec<(u16, u16, u16)> = (0..n)
-            .map(|_| (free_port(), free_port(), free_port()))
-            .collect();
-        let routes: Vec<String> = ports
-            .iter()
-            .map(|(_, cluster, _)| format!("nats-route://127.0.0.1:{cluster}"))
-            .collect();
-        let servers = ports
-            .iter()
-            .enumerate()
-            .map(|(i, &(client, cluster, monitor))| {
-                let name = format!("n{}", i + 1);
-                let config = dir.path().join(format!("{name}.conf"));
-                let mut text = format!(
-                    "server_name: {name}\nlisten: 127.0.0.1:{client}\nhttp: 127.0.0.1:{monitor}\nmax_payload: 8MB\njetstream {{ store_dir: \"{}\" }}\n",
-                    dir.path().join(&name).display()
-                );
-                if n > 1 {
-                    text.push_str(&format!(
-                        "cluster {{ name: legio, listen: 127.0.0.1:{cluster}, routes: [{}] }}\n",
-                        routes.join(", ")
-                    ));
-                }
-                std::fs::write(&config, text).expect("write a nats-server config");
-                Server {
-                    config,
-                    client_port: client,
-                    monitor_port: monitor,
-                    child: None,
-                }
-            })
-            .collect();
-        let mut cluster = Self {
-            binary,
-            servers,
-            dir,
-        };
-        for i in 0..n {
-            cluster.spawn(i);
+        let mut collisions = Vec::new();
+        for _ in 0..START_ATTEMPTS {
+            let dir = tempfile::tempdir().expect("a temp dir for nats-server data");
+            let mut cluster = Self {
+                binary: binary.clone(),
+                servers: configure(dir.path(), n),
+                dir: Some(dir),
+            };
+            match cluster.start_all() {
+                Ok(()) => return Some(cluster),
+                Err(StartFailure::PortTaken(what)) => collisions.push(what),
+                Err(StartFailure::Other(what)) => cluster.fail(&what),
+            }
         }
-        for i in 0..n {
-            cluster.wait_healthy(i);
+        panic!(
+            "nats-servers did not start in {START_ATTEMPTS} tries, a port was taken each time:\n{}",
+            collisions.join("\n")
+        );
+    }
+
+    /// Spawns every server, then waits until each is healthy.
+    fn start_all(&mut self) -> Result<(), StartFailure> {
+        for i in 0..self.servers.len() {
+            self.spawn(i);
         }
-        Some(cluster)
+        (0..self.servers.len()).try_for_each(|i| self.wait_healthy(i))
     }
 
     fn spawn(&mut self, i: usize) {
         let server = &mut self.servers[i];
-        let log = std::fs::File::create(server.config.with_extension("log")).expect("a log file");
+        let log = std::fs::File::create(server.log_path()).expect("a log file");
         let child = Command::new(&self.binary)
             .arg("-c")
             .arg(&server.config)
@@ -140,17 +247,56 @@ impl NatsCluster {
         server.child = Some(child);
     }
 
-    fn wait_healthy(&self, i: usize) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !healthy(self.servers[i].monitor_port) {
-            assert!(
-                Instant::now() < deadline,
-                "nats-server n{} did not become healthy in 60 s; its log is in {}",
-                i + 1,
-                self.dir.path().display()
-            );
+    /// Whether server `i` listens on all its ports and answers its health check.
+    fn ready(&self, i: usize) -> bool {
+        let server = &self.servers[i];
+        let (Some(dir), Some(child)) = (&self.dir, &server.child) else {
+            return false;
+        };
+        ports_written(dir.path(), child.id()) && healthy(server.monitor_port)
+    }
+
+    /// Waits until server `i` is [ready](Self::ready); says so early if it exited.
+    fn wait_healthy(&mut self, i: usize) -> Result<(), StartFailure> {
+        let deadline = Instant::now() + HEALTHY_WITHIN;
+        while !self.ready(i) {
+            let server = &mut self.servers[i];
+            let exited = server
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                let log = tail(&server.log_path(), 20);
+                let what = format!(
+                    "nats-server {} exited ({status}); its log ends:\n{log}",
+                    server.name
+                );
+                return Err(if log.contains(PORT_TAKEN) {
+                    StartFailure::PortTaken(what)
+                } else {
+                    StartFailure::Other(what)
+                });
+            }
+            if Instant::now() >= deadline {
+                return Err(StartFailure::Other(format!(
+                    "nats-server {} did not become healthy in {} s; its log ends:\n{}",
+                    server.name,
+                    HEALTHY_WITHIN.as_secs(),
+                    tail(&server.log_path(), 20)
+                )));
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(())
+    }
+
+    /// Stops every server, keeps the folder and panics with `what`.
+    fn fail(&mut self, what: &str) -> ! {
+        for i in 0..self.servers.len() {
+            self.kill(i);
+        }
+        let kept = self.dir.take().map(|d| d.keep());
+        panic!("{what}\n(configs, logs and data kept in {kept:?})");
     }
 
     /// The client URL of every server.
@@ -178,10 +324,21 @@ impl NatsCluster {
     }
 
     /// Starts server `i` again on its ports and data, and waits until it is healthy (caught up).
+    /// Its ports stay the same (clients know them): if one was taken meanwhile, this tries
+    /// again for a while.
     pub fn restart(&mut self, i: usize) {
         self.kill(i);
-        self.spawn(i);
-        self.wait_healthy(i);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.spawn(i);
+            match self.wait_healthy(i) {
+                Ok(()) => return,
+                Err(StartFailure::PortTaken(_)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(StartFailure::PortTaken(what) | StartFailure::Other(what)) => self.fail(&what),
+            }
+        }
     }
 
     /// Whether server `i` answers its health check now.
@@ -194,6 +351,14 @@ impl Drop for NatsCluster {
     fn drop(&mut self) {
         for i in 0..self.servers.len() {
             self.kill(i);
+        }
+        if std::thread::panicking() {
+            if let Some(dir) = self.dir.take() {
+                eprintln!(
+                    "nats-server configs, logs and data kept in {}",
+                    dir.keep().display()
+                );
+            }
         }
     }
 }
