@@ -157,12 +157,11 @@ impl Actor for RootSupervisor {
 
 /// A supervisor's request to retire: granted if it is the conversation's current one.
 fn ask_to_retire(state: &mut RootState, conversation: ConversationKey, supervisor: ActorId) {
-    if state.retiring.contains_key(&conversation)
-        || !state
-            .conversations
-            .get(&conversation)
-            .is_some_and(|s| s.get_id() == supervisor)
-    {
+    let current = state
+        .conversations
+        .get(&conversation)
+        .is_some_and(|s| s.get_id() == supervisor);
+    if !current || state.retiring.contains_key(&conversation) {
         return;
     }
     if let Some(supervisor) = state.conversations.remove(&conversation) {
