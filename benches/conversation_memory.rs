@@ -1,16 +1,18 @@
-//! Memory after many conversations were touched and reaped: VmRSS of one `Runtime` after 1,000
-//! distinct conversations had a turn and were reaped, and again after 100,000 (× scale), in the
-//! same process, with the ratio, each also after `malloc_trim` (glibc keeps freed memory
-//! resident). Reaping stops the agents and the runtime forgets their status and dispatch tails;
-//! the conversation supervisors themselves still stay (issue 16.4 is open on that), so the
-//! figures show what one reaped conversation still costs.
-//! Run: `cargo bench --bench conversation_memory` (`LEGIO_BENCH_SCALE=0.1` for a quick run).
+//! Memory after many conversations were touched and reaped: VmRSS of one `Runtime` after 1,000,
+//! 10,000 and 100,000 (× scale) distinct conversations had a turn and were reaped, in the same
+//! process, each also after `malloc_trim` (glibc keeps freed memory resident), with the ratio
+//! of the last reading to the middle one (flat: close to 1). Reaping stops the agents, the
+//! conversation supervisors left with no agent retire, and the runtime forgets their dispatch
+//! tails; each reading also says how many supervisors were still running.
+//! Run: `cargo bench --bench conversation_memory` (`LEGIO_BENCH_SCALE=0.1` for a quick run:
+//! 100, 1,000 and 10,000 conversations).
 //!
 //! Shape: one orchestrator on a zero-latency stateless scripted provider whose record of requests
 //! is cleared before each reading, relaxed durability, sled's cache capped at 8 MiB, 64
 //! concurrent clients each posting one message to a new conversation; every 5,000
 //! conversations everything idle is reaped (`reap_idle_older_than(0)`), and again before each
-//! reading, after which the blocking pool winds down for 3 s.
+//! reading, after which the runtime is given up to 10 s for the supervisors to retire and the
+//! blocking pool winds down for 3 s.
 
 use legio_tests::bench::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,10 +24,10 @@ use legio_llm::{Provider, ScriptedConfig, ScriptedProvider};
 use legio_runtime::{Runtime, RuntimeConfig};
 use legio_store::Durability;
 
-/// Conversations at scale 1.
-const CONVERSATIONS: f64 = 100_000.0;
-/// The first reading.
-const FIRST: usize = 1_000;
+/// The readings at scale 1: after this many conversations.
+const READINGS: [f64; 3] = [1_000.0, 10_000.0, 100_000.0];
+/// Conversations touched before the baseline (warm-up), at scale 1.
+const WARM_UP: f64 = 200.0;
 /// Conversations between two reaps.
 const REAP_EVERY: usize = 5_000;
 const CLIENTS: usize = 64;
@@ -36,19 +38,28 @@ fn main() {
         println!("conversation_memory: benchmark only; run it with `cargo bench --bench conversation_memory`");
         return;
     }
-    let total = ((CONVERSATIONS * scale()) as usize).max(FIRST * 2);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .thread_keep_alive(Duration::from_secs(1))
         .build()
         .expect("a tokio runtime");
-    rt.block_on(run(total));
+    rt.block_on(run());
     // Exit without tearing the runtime down: nothing else is measured.
     std::process::exit(0);
 }
 
-async fn run(total: usize) {
+/// The conversation counts of the warm-up and the readings at this scale.
+fn counts() -> (usize, [usize; 3]) {
+    let warm = ((WARM_UP * scale()) as usize).max(10);
+    let mut points = READINGS.map(|n| (n * scale()) as usize);
+    points[0] = points[0].max(warm * 2);
+    points[1] = points[1].max(points[0] * 2);
+    points[2] = points[2].max(points[1] * 2);
+    (warm, points)
+}
+
+async fn run() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let config = write_config(dir.path());
     let provider = ScriptedProvider::new(ScriptedConfig::new(History::Stateless));
@@ -60,58 +71,69 @@ async fn run(total: usize) {
             .await
             .expect("opening the runtime"),
     );
+    let (warm, points) = counts();
     println!(
-        "conversation_memory: {} then {} distinct conversations, one turn each, reaped every {} \
+        "conversation_memory: {} / {} / {} distinct conversations, one turn each, reaped every {} \
          (LEGIO_BENCH_SCALE={})",
-        fmt_int(FIRST as u64),
-        fmt_int(total as u64),
+        fmt_int(points[0] as u64),
+        fmt_int(points[1] as u64),
+        fmt_int(points[2] as u64),
         fmt_int(REAP_EVERY as u64),
         scale()
     );
     // Warm every code path (pools, lazy statics, the log's first pages) before the baseline.
-    touch(&runtime, 0, 200).await;
+    touch(&runtime, 0, warm).await;
     let base = reading(&runtime, &provider).await;
     let t0 = Instant::now();
-    touch(&runtime, 200, FIRST).await;
-    let first = reading(&runtime, &provider).await;
-    touch(&runtime, FIRST, total).await;
-    let last = reading(&runtime, &provider).await;
+    let mut readings = Vec::new();
+    let mut done = warm;
+    for n in points {
+        touch(&runtime, done, n).await;
+        readings.push((n, reading(&runtime, &provider).await));
+        done = n;
+    }
     let secs = t0.elapsed().as_secs_f64();
     println!(
-        "  {:<34} {:>12} {:>22}",
-        "after", "VmRSS", "VmRSS after malloc_trim"
+        "  {:<34} {:>12} {:>24} {:>12}",
+        "after", "VmRSS", "VmRSS after malloc_trim", "supervisors"
     );
-    for (what, r) in [
-        ("warm-up (200 conversations)".to_owned(), base),
-        (
-            format!("{} conversations reaped", fmt_int(FIRST as u64)),
-            first,
-        ),
-        (
-            format!("{} conversations reaped", fmt_int(total as u64)),
-            last,
-        ),
-    ] {
-        println!("  {what:<34} {:>12} {:>22}", mib(r.rss), mib(r.trimmed));
+    let rows = std::iter::once((
+        format!("warm-up ({} conversations)", fmt_int(warm as u64)),
+        base,
+    ))
+    .chain(
+        readings
+            .iter()
+            .map(|(n, r)| (format!("{} conversations reaped", fmt_int(*n as u64)), *r)),
+    );
+    for (what, r) in rows {
+        println!(
+            "  {what:<34} {:>12} {:>24} {:>12}",
+            mib(r.rss),
+            mib(r.trimmed),
+            fmt_int(r.supervisors as u64)
+        );
     }
+    let (mid, last) = (readings[1], readings[2]);
     for (name, pick) in [
         ("VmRSS", (|r: Reading| r.rss) as fn(Reading) -> u64),
         ("after malloc_trim", |r: Reading| r.trimmed),
     ] {
         println!(
             "  {name}: ratio {} / {} conversations = {:.2}; growth per conversation {:.0} B \
-             (200 -> {}) and {:.0} B ({} -> {})",
-            fmt_int(total as u64),
-            fmt_int(FIRST as u64),
-            pick(last) as f64 / pick(first) as f64,
-            per_conversation(pick(base), pick(first), FIRST - 200),
-            fmt_int(FIRST as u64),
-            per_conversation(pick(first), pick(last), total - FIRST),
-            fmt_int(FIRST as u64),
-            fmt_int(total as u64),
+             ({} -> {}) and {:.0} B ({} -> {})",
+            fmt_int(last.0 as u64),
+            fmt_int(mid.0 as u64),
+            pick(last.1) as f64 / pick(mid.1) as f64,
+            per_conversation(pick(readings[0].1), pick(mid.1), mid.0 - readings[0].0),
+            fmt_int(readings[0].0 as u64),
+            fmt_int(mid.0 as u64),
+            per_conversation(pick(mid.1), pick(last.1), last.0 - mid.0),
+            fmt_int(mid.0 as u64),
+            fmt_int(last.0 as u64),
         );
     }
-    println!("  {:.0} conversations/s", (total - 200) as f64 / secs);
+    println!("  {:.0} conversations/s", (points[2] - warm) as f64 / secs);
 }
 
 fn mib(bytes: u64) -> String {
@@ -136,15 +158,17 @@ async fn touch(runtime: &Arc<Runtime>, from: usize, to: usize) {
     }
 }
 
-/// VmRSS before and after handing the allocator's free pages back to the system.
+/// VmRSS before and after handing the allocator's free pages back to the system, and the
+/// conversation supervisors still running.
 #[derive(Clone, Copy)]
 struct Reading {
     rss: u64,
     trimmed: u64,
+    supervisors: usize,
 }
 
-/// Reaps every idle agent, clears the provider's record, lets the blocking pool wind down and
-/// reads VmRSS; then asks glibc's allocator to return its free
+/// Reaps every idle agent, clears the provider's record, gives the supervisors up to 10 s to
+/// retire, lets the blocking pool wind down and reads VmRSS; then asks glibc's allocator to return its free
 /// pages (`malloc_trim`) and reads it again: memory freed by reaped conversations but kept by
 /// the allocator (per-thread arenas) is counted by the first figure only.
 async fn reading(runtime: &Arc<Runtime>, provider: &ScriptedProvider) -> Reading {
@@ -153,12 +177,19 @@ async fn reading(runtime: &Arc<Runtime>, provider: &ScriptedProvider) -> Reading
         .await
         .expect("a reap");
     provider.clear_requests();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut supervisors = runtime.live_conversations().await;
+    while supervisors > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        supervisors = runtime.live_conversations().await;
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let rss = vm_rss();
     trim_heap();
     Reading {
         rss,
         trimmed: vm_rss(),
+        supervisors,
     }
 }
 

@@ -7,11 +7,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use legio_core::AgentName;
+use legio_core::{AgentName, ConversationKey};
 use ractor::ActorRef;
 use tokio::sync::oneshot;
 
-use crate::messages::{ConversationMsg, Job};
+use crate::messages::{ConversationMsg, Job, RootMsg};
 use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, TurnErrorKind};
 use crate::shared::DispatchTicket;
@@ -30,6 +30,23 @@ impl Route for ActorRef<ConversationMsg> {
     fn send(&self, message: ConversationMsg) -> Sent<'_> {
         let sent = self.send_message(message).is_ok();
         Box::pin(std::future::ready(sent))
+    }
+}
+
+/// A conversation's supervisor through the root, which starts it on first need and serializes
+/// the routing with its retirement (root.rs): every sender from outside the conversation.
+pub(crate) struct RootRoute {
+    pub(crate) root: ActorRef<RootMsg>,
+    pub(crate) conversation: ConversationKey,
+}
+
+impl Route for RootRoute {
+    fn send(&self, message: ConversationMsg) -> Sent<'_> {
+        let routed = RootMsg::Route {
+            conversation: self.conversation.clone(),
+            message,
+        };
+        Box::pin(std::future::ready(self.root.send_message(routed).is_ok()))
     }
 }
 

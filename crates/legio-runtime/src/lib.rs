@@ -24,6 +24,7 @@ mod registry;
 mod registry_error;
 mod reply;
 mod restart;
+mod root;
 mod runtime;
 mod schedule;
 mod shared;

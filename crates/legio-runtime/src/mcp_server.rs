@@ -197,7 +197,7 @@ impl Runtime {
         self.shared
             .append(vec![Event::MessagePosted(own(vec![call], None))])
             .await?;
-        let route: Arc<dyn Route> = Arc::new(self.conversation(&conversation).await?);
+        let route: Arc<dyn Route> = Arc::new(self.route_to(&conversation));
         let ctx = CallContext {
             shared: Arc::clone(&self.shared),
             conversation: conversation.clone(),

@@ -107,12 +107,53 @@ pub(crate) enum ConversationMsg {
     Kill {
         reply: oneshot::Sender<()>,
     },
+    /// From the root, which asked nothing more of this supervisor since it asked to retire: stop
+    /// if it still runs no agent, else answer [`RootMsg::Stay`].
+    Retire,
+}
+
+impl ConversationMsg {
+    /// Answers the caller of a message that cannot reach a supervisor (its start failed) with
+    /// `reason`; a message without a caller is dropped.
+    pub(crate) fn refuse(self, reason: &str) {
+        match self {
+            ConversationMsg::Work { agent, reply, .. } => {
+                let _ = reply.send(AgentReply::failed(
+                    &agent,
+                    crate::reply::TurnErrorKind::Unavailable,
+                    reason,
+                ));
+            }
+            ConversationMsg::Reset { reply, .. } => {
+                let _ = reply.send(Err(RuntimeError::SupervisorStart {
+                    what: "a conversation supervisor".to_owned(),
+                    reason: reason.to_owned(),
+                }));
+            }
+            _ => {}
+        }
+    }
 }
 
 pub(crate) enum RootMsg {
-    Get {
+    /// A message for a conversation's supervisor, which the root starts on first need. Every
+    /// message from outside a conversation goes this way, so the root knows what it sent each
+    /// supervisor before it lets one retire.
+    Route {
         conversation: ConversationKey,
-        reply: oneshot::Sender<Result<ActorRef<ConversationMsg>, RuntimeError>>,
+        message: ConversationMsg,
+    },
+    /// From a supervisor that runs no agent: it asks to retire. The root stops routing to it,
+    /// queues what comes for the conversation and sends it [`ConversationMsg::Retire`].
+    Retire {
+        conversation: ConversationKey,
+        supervisor: ActorId,
+    },
+    /// From a supervisor that got work before the root's [`ConversationMsg::Retire`]: it stays,
+    /// and the root sends it what it queued meanwhile.
+    Stay {
+        conversation: ConversationKey,
+        supervisor: ActorId,
     },
     All {
         reply: oneshot::Sender<Vec<ActorRef<ConversationMsg>>>,

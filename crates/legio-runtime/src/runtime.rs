@@ -22,7 +22,7 @@ use tokio::sync::oneshot;
 
 use crate::clock::{fresh_uuid, now};
 use crate::cluster::{AppendGate, Cluster, ForwardedPost, Owner, PostHandler};
-use crate::dispatch::{gather, Route, Sent};
+use crate::dispatch::{gather, RootRoute, Route};
 use crate::error::RuntimeError;
 use crate::host_tools::{check_host_tools, HostToolResult, HostTurn};
 use crate::memory::{MemoryTools, ToolSpec};
@@ -31,9 +31,9 @@ use crate::names::IntoName;
 use crate::progress::ProgressSink;
 use crate::registry::ToolRegistry;
 use crate::reply::{AgentReply, Posted, TurnErrorKind};
+use crate::root::RootSupervisor;
 use crate::shared::{DispatchTicket, Shared};
 use crate::status::{Activity, StatusBoard};
-use crate::supervisor::RootSupervisor;
 use legio_config::{Role, RuntimeConfig, UnknownMentions};
 use legio_ops::ContextReport;
 use legio_ops::{preview_turn, TurnInputs, TurnPreview};
@@ -69,8 +69,6 @@ pub struct AgentStatus {
 pub struct Runtime {
     pub(crate) shared: Arc<Shared>,
     root: ActorRef<RootMsg>,
-    /// Conversation supervisors already looked up (the root owns them).
-    supervisors_by_key: Arc<SupervisorCache>,
     reaper: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// The heartbeat schedules' tasks (schedule.rs), aborted with the reaper.
     schedules: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
@@ -260,7 +258,6 @@ impl Runtime {
         let runtime = Self {
             shared,
             root,
-            supervisors_by_key: Default::default(),
             reaper: Default::default(),
             schedules: Default::default(),
             stopped: Default::default(),
@@ -287,7 +284,6 @@ impl Runtime {
         Self {
             shared: Arc::clone(&self.shared),
             root: self.root.clone(),
-            supervisors_by_key: Arc::clone(&self.supervisors_by_key),
             reaper: Arc::clone(&self.reaper),
             schedules: Arc::clone(&self.schedules),
             stopped: Arc::clone(&self.stopped),
@@ -361,7 +357,6 @@ impl Runtime {
         let interval = self.shared.config.runtime.reap_interval;
         let idle = self.shared.config.runtime.idle_timeout;
         let root = self.root.clone();
-        let cache = Arc::clone(&self.supervisors_by_key);
         let shared = Arc::clone(&self.shared);
         let task = tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
@@ -369,7 +364,7 @@ impl Runtime {
             loop {
                 ticker.tick().await;
                 let reaped = reap(&root, idle).await;
-                forget_retired(&cache, &shared);
+                shared.prune_dispatch_tails();
                 match reaped {
                     Ok(n) if n > 0 => tracing::info!(reaped = n, "reaped idle agents"),
                     Ok(_) => {}
@@ -431,54 +426,12 @@ impl Runtime {
         Ok(key)
     }
 
-    /// The conversation's supervisor: from this runtime's cache, or from the root (which starts
-    /// it on first need).
-    pub(crate) async fn conversation(
-        &self,
-        key: &ConversationKey,
-    ) -> Result<ActorRef<ConversationMsg>, RuntimeError> {
-        if let Some(cached) = self
-            .supervisors_by_key
-            .lock()
-            .ok()
-            .and_then(|c| c.get(key).cloned())
-        {
-            return Ok(cached);
-        }
-        let (tx, rx) = oneshot::channel();
-        self.root
-            .send_message(RootMsg::Get {
-                conversation: key.clone(),
-                reply: tx,
-            })
-            .map_err(|_| RuntimeError::ShutDown)?;
-        let supervisor = rx.await.map_err(|_| RuntimeError::ShutDown)??;
-        if let Ok(mut cache) = self.supervisors_by_key.lock() {
-            cache.insert(key.clone(), supervisor.clone());
-        }
-        Ok(supervisor)
-    }
-
-    /// Sends `message` to the conversation's supervisor; if the cached one is gone (it failed and
-    /// the root dropped it), asks the root once more.
-    async fn send_to_conversation(
-        &self,
-        key: &ConversationKey,
-        message: ConversationMsg,
-    ) -> Result<(), RuntimeError> {
-        let supervisor = self.conversation(key).await?;
-        match supervisor.send_message(message) {
-            Ok(()) => Ok(()),
-            Err(ractor::MessagingErr::SendErr(message)) => {
-                if let Ok(mut cache) = self.supervisors_by_key.lock() {
-                    cache.remove(key);
-                }
-                self.conversation(key)
-                    .await?
-                    .send_message(message)
-                    .map_err(|_| RuntimeError::ShutDown)
-            }
-            Err(_) => Err(RuntimeError::ShutDown),
+    /// The route to the conversation's supervisor: through the root, which starts it on first
+    /// need and retires it once its agents are reaped (root.rs).
+    pub(crate) fn route_to(&self, key: &ConversationKey) -> RootRoute {
+        RootRoute {
+            root: self.root.clone(),
+            conversation: key.clone(),
         }
     }
 
@@ -723,7 +676,7 @@ impl Runtime {
             Job::Turn(request) => request.progress.clone(),
             Job::Heartbeat { .. } => None,
         };
-        let route = ConversationRoute { runtime: self, key };
+        let route = self.route_to(key);
         gather(
             &route,
             job,
@@ -916,8 +869,10 @@ impl Runtime {
         let agent = self.roster_agent(agent)?;
         self.claim(&key).await?;
         let (tx, rx) = oneshot::channel();
-        self.send_to_conversation(&key, ConversationMsg::Reset { agent, reply: tx })
-            .await?;
+        let reset = ConversationMsg::Reset { agent, reply: tx };
+        if !self.route_to(&key).send(reset).await {
+            return Err(RuntimeError::ShutDown);
+        }
         rx.await.map_err(|_| RuntimeError::ShutDown)?
     }
 
@@ -963,17 +918,18 @@ impl Runtime {
             .await
     }
 
-    /// Like [`Runtime::reap_idle`] with an explicit idle threshold. The runtime also forgets the
-    /// dispatch tails of conversations with no post in flight and the cached supervisors that
-    /// stopped; the conversation supervisors themselves stay (see `docs/runtime-semantics.md`).
+    /// Like [`Runtime::reap_idle`] with an explicit idle threshold. A conversation supervisor
+    /// left with no agent retires (soon after, through the root), and the runtime forgets the
+    /// dispatch tails of conversations with no post in flight: a conversation nobody talks to
+    /// costs nothing in memory (see `docs/runtime-semantics.md`).
     pub async fn reap_idle_older_than(&self, idle: Duration) -> Result<usize, RuntimeError> {
         let reaped = reap(&self.root, idle).await;
-        forget_retired(&self.supervisors_by_key, &self.shared);
+        self.shared.prune_dispatch_tails();
         reaped
     }
 
-    /// How many conversations have a supervisor (every conversation touched since the start:
-    /// supervisors are not removed when their agents are reaped).
+    /// How many conversations have a running supervisor (those with a live agent, and those
+    /// whose agents were reaped a moment ago and that are about to retire).
     pub async fn live_conversations(&self) -> usize {
         self.supervisors().await.len()
     }
@@ -1059,42 +1015,6 @@ impl Runtime {
             .await;
         self.shared.mcp.stop().await;
     }
-}
-
-/// The route of a post: the conversation's supervisor, looked up through the root (asked once
-/// more if the cached one is gone).
-struct ConversationRoute<'a> {
-    runtime: &'a Runtime,
-    key: &'a ConversationKey,
-}
-
-impl Route for ConversationRoute<'_> {
-    fn send(&self, message: ConversationMsg) -> Sent<'_> {
-        Box::pin(async move {
-            self.runtime
-                .send_to_conversation(self.key, message)
-                .await
-                .is_ok()
-        })
-    }
-}
-
-/// The runtime's cache of conversation supervisors (saves a round trip to the root per post).
-type SupervisorCache = Mutex<HashMap<ConversationKey, ActorRef<ConversationMsg>>>;
-
-/// Drops the cached supervisors that stopped (a failed one) and the dispatch tails of
-/// conversations with no post in flight.
-fn forget_retired(cache: &SupervisorCache, shared: &Shared) {
-    use ractor::ActorStatus;
-    if let Ok(mut cache) = cache.lock() {
-        cache.retain(|_, supervisor| {
-            !matches!(
-                supervisor.get_status(),
-                ActorStatus::Draining | ActorStatus::Stopping | ActorStatus::Stopped
-            )
-        });
-    }
-    shared.prune_dispatch_tails();
 }
 
 async fn reap(root: &ActorRef<RootMsg>, idle: Duration) -> Result<usize, RuntimeError> {

@@ -11,13 +11,12 @@ use std::time::Duration;
 
 use legio_core::{AgentName, ConversationKey, SessionStatus};
 use ractor::ActorRef;
-use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
 use legio_config::HeartbeatSchedule;
 
-use crate::dispatch::{gather, Route, Sent};
-use crate::messages::{ConversationMsg, Job, RootMsg};
+use crate::dispatch::{gather, RootRoute};
+use crate::messages::{Job, RootMsg};
 use crate::shared::Shared;
 
 /// Starts one task per schedule of the configuration; abort them to stop.
@@ -57,7 +56,10 @@ async fn run_once(shared: &Arc<Shared>, root: &ActorRef<RootMsg>, schedule: &Hea
     let runtime = &shared.config.runtime;
     let wait = runtime.turn_timeout + runtime.restart.max_backoff + Duration::from_secs(5);
     for key in conversations {
-        let route = RootRoute { root, key: &key };
+        let route = RootRoute {
+            root: root.clone(),
+            conversation: key.clone(),
+        };
         let job = Job::Heartbeat {
             text: schedule.text.clone(),
         };
@@ -103,26 +105,4 @@ async fn open_sessions(
             Ok(open)
         })
         .await
-}
-
-/// A conversation's supervisor looked up through the root (which starts it if needed).
-struct RootRoute<'a> {
-    root: &'a ActorRef<RootMsg>,
-    key: &'a ConversationKey,
-}
-
-impl Route for RootRoute<'_> {
-    fn send(&self, message: ConversationMsg) -> Sent<'_> {
-        Box::pin(async move {
-            let (tx, rx) = oneshot::channel();
-            let asked = self.root.send_message(RootMsg::Get {
-                conversation: self.key.clone(),
-                reply: tx,
-            });
-            match (asked, rx.await) {
-                (Ok(()), Ok(Ok(supervisor))) => supervisor.send_message(message).is_ok(),
-                _ => false,
-            }
-        })
-    }
 }

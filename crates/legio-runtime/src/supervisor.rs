@@ -2,14 +2,15 @@
 //! them on first need, routes turns to them, and restarts a failed one with exponential backoff and
 //! jitter within an intensity limit; beyond it the agent is marked failed (an event) and answers
 //! with an error until a manual reset. A startup failure of a child counts as a failure of that
-//! child, never of the supervisor. The root supervisor owns the conversation supervisors.
+//! child, never of the supervisor. The root supervisor (root.rs) owns the conversation
+//! supervisors; one whose agents were all reaped asks it to retire (see [`ConversationMsg::Retire`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use legio_core::{AgentFailed, AgentName, BoundaryReason, ConversationKey, Event, TurnFailed};
-use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
+use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use rand::Rng;
 use tokio::sync::oneshot;
 
@@ -38,6 +39,8 @@ enum Slot {
 pub(crate) struct ConversationSupervisor {
     pub(crate) shared: Arc<Shared>,
     pub(crate) conversation: ConversationKey,
+    /// The root supervisor, asked for retirement when no agent runs here any more.
+    pub(crate) root: ActorRef<RootMsg>,
 }
 
 pub(crate) struct ConversationState {
@@ -110,6 +113,11 @@ impl Actor for ConversationSupervisor {
                         waits.push((agent.clone(), actor.get_id(), rx));
                         *slot = Slot::Draining(actor, Vec::new());
                     }
+                }
+                if waits.is_empty() {
+                    self.retire_if_idle(&myself, state);
+                    let _ = reply.send(0);
+                    return Ok(());
                 }
                 // Collect the answers without blocking this supervisor on a busy agent.
                 let supervisor = myself.clone();
@@ -220,6 +228,18 @@ impl Actor for ConversationSupervisor {
                 let _ = reply.send(());
                 myself.stop(Some("killed".into()));
             }
+            ConversationMsg::Retire => {
+                // Everything the root routed here before this message was handled already: if
+                // none of it started an agent, nothing is pending and nothing more comes.
+                if idle(state) {
+                    myself.stop(Some("retired".into()));
+                } else {
+                    let _ = self.root.send_message(RootMsg::Stay {
+                        conversation: self.conversation.clone(),
+                        supervisor: myself.get_id(),
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -282,11 +302,20 @@ impl Actor for ConversationSupervisor {
                     }
                     _ => {}
                 }
+                self.retire_if_idle(&myself, state);
             }
             _ => {}
         }
         Ok(())
     }
+}
+
+/// Whether no agent runs or waits here: no actor, no queued turn (a failed agent's state is in
+/// the log, read again by the next turn).
+fn idle(state: &ConversationState) -> bool {
+    state.by_actor.is_empty()
+        && !state.shutting_down
+        && state.slots.values().all(|s| matches!(s, Slot::Failed(_)))
 }
 
 /// Routes a job by the agent's slot: to its actor, into its queue, or answered with an error.
@@ -344,6 +373,16 @@ fn shut_down(agent: &AgentName) -> AgentReply {
 }
 
 impl ConversationSupervisor {
+    /// Asks the root to retire this supervisor if no agent runs or waits here (see root.rs).
+    fn retire_if_idle(&self, myself: &ActorRef<ConversationMsg>, state: &ConversationState) {
+        if idle(state) {
+            let _ = self.root.send_message(RootMsg::Retire {
+                conversation: self.conversation.clone(),
+                supervisor: myself.get_id(),
+            });
+        }
+    }
+
     /// Spawns the agent's actor unless the log says it is failed. A spawn failure is a failure of
     /// the child (backoff or failed), never of this supervisor.
     async fn start(
@@ -458,108 +497,5 @@ impl ConversationSupervisor {
                 state.slots.insert(agent.clone(), Slot::Failed(reason));
             }
         }
-    }
-}
-
-pub(crate) struct RootSupervisor {
-    pub(crate) shared: Arc<Shared>,
-}
-
-pub(crate) struct RootState {
-    conversations: HashMap<ConversationKey, ActorRef<ConversationMsg>>,
-    by_actor: HashMap<ActorId, ConversationKey>,
-}
-
-impl Actor for RootSupervisor {
-    type Msg = RootMsg;
-    type State = RootState;
-    type Arguments = ();
-
-    async fn pre_start(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        _args: (),
-    ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(RootState {
-            conversations: HashMap::new(),
-            by_actor: HashMap::new(),
-        })
-    }
-
-    async fn handle(
-        &self,
-        myself: ActorRef<Self::Msg>,
-        message: Self::Msg,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        match message {
-            RootMsg::Get {
-                conversation,
-                reply,
-            } => {
-                if let Some(existing) = state.conversations.get(&conversation) {
-                    let _ = reply.send(Ok(existing.clone()));
-                    return Ok(());
-                }
-                let supervisor = ConversationSupervisor {
-                    shared: Arc::clone(&self.shared),
-                    conversation: conversation.clone(),
-                };
-                let result =
-                    match Actor::spawn_linked(None, supervisor, (), myself.get_cell()).await {
-                        Ok((actor, _handle)) => {
-                            state.by_actor.insert(actor.get_id(), conversation.clone());
-                            state.conversations.insert(conversation, actor.clone());
-                            Ok(actor)
-                        }
-                        Err(e) => Err(RuntimeError::SupervisorStart {
-                            what: format!("the supervisor of {conversation}"),
-                            reason: e.to_string(),
-                        }),
-                    };
-                let _ = reply.send(result);
-            }
-            RootMsg::All { reply } => {
-                let _ = reply.send(state.conversations.values().cloned().collect());
-            }
-            RootMsg::StandDown {
-                conversation,
-                reply,
-            } => match state.conversations.remove(&conversation) {
-                Some(supervisor) => {
-                    // Killed, not shut down: this node may append nothing more to it.
-                    let _ = supervisor.send_message(ConversationMsg::Kill { reply });
-                }
-                None => {
-                    let _ = reply.send(());
-                }
-            },
-        }
-        Ok(())
-    }
-
-    async fn handle_supervisor_evt(
-        &self,
-        _myself: ActorRef<Self::Msg>,
-        event: SupervisionEvent,
-        state: &mut Self::State,
-    ) -> Result<(), ActorProcessingErr> {
-        let cell: Option<ActorCell> = match event {
-            SupervisionEvent::ActorFailed(cell, error) => {
-                tracing::error!(error = %error, "a conversation supervisor failed; its agents are stopped and restart on the next turn");
-                // Its agents would be orphans: stop them; the next turn starts everything afresh
-                // from the log (their open sessions are cleaned up as crashed).
-                for child in cell.get_children() {
-                    child.kill();
-                }
-                Some(cell)
-            }
-            SupervisionEvent::ActorTerminated(cell, _, _) => Some(cell),
-            _ => None,
-        };
-        if let Some(conversation) = cell.and_then(|c| state.by_actor.remove(&c.get_id())) {
-            state.conversations.remove(&conversation);
-        }
-        Ok(())
     }
 }

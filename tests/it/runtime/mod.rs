@@ -7,6 +7,7 @@ mod exactly_once;
 mod heartbeat;
 mod mcp;
 mod providers;
+mod retirement;
 mod scenarios;
 mod tools;
 
