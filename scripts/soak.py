@@ -4,7 +4,8 @@
 HTTP load on many conversations against a real `legio serve` (scripted providers), while the
 server is killed (SIGKILL, then restarted), frozen (SIGSTOP, then SIGCONT), run under a
 descriptor limit (`ulimit -n`) and, where a tmpfs can be mounted, on a disk that fills and
-empties. The client remembers every turn the server acknowledged (200); at the end the server is
+empties. Like a supervisor (systemd, Kubernetes), the run starts the server again whenever it
+exits on its own (after a storage failure it exits with code 75). The client remembers every turn the server acknowledged (200); at the end the server is
 stopped, `legio verify` must be clean and `legio export` must hold every acknowledged turn's
 message exactly once. Prints the figures and exits non-zero on any loss or duplicate.
 Standard library only.
@@ -32,6 +33,7 @@ history_window = 4
 [server]
 token = "soak-token"
 shutdown_grace_seconds = 5
+storage_failure_exit_seconds = 1
 [server.limits]
 header_read_timeout_seconds = 5
 body_read_timeout_seconds = 5
@@ -109,6 +111,15 @@ class Server:
         with self.lock:
             if self.proc and self.proc.poll() is None:
                 self.proc.send_signal(sig)
+
+    def restart_if_exited(self):
+        """Starts the server again if it exited on its own; its exit code, or None."""
+        with self.lock:
+            if self.proc is None or self.proc.poll() is None:
+                return None
+            code = self.proc.returncode
+            self.start()
+            return code
 
     def kill_and_restart(self):
         with self.lock:
@@ -201,6 +212,21 @@ def chaos(server, stop, rng, figures, counts, period):
             counts["stops"] += 1
 
 
+def supervisor(server, stop, figures, counts):
+    """Starts the server again when it exits on its own, as systemd or Kubernetes would."""
+    while not stop.wait(0.1):
+        try:
+            code = server.restart_if_exited()
+        except ServerDown as down:
+            figures.fatal = "the server exited on its own and did not come back within 60 s: " + " | ".join(down.args[0])
+            log(figures.fatal)
+            stop.set()
+            return
+        if code is not None:
+            counts["exits"] += 1
+            counts["exit_codes"][code] = counts["exit_codes"].get(code, 0) + 1
+
+
 def disk_filler(mount, stop, rng, counts):
     filler = os.path.join(mount, "filler")
     while not stop.wait(rng.uniform(3, 8)):
@@ -262,6 +288,9 @@ def main():
     root = tempfile.mkdtemp(prefix="legio-soak-")
     mount, why = try_tmpfs(root, args.tmpfs_mb)
     if mount is None:
+        if args.tmpfs_mb and os.environ.get("CI") == "true":
+            log(f"CI asks for the filling disk, and it cannot be had: {why}; run as root (or pass --tmpfs-mb 0)")
+            sys.exit(1)
         log(f"disk-full chaos skipped: {why}")
     db = os.path.join(mount or root, "db")
     config = os.path.join(root, "legio.toml")
@@ -274,11 +303,12 @@ def main():
     server = Server(args.legio, config, port, args.nofile, out)
     log(f"seed {args.seed}, {args.seconds:.0f} s, {args.clients} clients, {args.conversations} conversations per client, ulimit -n {args.nofile}, dir {root}")
     server.start()
-    figures, counts = Figures(), {"kills": 0, "stops": 0, "fills": 0}
+    figures, counts = Figures(), {"kills": 0, "stops": 0, "fills": 0, "exits": 0, "exit_codes": {}}
     stop = threading.Event()
     threads = [threading.Thread(target=client, args=(w, port, args.conversations, stop, figures))
                for w in range(args.clients)]
     threads.append(threading.Thread(target=chaos, args=(server, stop, random.Random(rng.random()), figures, counts, args.chaos_period)))
+    threads.append(threading.Thread(target=supervisor, args=(server, stop, figures, counts)))
     if mount:
         threads.append(threading.Thread(target=disk_filler, args=(mount, stop, random.Random(rng.random()), counts)))
     started = time.time()
@@ -306,6 +336,8 @@ def main():
     print(f"SIGKILLs survived:    {counts['kills']}")
     print(f"SIGSTOPs survived:    {counts['stops']}")
     print(f"disk fills:           {counts['fills'] if mount else 'skipped (' + why + ')'}")
+    codes = ", ".join(f"{n} with code {c}" for c, n in sorted(counts["exit_codes"].items()))
+    print(f"exits on its own:     {counts['exits']}{' (' + codes + ')' if codes else ''}, each started again")
     print(f"refusals and errors:  {json.dumps(figures.refused, sort_keys=True)}")
     print(f"longest stall:        {figures.longest_stall:.1f} s without an acknowledged turn")
     print(f"SIGTERM exit code:    {code}")

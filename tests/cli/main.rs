@@ -775,6 +775,7 @@ fn import_refuses_what_the_api_forbids_and_writes_nothing() {
 
 #[path = "../support/small_disk.rs"]
 mod small_disk;
+mod storage;
 
 /// An import that fails half way (the disk fills) leaves no database and no staging folder, and
 /// the same import works once space is back.

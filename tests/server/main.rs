@@ -14,6 +14,7 @@ mod openapi;
 mod progress;
 mod scopes;
 mod sdk;
+mod storage;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -116,7 +117,24 @@ impl Harness {
 
     /// Like [`Harness::start_config`], with extra lines for the `[store]` table.
     async fn start_full(server: &str, runtime: &str, store: &str, latency: Duration) -> Self {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(
+            tempfile::tempdir().unwrap(),
+            server,
+            runtime,
+            store,
+            latency,
+        )
+        .await
+    }
+
+    /// Like [`Harness::start_full`], in a prepared folder (its `db` may be a link elsewhere).
+    async fn start_in(
+        dir: tempfile::TempDir,
+        server: &str,
+        runtime: &str,
+        store: &str,
+        latency: Duration,
+    ) -> Self {
         let config = write_config_with_store(dir.path(), server, runtime, store);
         let mut providers = HashMap::new();
         let mut overrides: HashMap<String, Arc<dyn Provider>> = HashMap::new();

@@ -57,7 +57,15 @@ impl SmallDisk {
 }
 
 impl Drop for SmallDisk {
+    /// Unmounts; lazily when a file on it is still open (a log that failed leaks sled's
+    /// handles: its tmpfs goes away when the process ends).
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount).status();
+        let unmounted = Command::new("umount")
+            .arg(&self.mount)
+            .stderr(std::process::Stdio::null())
+            .status();
+        if !unmounted.is_ok_and(|s| s.success()) {
+            let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
+        }
     }
 }

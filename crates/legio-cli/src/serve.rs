@@ -1,7 +1,9 @@
 //! `legio serve`: the host-facing HTTP server (crate legio-server) on the legion in the
 //! configuration. Loopback by default; a public address needs a token. SIGTERM or Ctrl-C shuts it
 //! down gracefully: in-flight turns finish within `server.shutdown_grace_seconds`, sessions are
-//! suspended, the log is flushed.
+//! suspended, the log is flushed. After a storage failure it stops on its own once
+//! `server.storage_failure_exit_seconds` have passed and exits with [`STORAGE_FAILED`], so that
+//! a supervisor starts it again (a new open recovers the log).
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -14,6 +16,9 @@ use legio_server::{install_metrics, Server, ServerSettings};
 
 use crate::common;
 use crate::invocation::Context;
+
+/// The exit code after a storage failure: `EX_TEMPFAIL` (a temporary failure; start again).
+pub const STORAGE_FAILED: u8 = 75;
 
 /// Arguments of `legio serve`.
 #[derive(Debug, clap::Args)]
@@ -53,8 +58,8 @@ async fn stop_signal() {
 
 /// Once a stop is asked for, makes sure the process ends within `deadline` even if shutting down
 /// hangs (after a storage failure sled can wait forever in a flush): past it, says so and exits
-/// with code 1. Everything acknowledged is already durable; the next start recovers the rest.
-fn exit_after(deadline: Duration) {
+/// with `code`. Everything acknowledged is already durable; the next start recovers the rest.
+fn exit_after(deadline: Duration, code: u8) {
     let spawned = std::thread::Builder::new()
         .name("legio-exit-deadline".into())
         .spawn(move || {
@@ -65,7 +70,7 @@ fn exit_after(deadline: Duration) {
                  start recovers the open sessions",
                 deadline.as_secs()
             );
-            std::process::exit(1);
+            std::process::exit(i32::from(code));
         });
     if let Err(e) = spawned {
         eprintln!("legio: cannot start the shutdown deadline ({e})");
@@ -96,12 +101,33 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         outln!("legio: serving http://{addr} (dashboard: http://{addr}/dashboard{})", if settings.has_tokens() { "?token=…" } else { "" });
         std::io::stdout().flush()?;
         let deadline = settings.shutdown_grace * 3 + Duration::from_secs(5);
-        let report = server
+        let storage_failure = server.storage_failure();
+        let failed = std::sync::Arc::new(std::sync::OnceLock::new());
+        let stopped_by = std::sync::Arc::clone(&failed);
+        let served = server
             .serve(async move {
-                stop_signal().await;
-                exit_after(deadline);
+                tokio::select! {
+                    () = stop_signal() => exit_after(deadline, 1),
+                    failure = storage_failure => {
+                        eprintln!(
+                            "legio: the event log failed ({failure}); stopping, to exit with code \
+                             {STORAGE_FAILED} so that a supervisor starts legio again (a new open \
+                             recovers the log; everything acknowledged is durable)"
+                        );
+                        let _ = stopped_by.set(failure);
+                        exit_after(deadline, STORAGE_FAILED);
+                    }
+                }
             })
-            .await?;
+            .await;
+        if let Some(failure) = failed.get() {
+            eprintln!(
+                "legio: stopped after a storage failure: {}; exit code {STORAGE_FAILED}",
+                failure.io_cause().map_or("the event log failed", |c| c.describe())
+            );
+            return Ok(ExitCode::from(STORAGE_FAILED));
+        }
+        let report = served?;
         eprintln!(
             "legio: stopped{}{}",
             if report.drained { "" } else { "; in-flight requests outlived the grace period and were cancelled" },

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use legio_config::{ConfigError, UnknownAgent};
 use legio_core::{MentionError, NameError};
 use legio_ops::OpsError;
-use legio_store::StoreError;
+use legio_store::{IoCause, StoreError};
 use thiserror::Error;
 
 /// What the runtime's API can fail with, one variant per cause; [`RuntimeError::code`] names the
@@ -180,6 +180,10 @@ pub enum ErrorCode {
     StoreLocked,
     /// The disk is full (or a quota is exceeded).
     StorageFull,
+    /// The log failed for want of file descriptors (`EMFILE`, `ENFILE`).
+    TooManyOpenFiles,
+    /// The log failed on another I/O error.
+    StorageFailed,
     /// An agent is restarting; retry.
     Unavailable,
     /// A provider cannot be built or is not available.
@@ -248,9 +252,11 @@ fn store_code(e: &StoreError) -> ErrorCode {
         }
         StoreError::Closed => ErrorCode::ShuttingDown,
         StoreError::Locked { .. } => ErrorCode::StoreLocked,
-        StoreError::Io { kind, .. } if *kind == std::io::ErrorKind::StorageFull => {
-            ErrorCode::StorageFull
-        }
+        StoreError::Io { cause, .. } => match cause {
+            IoCause::DiskFull => ErrorCode::StorageFull,
+            IoCause::TooManyOpenFiles => ErrorCode::TooManyOpenFiles,
+            _ => ErrorCode::StorageFailed,
+        },
         _ => ErrorCode::Internal,
     }
 }

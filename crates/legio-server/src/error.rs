@@ -79,9 +79,12 @@ impl ApiError {
             "unknown_mention" | "empty_message" | "invalid_body" => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            "shutting_down" | "store_locked" | "storage_full" | "agent_unavailable" => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            "shutting_down"
+            | "store_locked"
+            | "storage_full"
+            | "too_many_open_files"
+            | "storage_failed"
+            | "agent_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
             "provider_unavailable" | "agent_failed" => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -113,6 +116,8 @@ impl From<RuntimeError> for ApiError {
             C::ShuttingDown => "shutting_down",
             C::StoreLocked => "store_locked",
             C::StorageFull => "storage_full",
+            C::TooManyOpenFiles => "too_many_open_files",
+            C::StorageFailed => "storage_failed",
             C::Unavailable => "agent_unavailable",
             C::ProviderUnavailable => "provider_unavailable",
             C::InvalidTool => "invalid_tool",
@@ -223,7 +228,7 @@ pub enum ServeError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use legio_store::StoreError;
+    use legio_store::{IoCause, StoreError};
 
     #[test]
     fn input_errors_are_4xx() {
@@ -252,20 +257,40 @@ mod tests {
 
     #[test]
     fn runtime_errors_map_by_their_typed_code() {
-        let full: ApiError = RuntimeError::Store(StoreError::Io {
-            during: "appending",
-            kind: std::io::ErrorKind::StorageFull,
-            reason: "no space left on device".into(),
-        })
-        .into();
+        let failed = |cause, kind| -> ApiError {
+            RuntimeError::Store(StoreError::Io {
+                during: "committing",
+                kind,
+                cause,
+                reason: "what the system said".into(),
+            })
+            .into()
+        };
+        use std::io::ErrorKind;
+        let full = failed(IoCause::DiskFull, ErrorKind::StorageFull);
         assert_eq!((full.code, full.status().as_u16()), ("storage_full", 503));
-        let other: ApiError = RuntimeError::Store(StoreError::Io {
-            during: "appending",
-            kind: std::io::ErrorKind::Other,
-            reason: "bad block".into(),
+        assert!(
+            full.message.contains("the disk is full"),
+            "{}",
+            full.message
+        );
+        let files = failed(IoCause::TooManyOpenFiles, ErrorKind::Other);
+        assert_eq!(
+            (files.code, files.status().as_u16()),
+            ("too_many_open_files", 503)
+        );
+        assert!(files.message.contains("what the system said"));
+        let other = failed(IoCause::Other, ErrorKind::Other);
+        assert_eq!(
+            (other.code, other.status().as_u16()),
+            ("storage_failed", 503)
+        );
+        let damaged: ApiError = RuntimeError::Store(StoreError::Corrupt {
+            what: "seq 3".into(),
+            reason: "bad bytes".into(),
         })
         .into();
-        assert_eq!((other.code, other.status().as_u16()), ("internal", 500));
+        assert_eq!((damaged.code, damaged.status().as_u16()), ("internal", 500));
         let restarting: ApiError = RuntimeError::AgentRestarting {
             agent: "ann".into(),
         }

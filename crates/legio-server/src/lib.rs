@@ -23,6 +23,7 @@ mod server_limits;
 mod server_tokens;
 mod settings;
 mod state;
+mod storage;
 mod turns;
 mod wire;
 

@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use legio_runtime::Runtime;
+use legio_store::StoreError;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tower_http::timeout::RequestBodyTimeoutLayer;
@@ -139,6 +140,18 @@ impl Server {
     /// The runtime it serves.
     pub fn runtime(&self) -> &Arc<Runtime> {
         &self.state.runtime
+    }
+
+    /// Resolves `server.storage_failure_exit_seconds` after the event log failed (a failed
+    /// commit: a full disk, too many open files, an I/O error), with the failure; never while the
+    /// log works. From the failure on, `/readyz` answers 503 with its cause and every write is
+    /// refused with the same; `legio serve` stops when this resolves and exits non-zero so that
+    /// its supervisor starts it again (the log does not heal in place; a new open recovers it).
+    pub fn storage_failure(&self) -> impl Future<Output = StoreError> + Send + 'static {
+        crate::storage::watch(
+            Arc::clone(self.state.runtime.log()),
+            self.state.settings.storage_failure_exit,
+        )
     }
 
     /// Serves until `shutdown` resolves, then shuts down gracefully: new connections are refused
@@ -280,8 +293,12 @@ async fn healthz() -> Json<serde_json::Value> {
     Json(serde_json::json!({"status": "ok"}))
 }
 
+/// 200 while the server takes work; 503 once the event log failed (naming the cause) or shutdown
+/// began.
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    if state.ready.load(Ordering::SeqCst) {
+    if let Some(failure) = state.runtime.log().failure() {
+        crate::storage::not_ready(failure, state.settings.storage_failure_exit).into_response()
+    } else if state.ready.load(Ordering::SeqCst) {
         Json(serde_json::json!({"status": "ready"})).into_response()
     } else {
         ApiError::new("shutting_down", "the server is shutting down").into_response()

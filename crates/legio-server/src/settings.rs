@@ -18,6 +18,7 @@ struct ServerSection {
     operator_token: Option<String>,
     body_limit_bytes: Option<usize>,
     shutdown_grace_seconds: Option<f64>,
+    storage_failure_exit_seconds: Option<f64>,
     #[serde(default)]
     limits: crate::server_limits::LimitsSection,
     #[serde(default)]
@@ -39,6 +40,10 @@ pub struct ServerSettings {
     pub body_limit_bytes: usize,
     /// How long a shutdown waits for in-flight requests before cancelling them (default 10 s).
     pub shutdown_grace: Duration,
+    /// How long after the event log failed (a full disk, too many open files, an I/O error)
+    /// `legio serve` stops and exits non-zero, so that its supervisor starts it again (default
+    /// 10 s). Meanwhile `/readyz` answers 503 with the cause and writes are refused.
+    pub storage_failure_exit: Duration,
     /// `[server.limits]`: timeouts and caps (server_limits.rs).
     pub limits: crate::server_limits::ServerLimits,
     /// `[[server.tokens]]`: tokens with scopes (server_tokens.rs), beside `token` and
@@ -55,6 +60,7 @@ impl std::fmt::Debug for ServerSettings {
             .field("operator_token", &redact(&self.operator_token))
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("shutdown_grace", &self.shutdown_grace)
+            .field("storage_failure_exit", &self.storage_failure_exit)
             .field("limits", &self.limits)
             .field("tokens", &self.tokens)
             .finish()
@@ -72,6 +78,7 @@ impl Default for ServerSettings {
             operator_token: None,
             body_limit_bytes: 2 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(10),
+            storage_failure_exit: Duration::from_secs(10),
             limits: crate::server_limits::ServerLimits::default(),
             tokens: Vec::new(),
         }
@@ -140,6 +147,11 @@ impl ServerSettings {
                 format!("server.shutdown_grace_seconds = {grace} is not a valid duration")
             })?;
         }
+        if let Some(exit) = section.storage_failure_exit_seconds {
+            settings.storage_failure_exit = Duration::try_from_secs_f64(exit).map_err(|_| {
+                format!("server.storage_failure_exit_seconds = {exit} is not a valid duration")
+            })?;
+        }
         settings.limits = crate::server_limits::ServerLimits::from_section(&section.limits)?;
         settings.tokens = crate::server_tokens::ScopedToken::from_sections(&section.tokens, &env)?;
         Ok(settings)
@@ -175,7 +187,7 @@ mod tests {
     #[test]
     fn values_and_env_overrides() {
         let s = parse(
-            "bind = \"0.0.0.0:9000\"\ntoken = \"file-token\"\nbody_limit_bytes = 10\nshutdown_grace_seconds = 1.5",
+            "bind = \"0.0.0.0:9000\"\ntoken = \"file-token\"\nbody_limit_bytes = 10\nshutdown_grace_seconds = 1.5\nstorage_failure_exit_seconds = 0.5",
             &[("LEGIO_OPERATOR_TOKEN", "ops")],
         )
         .unwrap();
@@ -183,6 +195,7 @@ mod tests {
         assert_eq!(s.token.as_deref(), Some("file-token"));
         assert_eq!(s.operator_token.as_deref(), Some("ops"));
         assert_eq!(s.shutdown_grace, Duration::from_millis(1500));
+        assert_eq!(s.storage_failure_exit, Duration::from_millis(500));
         let s = parse("token = \"file\"", &[("LEGIO_API_TOKEN", "env")]).unwrap();
         assert_eq!(s.token.as_deref(), Some("env"));
         assert!(!format!("{s:?}").contains("env\""), "tokens are redacted");
@@ -227,6 +240,8 @@ mod tests {
         assert!(e.contains("server.body_limit_bytes"), "{e}");
         let e = parse("shutdown_grace_seconds = -1", &[]).unwrap_err();
         assert!(e.contains("shutdown_grace_seconds"), "{e}");
+        let e = parse("storage_failure_exit_seconds = -1", &[]).unwrap_err();
+        assert!(e.contains("server.storage_failure_exit_seconds"), "{e}");
         let e = parse("tokn = \"x\"", &[]).unwrap_err();
         assert!(e.contains("tokn"), "{e}");
     }

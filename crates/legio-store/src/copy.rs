@@ -69,6 +69,7 @@ pub(crate) fn copy_database(original: &Path, snapshots: Snapshots) -> Result<Cop
     copy_folder(original, &copy.path, snapshots).map_err(|e| StoreError::Io {
         during: "copying the database for a read-only open",
         kind: e.kind(),
+        cause: crate::error::IoCause::of(e.raw_os_error(), e.kind()),
         reason: format!(
             "{} to {} ({e}); a read-only open works on a copy: it needs as much free space in \
              the temporary folder (TMPDIR) as the database takes",

@@ -135,7 +135,7 @@ pub enum StoreError {
         reason: String,
     },
     /// A filesystem or database failure.
-    #[error("storage failure during {during}: {reason}")]
+    #[error("storage failure during {during} ({what}): {reason}", what = cause.describe())]
     Io {
         /// What the store was doing.
         during: &'static str,
@@ -143,9 +143,62 @@ pub enum StoreError {
         /// `Other` when the failure did not come from the operating system), so that a full disk
         /// or too many open files can be told apart from a corrupt database.
         kind: std::io::ErrorKind,
+        /// What the failure came from, told from the operating system's error number
+        /// (`ENOSPC`, `EMFILE`, ...) or kind, never from its text.
+        cause: IoCause,
         /// The underlying error.
         reason: String,
     },
+}
+
+/// What a storage failure ([`StoreError::Io`]) came from: what an operator must fix, and what a
+/// server reports (`/readyz`, the 503 of a refused write).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IoCause {
+    /// The disk (or the quota) is full: `ENOSPC`, `EDQUOT`.
+    DiskFull,
+    /// The process or the system is out of file descriptors: `EMFILE`, `ENFILE`.
+    TooManyOpenFiles,
+    /// Any other failure of the filesystem or the database.
+    Other,
+}
+
+impl IoCause {
+    /// The cause of an operating system error: its error number where it has one, else its
+    /// kind (sled keeps only the kind of an error it reports again later).
+    pub fn of(raw_os_error: Option<i32>, kind: std::io::ErrorKind) -> Self {
+        match raw_os_error {
+            Some(libc::ENOSPC | libc::EDQUOT) => Self::DiskFull,
+            Some(libc::EMFILE | libc::ENFILE) => Self::TooManyOpenFiles,
+            _ if matches!(
+                kind,
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            ) =>
+            {
+                Self::DiskFull
+            }
+            _ => Self::Other,
+        }
+    }
+
+    /// A stable name: `disk_full`, `too_many_open_files`, `io_error`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DiskFull => "disk_full",
+            Self::TooManyOpenFiles => "too_many_open_files",
+            Self::Other => "io_error",
+        }
+    }
+
+    /// In words, for an operator: `the disk is full`, ...
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::DiskFull => "the disk is full",
+            Self::TooManyOpenFiles => "too many open files (the descriptor limit, ulimit -n)",
+            Self::Other => "an I/O error",
+        }
+    }
 }
 
 fn at_seq(seq: Option<Seq>) -> String {
@@ -159,11 +212,20 @@ pub(crate) trait Cause: std::fmt::Display {
     fn kind(&self) -> std::io::ErrorKind {
         std::io::ErrorKind::Other
     }
+
+    /// The operating system's error number, when it said one.
+    fn raw_os_error(&self) -> Option<i32> {
+        None
+    }
 }
 
 impl Cause for std::io::Error {
     fn kind(&self) -> std::io::ErrorKind {
         std::io::Error::kind(self)
+    }
+
+    fn raw_os_error(&self) -> Option<i32> {
+        std::io::Error::raw_os_error(self)
     }
 }
 
@@ -172,6 +234,13 @@ impl Cause for sled::Error {
         match self {
             sled::Error::Io(e) => e.kind(),
             _ => std::io::ErrorKind::Other,
+        }
+    }
+
+    fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            sled::Error::Io(e) => e.raw_os_error(),
+            _ => None,
         }
     }
 }
@@ -185,7 +254,16 @@ impl StoreError {
         Self::Io {
             during,
             kind: err.kind(),
+            cause: IoCause::of(err.raw_os_error(), err.kind()),
             reason: err.to_string(),
+        }
+    }
+
+    /// What a storage failure came from; `None` for every error that is not one.
+    pub fn io_cause(&self) -> Option<IoCause> {
+        match self {
+            Self::Io { cause, .. } => Some(*cause),
+            _ => None,
         }
     }
 
@@ -227,5 +305,30 @@ mod tests {
         let other = StoreError::io("closing", "the committer thread panicked");
         assert_eq!(other.io_kind(), Some(ErrorKind::Other));
         assert_eq!(StoreError::Closed.io_kind(), None);
+    }
+
+    /// The cause comes from the error number (std has no stable kind for `EMFILE`), and from the
+    /// kind where only that survived (sled reports a failure again as a copy with its kind).
+    #[test]
+    fn an_io_failure_names_its_cause() {
+        let os = |n| StoreError::io("committing", std::io::Error::from_raw_os_error(n));
+        assert_eq!(os(libc::ENOSPC).io_cause(), Some(IoCause::DiskFull));
+        assert_eq!(os(libc::EDQUOT).io_cause(), Some(IoCause::DiskFull));
+        assert_eq!(os(libc::EMFILE).io_cause(), Some(IoCause::TooManyOpenFiles));
+        assert_eq!(os(libc::ENFILE).io_cause(), Some(IoCause::TooManyOpenFiles));
+        assert_eq!(os(libc::EIO).io_cause(), Some(IoCause::Other));
+        let sled = sled::Error::Io(std::io::Error::from_raw_os_error(libc::EMFILE));
+        assert_eq!(
+            StoreError::io("committing", sled).io_cause(),
+            Some(IoCause::TooManyOpenFiles)
+        );
+        let copied = sled::Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC)).clone();
+        assert_eq!(
+            StoreError::io("flushing", copied).io_cause(),
+            Some(IoCause::DiskFull)
+        );
+        let text = StoreError::io("closing", "no space left on device (in words only)");
+        assert_eq!(text.io_cause(), Some(IoCause::Other), "never from text");
+        assert_eq!(StoreError::Closed.io_cause(), None);
     }
 }

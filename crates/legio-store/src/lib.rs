@@ -31,7 +31,7 @@ mod verify;
 
 pub use codec::{decode_event, encode_event, FORMAT_VERSION};
 pub use engine::check_event;
-pub use error::{Result, StoreError};
+pub use error::{IoCause, Result, StoreError};
 pub use layout::LAYOUT_VERSION;
 pub use log::{AppendHandle, EventLog, Subscription};
 pub use memory::MemoryLog;

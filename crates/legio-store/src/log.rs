@@ -109,6 +109,14 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
 
     /// Bytes the log occupies on disk (0 in memory).
     fn size_on_disk(&self) -> Result<u64>;
+
+    /// The failure that stopped the log taking appends (a failed commit: a full disk, too many
+    /// open files, an I/O error; `docs/storage.md`, "Storage failures"), once there is one. Such
+    /// a log refuses every append with it until it is opened again. `None` for a log that never
+    /// fails this way.
+    fn failure(&self) -> Option<StoreError> {
+        None
+    }
 }
 
 /// Resolves when an append is durable: `.wait()` from a blocking thread, or `.await`.

@@ -198,9 +198,15 @@ fn open_with_lock_grace(config: &sled::Config, path: &Path, origin: &Path) -> Re
                 if !text.contains("could not acquire lock") {
                     return Err(
                         match describe_failure(origin, e, "opening the database", None) {
-                            StoreError::Io { during, kind, .. } => StoreError::Io {
+                            StoreError::Io {
                                 during,
                                 kind,
+                                cause,
+                                ..
+                            } => StoreError::Io {
+                                during,
+                                kind,
+                                cause,
                                 reason: format!("{} ({text})", path.display()),
                             },
                             damaged => damaged,

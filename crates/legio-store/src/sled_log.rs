@@ -453,6 +453,10 @@ impl EventLog for SledLog {
         self.engine.backend.sync()
     }
 
+    fn failure(&self) -> Option<StoreError> {
+        self.engine.backend.failure()
+    }
+
     fn size_on_disk(&self) -> Result<u64> {
         self.engine.backend.size_on_disk()
     }
