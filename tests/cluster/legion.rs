@@ -29,11 +29,13 @@ pub struct Node {
 /// The cluster: its nats-servers, its nodes and their shared folder.
 pub struct Legion {
     pub nats: NatsCluster,
+    /// The nodes' lease TTL.
+    pub ttl: Duration,
     pub dir: tempfile::TempDir,
     pub nodes: Vec<Node>,
 }
 
-pub fn write_config(dir: &Path, urls: &[String], latency_ms: u64) {
+pub fn write_config(dir: &Path, urls: &[String], latency_ms: u64, ttl: Duration) {
     for name in ["lead", "ann", "bob"] {
         std::fs::write(dir.join(format!("{name}.md")), format!("You are {name}.")).unwrap();
     }
@@ -71,21 +73,28 @@ history = "session"
 latency_ms = {latency_ms}
 "#,
         servers = servers.join(", "),
-        ttl = TTL.as_secs()
+        ttl = ttl.as_secs()
     );
     std::fs::write(dir.join("legio.toml"), text).unwrap();
 }
 
 impl Legion {
-    /// Three nats-servers and three nodes, or `None` (skipped) without nats-server.
+    /// Three nats-servers and three nodes with the lease TTL [`TTL`], or `None` (skipped)
+    /// without nats-server.
     pub fn start(latency_ms: u64) -> Option<Self> {
+        Self::start_with_ttl(latency_ms, TTL)
+    }
+
+    /// [`Legion::start`] with another lease TTL (whole seconds).
+    pub fn start_with_ttl(latency_ms: u64, ttl: Duration) -> Option<Self> {
         let nats = NatsCluster::start(3)?;
         let dir = tempfile::tempdir().unwrap();
         println!("legion in {}", dir.path().display());
         std::fs::create_dir(dir.path().join("sessions")).unwrap();
-        write_config(dir.path(), &nats.urls(), latency_ms);
+        write_config(dir.path(), &nats.urls(), latency_ms, ttl);
         let mut legion = Self {
             nats,
+            ttl,
             dir,
             nodes: Vec::new(),
         };
@@ -144,7 +153,7 @@ impl Legion {
     pub fn options(&self) -> NatsOptions {
         NatsOptions {
             stream: STREAM.into(),
-            lease_ttl: TTL,
+            lease_ttl: self.ttl,
             ..self.nats.options(3)
         }
     }
@@ -217,6 +226,7 @@ impl Drop for Legion {
         for node in &mut self.nodes {
             let _ = Command::new("kill")
                 .args(["-CONT", &node.child.id().to_string()])
+                .stderr(Stdio::null())
                 .status();
             let _ = node.child.kill();
             let _ = node.child.wait();

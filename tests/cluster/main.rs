@@ -306,3 +306,55 @@ fn a_paused_owner_finds_its_appends_refused_and_stands_down() {
     legion.verify();
     check_sessions(&legion.sessions_dir());
 }
+
+/// An owner stopped gracefully (SIGTERM) releases its leases: another node serves the
+/// conversation at once, far under the lease TTL (30 s here; an owner that died without a word
+/// would hold the conversation that long), and nothing acknowledged is lost.
+#[test]
+fn a_gracefully_stopped_owner_hands_its_conversation_over_at_once() {
+    let _one_at_a_time = one_at_a_time();
+    let ttl = Duration::from_secs(30);
+    let Some(mut legion) = Legion::start_with_ttl(0, ttl) else {
+        return;
+    };
+    const CONV: &str = "graceful:1";
+    let (_, first) = post_until_served(&legion, 0, CONV, "@all hello", Duration::from_secs(30));
+    let owner = legion.owner(CONV).expect("an owner");
+    let i = legion.node_index(&owner);
+    legion.signal(i, "-TERM");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while legion.nodes[i].child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "{owner} did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stopped = Instant::now();
+    assert_eq!(legion.owner(CONV), None, "{owner} released its lease");
+    let (_, second) = post_until_served(
+        &legion,
+        i + 1,
+        CONV,
+        "@ann after the handover",
+        Duration::from_secs(20),
+    );
+    let handover = stopped.elapsed();
+    println!("{owner} stopped; the conversation was served elsewhere after {handover:?}");
+    assert_eq!(second.len(), 1, "served at the first try: {second:?}");
+    assert!(
+        handover < ttl / 3,
+        "served again only after {handover:?} (lease TTL {ttl:?})"
+    );
+    let new_owner = legion.owner(CONV).expect("an owner");
+    assert_ne!(new_owner, owner);
+    let texts = user_texts(&legion.log(), CONV);
+    let acknowledged = [first.last().unwrap(), &second[0]];
+    let stored: Vec<&String> = texts.iter().filter(|t| acknowledged.contains(t)).collect();
+    assert_eq!(
+        stored, acknowledged,
+        "each acknowledged message once, in order"
+    );
+    assert!(texts
+        .iter()
+        .all(|t| first.contains(t) || second.contains(t)));
+    legion.verify();
+    check_sessions(&legion.sessions_dir());
+}
