@@ -224,6 +224,7 @@ fn restart_serves_every_acknowledged_turn(
 /// bodies; `words`: the system's own message in them).
 fn refused_and_not_ready(c: &mut Connection, refused: (u16, String), code: &str, words: &str) {
     let (status, body) = refused;
+    eprintln!("refused with {status}: {body}");
     assert_eq!((status, error_code(&body).as_str()), (503, code), "{body}");
     assert!(
         body.contains(words),
