@@ -139,7 +139,7 @@ const TURN_KINDS: [(TurnErrorKind, &str); 10] = [
     (TurnErrorKind::Moved, "moved"),
 ];
 
-const CODES: [(ErrorCode, &str); 16] = [
+const CODES: [(ErrorCode, &str); 18] = [
     (ErrorCode::Config, "config"),
     (ErrorCode::BadName, "bad_name"),
     (ErrorCode::ReservedConversation, "reserved_conversation"),
@@ -151,6 +151,8 @@ const CODES: [(ErrorCode, &str); 16] = [
     (ErrorCode::ShuttingDown, "shutting_down"),
     (ErrorCode::StoreLocked, "store_locked"),
     (ErrorCode::StorageFull, "storage_full"),
+    (ErrorCode::TooManyOpenFiles, "too_many_open_files"),
+    (ErrorCode::StorageFailed, "storage_failed"),
     (ErrorCode::Unavailable, "unavailable"),
     (ErrorCode::ProviderUnavailable, "provider_unavailable"),
     (ErrorCode::InvalidTool, "invalid_tool"),
@@ -379,6 +381,15 @@ mod tests {
         }
         for (code, name) in CODES {
             assert_eq!(code_of(code_name(code)), code, "{name}");
+        }
+        // The storage failures keep their cause across nodes (they were `internal` once).
+        for code in [
+            ErrorCode::StorageFull,
+            ErrorCode::TooManyOpenFiles,
+            ErrorCode::StorageFailed,
+        ] {
+            assert_eq!(code_of(code_name(code)), code);
+            assert_ne!(code_name(code), "internal");
         }
     }
 
