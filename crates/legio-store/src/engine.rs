@@ -416,12 +416,7 @@ impl<B: Backend> Engine<B> {
     /// [`LIST_TAIL_ENTRIES`] entries: one backward walk instead of a floor lookup and a scan,
     /// for the usual forward read of what came after a recent checkpoint. `None` when the
     /// entry holding `target` is further back.
-    fn list_tail(
-        &self,
-        prefix: &[u8],
-        target: Seq,
-        end: &[u8],
-    ) -> Result<Option<Vec<(Seq, Vec<u8>)>>> {
+    fn list_tail(&self, prefix: &[u8], target: Seq, end: &[u8]) -> Result<Option<Vec<ListEntry>>> {
         let mut entries = Vec::new();
         let mut reached = true;
         self.backend.scan(
@@ -656,6 +651,9 @@ fn decode_span(
 /// How many list entries a forward list read walks back from the end before it looks the
 /// entry holding its start up instead (see [`Engine::list_tail`]).
 const LIST_TAIL_ENTRIES: usize = 8;
+
+/// A stored list entry: the seq its key names, and its value.
+type ListEntry = (Seq, Vec<u8>);
 
 /// A list read in progress: the seqs wanted from each entry, in the read's direction.
 struct ListTake<'a> {
