@@ -73,6 +73,41 @@ pub fn read_range_bounds_and_limits(log: &dyn EventLog) {
     ));
 }
 
+/// Ranges that start and end inside a chunk, at a chunk's edges, and across chunks (the sled
+/// log's layout v2, shared by the memory log: three groups of ten small events, one chunk each,
+/// then one group of six 20 KiB events, packed two to a chunk), with limits that stop inside a
+/// chunk: every answer is exactly the stored events, in order.
+pub fn read_range_starts_and_ends_inside_chunks(log: &dyn EventLog) {
+    let mut appended = Vec::new();
+    for group in 0..3u64 {
+        let batch: Vec<Event> = (1..=10)
+            .map(|i| text_message(group * 10 + i, "t:1", "user", "lead", "m"))
+            .collect();
+        appended.extend(batch.clone());
+        log.append(batch).unwrap();
+    }
+    let big = "x".repeat(20 * 1024);
+    let batch: Vec<Event> = (31..=36)
+        .map(|n| text_message(n, "t:1", "user", "lead", &big))
+        .collect();
+    appended.extend(batch.clone());
+    log.append(batch).unwrap();
+    let last = appended.len() as u64;
+    for from in 1..=last + 1 {
+        for to in from..=last + 2 {
+            for limit in [1, 3, 1000] {
+                let got = log.read_range(Seq(from), Seq(to), limit).unwrap();
+                let want: Vec<u64> = (from..=to.min(last)).take(limit).collect();
+                let seqs: Vec<u64> = got.iter().map(|r| r.seq.0).collect();
+                assert_eq!(seqs, want, "read_range({from}, {to}, {limit})");
+                for record in &got {
+                    assert_eq!(record.event, appended[record.seq.0 as usize - 1]);
+                }
+            }
+        }
+    }
+}
+
 pub fn conversations_are_separate(log: &dyn EventLog) {
     log.append(vec![
         text_message(1, "t:a", "user", "lead", "1"),
@@ -398,3 +433,24 @@ contract_suite!(nats_one_server, {
     let log = legio_store::NatsLog::open(&cluster.options(1)).unwrap();
     (Box::new(log) as Box<dyn EventLog>, cluster)
 });
+
+/// The chunk-layout ranges on the logs that store chunks (sled, and memory, which shares the
+/// layout). Not in the suite above: it makes about 2,300 reads, and the NATS log creates a
+/// JetStream consumer per read, which reaches the server's consumer limit.
+mod chunk_ranges {
+    #[test]
+    fn memory() {
+        super::read_range_starts_and_ends_inside_chunks(&legio_store::MemoryLog::new());
+    }
+
+    #[test]
+    fn sled() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = legio_store::SledLog::open(
+            dir.path().join("db"),
+            &legio_store::StoreOptions::default(),
+        )
+        .unwrap();
+        super::read_range_starts_and_ends_inside_chunks(&log);
+    }
+}

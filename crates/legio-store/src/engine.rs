@@ -292,6 +292,10 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Events with `from <= seq <= to`, at most `limit`, capped at the acknowledged seq.
+    ///
+    /// The chunk holding `from` is the one the floor lookup returns: only its records in the
+    /// range are decoded (the offset table seeks to them), and the scan of the following chunks
+    /// starts after it, so no chunk is read twice.
     pub(crate) fn read_range(&self, from: Seq, to: Seq, limit: usize) -> Result<Vec<Record>> {
         m::read("range");
         if from > to {
@@ -306,25 +310,27 @@ impl<B: Backend> Engine<B> {
         if from > to || limit == 0 {
             return Ok(out);
         }
-        let start = self.chunk_at(from)?.map_or(from, |(first, _)| first);
+        let mut next = from;
+        if let Some((first, value)) = self.chunk_at(from)? {
+            let chunk = Chunk::parse(first, value.as_ref())?;
+            if chunk.contains(from) {
+                decode_span(&chunk, (from, to), limit, &mut out)?;
+                next = chunk.end_seq();
+            }
+        }
+        if next > to || out.len() >= limit {
+            return Ok(out);
+        }
         let mut failure = None;
         self.backend.scan(
             TreeId::Chunks,
-            &keys::seq_key(start),
+            &keys::seq_key(next),
             Some(&keys::seq_key(to.next())),
             Direction::Forward,
             &mut |key, value| {
                 let first = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
-                let result = Chunk::parse(first, value).and_then(|chunk| {
-                    for (seq, record) in chunk.iter() {
-                        if seq < from || seq > to || out.len() >= limit {
-                            continue;
-                        }
-                        let event = decode_event(seq, record?)?;
-                        out.push(Record { seq, event });
-                    }
-                    Ok(())
-                });
+                let result = Chunk::parse(first, value)
+                    .and_then(|chunk| decode_span(&chunk, (from, to), limit, &mut out));
                 match result {
                     Err(e) => {
                         failure = Some(e);
@@ -341,9 +347,8 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Seqs listed in the list at `prefix` (the conversation list when `conversation_list`, then
-    /// only messages if `messages_only`), newest first when `direction` is backward, at most
-    /// `limit`, only those `> after`, `< before` and `<= committed`.
+    /// Seqs listed in `list` (only messages if `messages_only`), newest first when `direction`
+    /// is backward, at most `limit`, only those `> after`, `< before` and `<= committed`.
     fn list_seqs(
         &self,
         list: ListRef<'_>,
@@ -352,24 +357,40 @@ impl<B: Backend> Engine<B> {
         limit: usize,
     ) -> Result<Vec<Seq>> {
         let end_seq = before.min(self.committed().next());
-        let mut out = Vec::new();
-        if limit == 0 || after.next() >= end_seq {
-            return Ok(out);
-        }
-        let start = match direction {
-            // The entry holding `after + 1` may start at or before it.
-            Direction::Forward => self
-                .backend
-                .floor(
-                    TreeId::Lists,
-                    list.prefix,
-                    &keys::list_key(list.prefix, after.next()),
-                )?
-                .map(|(key, _)| key),
-            Direction::Backward => None,
+        let mut take = ListTake {
+            list,
+            after,
+            end_seq,
+            direction,
+            limit,
+            out: Vec::new(),
         };
-        let start = start.unwrap_or_else(|| keys::list_key(list.prefix, Seq::ZERO));
+        if limit == 0 || after.next() >= end_seq {
+            return Ok(take.out);
+        }
         let end = keys::list_key(list.prefix, end_seq);
+        let start = match direction {
+            Direction::Backward => keys::list_key(list.prefix, Seq::ZERO),
+            Direction::Forward => match self.list_tail(list.prefix, after.next(), &end)? {
+                Some(entries) => {
+                    for (first, value) in &entries {
+                        if take.entry(*first, value)?.is_break() {
+                            break;
+                        }
+                    }
+                    return Ok(take.out);
+                }
+                // The entry holding `after + 1` may start at or before it.
+                None => self
+                    .backend
+                    .floor(
+                        TreeId::Lists,
+                        list.prefix,
+                        &keys::list_key(list.prefix, after.next()),
+                    )?
+                    .map_or_else(|| keys::list_key(list.prefix, Seq::ZERO), |(key, _)| key),
+            },
+        };
         let mut failure = None;
         self.backend.scan(
             TreeId::Lists,
@@ -378,42 +399,46 @@ impl<B: Backend> Engine<B> {
             direction,
             &mut |key, value| {
                 let first = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
-                let items = match decode_list(first, value, list.conversation) {
-                    Ok(items) => items,
-                    Err(e) => {
-                        failure = Some(e);
-                        return ControlFlow::Break(());
-                    }
-                };
-                let wanted = |&&(seq, is_message): &&(Seq, bool)| {
-                    seq > after && seq < end_seq && (is_message || !list.messages_only)
-                };
-                let room = limit - out.len();
-                match direction {
-                    Direction::Forward => {
-                        out.extend(items.iter().filter(wanted).take(room).map(|(s, _)| *s))
-                    }
-                    Direction::Backward => out.extend(
-                        items
-                            .iter()
-                            .rev()
-                            .filter(wanted)
-                            .take(room)
-                            .map(|(s, _)| *s),
-                    ),
-                }
-                let below_after = direction == Direction::Backward && first <= after;
-                if out.len() >= limit || below_after {
+                take.entry(first, value).unwrap_or_else(|e| {
+                    failure = Some(e);
+                    ControlFlow::Break(())
+                })
+            },
+        )?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(take.out),
+        }
+    }
+
+    /// The last entries of the list at `prefix` below the key `end`, in order, back to the one
+    /// holding `target` (the last whose first seq is at most `target`), if that takes at most
+    /// [`LIST_TAIL_ENTRIES`] entries: one backward walk instead of a floor lookup and a scan,
+    /// for the usual forward read of what came after a recent checkpoint. `None` when the
+    /// entry holding `target` is further back.
+    fn list_tail(&self, prefix: &[u8], target: Seq, end: &[u8]) -> Result<Option<Vec<ListEntry>>> {
+        let mut entries = Vec::new();
+        let mut reached = true;
+        self.backend.scan(
+            TreeId::Lists,
+            &keys::list_key(prefix, Seq::ZERO),
+            Some(end),
+            Direction::Backward,
+            &mut |key, value| {
+                let first = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
+                entries.push((first, value.to_vec()));
+                if first <= target {
+                    ControlFlow::Break(())
+                } else if entries.len() >= LIST_TAIL_ENTRIES {
+                    reached = false;
                     ControlFlow::Break(())
                 } else {
                     ControlFlow::Continue(())
                 }
             },
         )?;
-        match failure {
-            Some(e) => Err(e),
-            None => Ok(out),
-        }
+        entries.reverse();
+        Ok(reached.then_some(entries))
     }
 
     /// The records at `seqs` (ascending), reading each chunk once.
@@ -602,6 +627,69 @@ impl<B: Backend> Engine<B> {
             out.push(key);
         }
         Ok(out)
+    }
+}
+
+/// Decodes the records of `chunk` with `from <= seq <= to` into `out` until it holds `limit`
+/// records; the others are not decoded (the offset table seeks to the first one wanted).
+fn decode_span(
+    chunk: &Chunk<'_>,
+    (from, to): (Seq, Seq),
+    limit: usize,
+    out: &mut Vec<Record>,
+) -> Result<()> {
+    let mut seq = from.max(chunk.first);
+    let end = to.min(Seq(chunk.end_seq().0 - 1));
+    while seq <= end && out.len() < limit {
+        let event = decode_event(seq, chunk.record(seq)?)?;
+        out.push(Record { seq, event });
+        seq = seq.next();
+    }
+    Ok(())
+}
+
+/// How many list entries a forward list read walks back from the end before it looks the
+/// entry holding its start up instead (see [`Engine::list_tail`]).
+const LIST_TAIL_ENTRIES: usize = 8;
+
+/// A stored list entry: the seq its key names, and its value.
+type ListEntry = (Seq, Vec<u8>);
+
+/// A list read in progress: the seqs wanted from each entry, in the read's direction.
+struct ListTake<'a> {
+    list: ListRef<'a>,
+    after: Seq,
+    end_seq: Seq,
+    direction: Direction,
+    limit: usize,
+    out: Vec<Seq>,
+}
+
+impl ListTake<'_> {
+    /// Takes the wanted seqs of the entry stored under a key naming `first`; `Break` once the
+    /// read has all it wants.
+    fn entry(&mut self, first: Seq, value: &[u8]) -> Result<ControlFlow<()>> {
+        let items = decode_list(first, value, self.list.conversation)?;
+        let (after, end_seq, messages_only) = (self.after, self.end_seq, self.list.messages_only);
+        let wanted = |&&(seq, is_message): &&(Seq, bool)| {
+            seq > after && seq < end_seq && (is_message || !messages_only)
+        };
+        let room = self.limit - self.out.len();
+        let seqs = |(s, _): &(Seq, bool)| *s;
+        match self.direction {
+            Direction::Forward => self
+                .out
+                .extend(items.iter().filter(wanted).take(room).map(seqs)),
+            Direction::Backward => self
+                .out
+                .extend(items.iter().rev().filter(wanted).take(room).map(seqs)),
+        }
+        let below_after = self.direction == Direction::Backward && first <= after;
+        Ok(if self.out.len() >= self.limit || below_after {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        })
     }
 }
 
