@@ -15,16 +15,17 @@ use legio_store::EventLog;
 use legion::*;
 use serde_json::{json, Value};
 
-/// Round-robin posts to every node for several conversations land once each, in order, and
-/// the ones sent to a non-owner are served by the owner; then one nats-server of three is lost
-/// and restarted, and turns go on.
-/// The cluster tests run one at a time: each starts three nats-servers and three legio nodes on
-/// ports found free a moment before, and side by side they raced for ports and for the CPU.
+/// The cluster tests run one at a time: each starts three nats-servers and three legio nodes,
+/// and side by side they compete for the 2 cores CI has (and once raced for ports, before
+/// tests/support/nats.rs drew them from below the ephemeral range).
 fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
     ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Round-robin posts to every node for several conversations land once each, in order, and
+/// the ones sent to a non-owner are served by the owner; then one nats-server of three is lost
+/// and restarted, and turns go on.
 #[test]
 fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
     let _one_at_a_time = one_at_a_time();
