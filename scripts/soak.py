@@ -72,6 +72,18 @@ class ServerDown(Exception):
     """The server did not come back within 60 s after a restart."""
 
 
+def outgrown(db, mount):
+    """A hint when the log itself has filled the tmpfs (then no restart can open it: that is a
+    full disk only an operator can free, not the chaos the filler makes)."""
+    if not mount:
+        return ""
+    used = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(db) for f in fs)
+    total = shutil.disk_usage(mount).total
+    if used < 0.8 * total:
+        return ""
+    return f" (the log itself takes {used >> 20} of the tmpfs's {total >> 20} MiB: pass a larger --tmpfs-mb)"
+
+
 class Server:
     """`legio serve` under a descriptor limit, restartable."""
 
@@ -200,7 +212,7 @@ def chaos(server, stop, rng, figures, counts, period):
             try:
                 server.kill_and_restart()
             except ServerDown as down:
-                figures.fatal = "after a SIGKILL the server did not come back within 60 s: " + " | ".join(down.args[0])
+                figures.fatal = "after a SIGKILL the server did not come back within 60 s: " + " | ".join(down.args[0]) + outgrown(server.db, server.mount)
                 log(figures.fatal)
                 stop.set()
                 return
@@ -218,7 +230,7 @@ def supervisor(server, stop, figures, counts):
         try:
             code = server.restart_if_exited()
         except ServerDown as down:
-            figures.fatal = "the server exited on its own and did not come back within 60 s: " + " | ".join(down.args[0])
+            figures.fatal = "the server exited on its own and did not come back within 60 s: " + " | ".join(down.args[0]) + outgrown(server.db, server.mount)
             log(figures.fatal)
             stop.set()
             return
@@ -281,7 +293,9 @@ def main():
     parser.add_argument("--conversations", type=int, default=200)
     parser.add_argument("--chaos-period", type=float, default=4.0)
     parser.add_argument("--nofile", type=int, default=256)
-    parser.add_argument("--tmpfs-mb", type=int, default=64, help="0: no disk-full chaos")
+    parser.add_argument("--tmpfs-mb", type=int, default=1024,
+                        help="size of the tmpfs that fills and empties (0: no disk-full chaos); the "
+                             "log itself must fit in it with room to spare (about 2.3 KiB a turn)")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     args = parser.parse_args()
     rng = random.Random(args.seed)
@@ -301,6 +315,7 @@ def main():
     port = free_port()
     out = open(os.path.join(root, "server.log"), "ab")
     server = Server(args.legio, config, port, args.nofile, out)
+    server.db, server.mount = db, mount
     log(f"seed {args.seed}, {args.seconds:.0f} s, {args.clients} clients, {args.conversations} conversations per client, ulimit -n {args.nofile}, dir {root}")
     server.start()
     figures, counts = Figures(), {"kills": 0, "stops": 0, "fills": 0, "exits": 0, "exit_codes": {}}
