@@ -101,123 +101,16 @@ impl Actor for ConversationSupervisor {
                 }
             }
             ConversationMsg::Reap { idle, reply } => {
-                let mut waits = Vec::new();
-                for (agent, slot) in state.slots.iter_mut() {
-                    let Slot::Live(actor) = slot else { continue };
-                    let actor = actor.clone();
-                    let (tx, rx) = oneshot::channel();
-                    if actor
-                        .send_message(AgentMsg::ReapIfIdle { idle, reply: tx })
-                        .is_ok()
-                    {
-                        waits.push((agent.clone(), actor.get_id(), rx));
-                        *slot = Slot::Draining(actor, Vec::new());
-                    }
-                }
-                if waits.is_empty() {
-                    self.retire_if_idle(&myself, state);
-                    let _ = reply.send(0);
-                    return Ok(());
-                }
-                // Collect the answers without blocking this supervisor on a busy agent.
-                let supervisor = myself.clone();
-                tokio::spawn(async move {
-                    let mut results = Vec::with_capacity(waits.len());
-                    for (agent, id, rx) in waits {
-                        results.push((agent, id, rx.await.unwrap_or(false)));
-                    }
-                    let reaped = results.iter().filter(|(_, _, stopped)| *stopped).count();
-                    let _ = supervisor.send_message(ConversationMsg::ReapDone { results });
-                    let _ = reply.send(reaped);
-                });
+                self.reap(&myself, state, idle, reply);
             }
             ConversationMsg::ReapDone { results } => {
-                for (agent, id, stopped) in results {
-                    if stopped {
-                        continue; // its termination hands the queue to a new actor
-                    }
-                    if let Some(Slot::Draining(actor, _)) = state.slots.get(&agent) {
-                        if actor.get_id() == id {
-                            if let Some(Slot::Draining(actor, queue)) = state.slots.remove(&agent) {
-                                for (job, reply) in queue {
-                                    let _ = actor.send_message(job.into_msg(reply));
-                                }
-                                state.slots.insert(agent, Slot::Live(actor));
-                            }
-                        }
-                    }
-                }
+                reap_done(state, results);
             }
             ConversationMsg::Reset { agent, reply } => {
-                state.restarts.entry(agent.clone()).or_default().clear();
-                match state.slots.get(&agent) {
-                    Some(Slot::Draining(..)) => {
-                        // The actor may be stopping: record the reset here; if it carries on,
-                        // its next turn sees the closed session and opens a new one.
-                        let result = self.shared.record_reset(&self.conversation, &agent).await;
-                        let _ = reply.send(result);
-                    }
-                    Some(Slot::Live(actor)) => {
-                        if let Err(ractor::MessagingErr::SendErr(AgentMsg::Reset { reply })) =
-                            actor.send_message(AgentMsg::Reset { reply })
-                        {
-                            let _ = reply.send(Err(RuntimeError::AgentRestarting {
-                                agent: agent.to_string(),
-                            }));
-                        }
-                    }
-                    _ => {
-                        // Not running (failed, restarting or never started): record the reset
-                        // directly; the next turn starts a fresh actor.
-                        let queued = match state.slots.remove(&agent) {
-                            Some(Slot::Restarting(queue)) => queue,
-                            _ => Vec::new(),
-                        };
-                        self.shared
-                            .board
-                            .set(&self.conversation, &agent, Activity::Idle);
-                        let result = self.shared.record_reset(&self.conversation, &agent).await;
-                        let _ = reply.send(result);
-                        for (job, reply) in queued {
-                            let _ = myself.send_message(ConversationMsg::Work {
-                                agent: agent.clone(),
-                                job,
-                                reply,
-                            });
-                        }
-                    }
-                }
+                self.reset(&myself, state, agent, reply).await;
             }
             ConversationMsg::Shutdown { reply } => {
-                state.shutting_down = true;
-                let mut waits = Vec::new();
-                for (agent, slot) in state.slots.drain() {
-                    let (actor, queue) = match slot {
-                        Slot::Live(actor) => (Some(actor), Vec::new()),
-                        Slot::Draining(actor, queue) => (Some(actor), queue),
-                        Slot::Restarting(queue) => (None, queue),
-                        Slot::Failed(_) => (None, Vec::new()),
-                    };
-                    if let Some(actor) = actor {
-                        let (tx, rx) = oneshot::channel();
-                        let stop = AgentMsg::Stop {
-                            why: BoundaryReason::Shutdown,
-                            reply: tx,
-                        };
-                        if actor.send_message(stop).is_ok() {
-                            waits.push(rx);
-                        }
-                    }
-                    for (_, r) in queue {
-                        let _ = r.send(shut_down(&agent));
-                    }
-                }
-                tokio::spawn(async move {
-                    for rx in waits {
-                        let _ = rx.await;
-                    }
-                    let _ = reply.send(());
-                });
+                shutdown(state, reply);
             }
             ConversationMsg::Kill { reply } => {
                 state.shutting_down = true;
@@ -498,4 +391,146 @@ impl ConversationSupervisor {
             }
         }
     }
+}
+
+impl ConversationSupervisor {
+    /// Asks every live agent to stop if idle for `idle`; answers how many stopped (collected off
+    /// this actor, so a busy agent never blocks it). With nothing live, retires if idle.
+    fn reap(
+        &self,
+        myself: &ActorRef<ConversationMsg>,
+        state: &mut ConversationState,
+        idle: Duration,
+        reply: oneshot::Sender<usize>,
+    ) {
+        let mut waits = Vec::new();
+        for (agent, slot) in state.slots.iter_mut() {
+            let Slot::Live(actor) = slot else { continue };
+            let actor = actor.clone();
+            let (tx, rx) = oneshot::channel();
+            if actor
+                .send_message(AgentMsg::ReapIfIdle { idle, reply: tx })
+                .is_ok()
+            {
+                waits.push((agent.clone(), actor.get_id(), rx));
+                *slot = Slot::Draining(actor, Vec::new());
+            }
+        }
+        if waits.is_empty() {
+            self.retire_if_idle(myself, state);
+            let _ = reply.send(0);
+            return;
+        }
+        // Collect the answers without blocking this supervisor on a busy agent.
+        let supervisor = myself.clone();
+        tokio::spawn(async move {
+            let mut results = Vec::with_capacity(waits.len());
+            for (agent, id, rx) in waits {
+                results.push((agent, id, rx.await.unwrap_or(false)));
+            }
+            let reaped = results.iter().filter(|(_, _, stopped)| *stopped).count();
+            let _ = supervisor.send_message(ConversationMsg::ReapDone { results });
+            let _ = reply.send(reaped);
+        });
+    }
+
+    /// Records a reset of `agent`'s session, through its actor if it runs.
+    async fn reset(
+        &self,
+        myself: &ActorRef<ConversationMsg>,
+        state: &mut ConversationState,
+        agent: AgentName,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    ) {
+        state.restarts.entry(agent.clone()).or_default().clear();
+        match state.slots.get(&agent) {
+            Some(Slot::Draining(..)) => {
+                // The actor may be stopping: record the reset here; if it carries on,
+                // its next turn sees the closed session and opens a new one.
+                let result = self.shared.record_reset(&self.conversation, &agent).await;
+                let _ = reply.send(result);
+            }
+            Some(Slot::Live(actor)) => {
+                if let Err(ractor::MessagingErr::SendErr(AgentMsg::Reset { reply })) =
+                    actor.send_message(AgentMsg::Reset { reply })
+                {
+                    let _ = reply.send(Err(RuntimeError::AgentRestarting {
+                        agent: agent.to_string(),
+                    }));
+                }
+            }
+            _ => {
+                // Not running (failed, restarting or never started): record the reset
+                // directly; the next turn starts a fresh actor.
+                let queued = match state.slots.remove(&agent) {
+                    Some(Slot::Restarting(queue)) => queue,
+                    _ => Vec::new(),
+                };
+                self.shared
+                    .board
+                    .set(&self.conversation, &agent, Activity::Idle);
+                let result = self.shared.record_reset(&self.conversation, &agent).await;
+                let _ = reply.send(result);
+                for (job, reply) in queued {
+                    let _ = myself.send_message(ConversationMsg::Work {
+                        agent: agent.clone(),
+                        job,
+                        reply,
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The agents that did not stop after a reap go live again, with what queued meanwhile.
+fn reap_done(state: &mut ConversationState, results: Vec<(AgentName, ActorId, bool)>) {
+    for (agent, id, stopped) in results {
+        if stopped {
+            continue; // its termination hands the queue to a new actor
+        }
+        if let Some(Slot::Draining(actor, _)) = state.slots.get(&agent) {
+            if actor.get_id() == id {
+                if let Some(Slot::Draining(actor, queue)) = state.slots.remove(&agent) {
+                    for (job, reply) in queue {
+                        let _ = actor.send_message(job.into_msg(reply));
+                    }
+                    state.slots.insert(agent, Slot::Live(actor));
+                }
+            }
+        }
+    }
+}
+
+/// Stops every agent (suspending its session); queued turns are refused; `reply` once all stopped.
+fn shutdown(state: &mut ConversationState, reply: oneshot::Sender<()>) {
+    state.shutting_down = true;
+    let mut waits = Vec::new();
+    for (agent, slot) in state.slots.drain() {
+        let (actor, queue) = match slot {
+            Slot::Live(actor) => (Some(actor), Vec::new()),
+            Slot::Draining(actor, queue) => (Some(actor), queue),
+            Slot::Restarting(queue) => (None, queue),
+            Slot::Failed(_) => (None, Vec::new()),
+        };
+        if let Some(actor) = actor {
+            let (tx, rx) = oneshot::channel();
+            let stop = AgentMsg::Stop {
+                why: BoundaryReason::Shutdown,
+                reply: tx,
+            };
+            if actor.send_message(stop).is_ok() {
+                waits.push(rx);
+            }
+        }
+        for (_, r) in queue {
+            let _ = r.send(shut_down(&agent));
+        }
+    }
+    tokio::spawn(async move {
+        for rx in waits {
+            let _ = rx.await;
+        }
+        let _ = reply.send(());
+    });
 }
