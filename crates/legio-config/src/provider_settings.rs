@@ -128,116 +128,147 @@ pub(crate) fn validate(
             allowed.join(", ")
         ));
     }
-    let read_timeout = |default| {
-        seconds(
-            name,
-            "read_timeout_seconds",
-            p.read_timeout_seconds,
-            default,
-        )
-    };
-    Ok(match kind {
-        "scripted" => {
-            let history = match p.history.as_deref().unwrap_or("session") {
-                "stateless" => History::Stateless,
-                "session" => History::Session { resumable: true },
-                "session-not-resumable" => History::Session { resumable: false },
-                other => {
-                    return Err(format!(
-                        "providers.{name}.history = {other:?} is not \"stateless\", \"session\" or \"session-not-resumable\""
-                    ))
-                }
-            };
-            ProviderSettings::Scripted(ScriptedConfig {
-                history,
-                latency: Duration::from_millis(p.latency_ms.unwrap_or(0)),
-                context_window: p.context_window.unwrap_or(200_000),
-            })
-        }
-        "claude-code" => {
-            let defaults = ClaudeCodeSettings::default();
-            let executable = match &p.executable {
-                Some(path) if path.components().count() > 1 && path.is_relative() => {
-                    base.join(path)
-                }
-                Some(path) => path.clone(),
-                None => defaults.executable.clone(),
-            };
-            ProviderSettings::ClaudeCode(ClaudeCodeSettings {
-                executable,
-                model: p.model.clone(),
-                extra_args: p.extra_args.clone().unwrap_or_default(),
-                context_window: p.context_window.unwrap_or(defaults.context_window),
-                read_timeout: read_timeout(defaults.read_timeout)?,
-            })
-        }
+    match kind {
+        "scripted" => scripted(name, p),
+        "claude-code" => claude_code(name, p, base),
         _ => {
-            let base_url = p.base_url.clone().ok_or_else(|| {
-                format!("providers.{name}.base_url is missing (the API's URL with its version path, e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1)")
-            })?;
-            let model = p
-                .model
-                .clone()
-                .ok_or_else(|| format!("providers.{name}.model is missing"))?;
-            let mut s = HttpSettings::new(base_url, model);
-            s.api_key_env = p.api_key_env.clone().filter(|v| !v.is_empty());
-            s.stream = p.stream.unwrap_or(true);
-            s.connect_timeout = seconds(
-                name,
-                "connect_timeout_seconds",
-                p.connect_timeout_seconds,
-                s.connect_timeout,
-            )?;
-            s.read_timeout = read_timeout(s.read_timeout)?;
-            if let Some(v) = p.max_retries {
-                s.retry.max_retries = v;
-            }
-            if let Some(v) = p.retry_initial_ms {
-                s.retry.initial_backoff = Duration::from_millis(v.max(1));
-            }
-            if let Some(v) = p.retry_max_ms {
-                s.retry.max_backoff = Duration::from_millis(v.max(1));
-            }
-            if s.retry.max_backoff < s.retry.initial_backoff {
-                return Err(format!(
-                    "providers.{name}.retry_max_ms is below retry_initial_ms"
-                ));
-            }
-            if let Some(v) = p.context_window {
-                s.context_window = v;
-            }
-            s.max_output_tokens = p
-                .max_output_tokens
-                .unwrap_or_else(|| default_max_output_tokens(s.context_window));
-            if u64::from(s.max_output_tokens) >= s.context_window {
-                return Err(format!(
-                    "providers.{name}.max_output_tokens = {} leaves no room for the request in context_window {}",
-                    s.max_output_tokens, s.context_window
-                ));
-            }
-            if kind != "openai-chat" {
-                for (key, set) in [
-                    ("stream_tools", p.stream_tools.is_some()),
-                    ("sender_labels", p.sender_labels.is_some()),
-                ] {
-                    if set {
-                        return Err(format!(
-                            "providers.{name}.{key} applies only to kind \"openai-chat\""
-                        ));
-                    }
-                }
-            }
-            s.stream_tools = p.stream_tools.unwrap_or(true);
-            if let Some(v) = p.sender_labels {
-                s.sender_labels = v;
-            }
-            match kind {
+            let s = http(name, p)?;
+            Ok(match kind {
                 "openai-chat" => ProviderSettings::OpenAiChat(s),
                 "anthropic-messages" => ProviderSettings::AnthropicMessages(s),
                 _ => ProviderSettings::OpenAiResponses(s),
+            })
+        }
+    }
+}
+
+/// A `scripted` provider's settings.
+fn scripted(name: &str, p: &ProviderSection) -> Result<ProviderSettings, String> {
+    let history = match p.history.as_deref().unwrap_or("session") {
+        "stateless" => History::Stateless,
+        "session" => History::Session { resumable: true },
+        "session-not-resumable" => History::Session { resumable: false },
+        other => {
+            return Err(format!(
+                "providers.{name}.history = {other:?} is not \"stateless\", \"session\" or \"session-not-resumable\""
+            ))
+        }
+    };
+    Ok(ProviderSettings::Scripted(ScriptedConfig {
+        history,
+        latency: Duration::from_millis(p.latency_ms.unwrap_or(0)),
+        context_window: p.context_window.unwrap_or(200_000),
+    }))
+}
+
+/// A `claude-code` provider's settings; a relative executable path with a folder in it is
+/// read from the config file's folder.
+fn claude_code(name: &str, p: &ProviderSection, base: &Path) -> Result<ProviderSettings, String> {
+    let defaults = ClaudeCodeSettings::default();
+    let executable = match &p.executable {
+        Some(path) if path.components().count() > 1 && path.is_relative() => base.join(path),
+        Some(path) => path.clone(),
+        None => defaults.executable.clone(),
+    };
+    Ok(ProviderSettings::ClaudeCode(ClaudeCodeSettings {
+        executable,
+        model: p.model.clone(),
+        extra_args: p.extra_args.clone().unwrap_or_default(),
+        context_window: p.context_window.unwrap_or(defaults.context_window),
+        read_timeout: seconds(
+            name,
+            "read_timeout_seconds",
+            p.read_timeout_seconds,
+            defaults.read_timeout,
+        )?,
+    }))
+}
+
+/// The settings of an HTTP provider (`openai-chat`, `anthropic-messages`, `openai-responses`).
+fn http(name: &str, p: &ProviderSection) -> Result<HttpSettings, String> {
+    let base_url = p.base_url.clone().ok_or_else(|| {
+        format!("providers.{name}.base_url is missing (the API's URL with its version path, e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1)")
+    })?;
+    let model = p
+        .model
+        .clone()
+        .ok_or_else(|| format!("providers.{name}.model is missing"))?;
+    let mut s = HttpSettings::new(base_url, model);
+    s.api_key_env = p.api_key_env.clone().filter(|v| !v.is_empty());
+    s.stream = p.stream.unwrap_or(true);
+    s.connect_timeout = seconds(
+        name,
+        "connect_timeout_seconds",
+        p.connect_timeout_seconds,
+        s.connect_timeout,
+    )?;
+    s.read_timeout = seconds(
+        name,
+        "read_timeout_seconds",
+        p.read_timeout_seconds,
+        s.read_timeout,
+    )?;
+    retries(name, p, &mut s)?;
+    window(name, p, &mut s)?;
+    openai_chat_only(name, p, &mut s)?;
+    Ok(s)
+}
+
+/// `max_retries`, `retry_initial_ms` and `retry_max_ms`.
+fn retries(name: &str, p: &ProviderSection, s: &mut HttpSettings) -> Result<(), String> {
+    if let Some(v) = p.max_retries {
+        s.retry.max_retries = v;
+    }
+    if let Some(v) = p.retry_initial_ms {
+        s.retry.initial_backoff = Duration::from_millis(v.max(1));
+    }
+    if let Some(v) = p.retry_max_ms {
+        s.retry.max_backoff = Duration::from_millis(v.max(1));
+    }
+    if s.retry.max_backoff < s.retry.initial_backoff {
+        return Err(format!(
+            "providers.{name}.retry_max_ms is below retry_initial_ms"
+        ));
+    }
+    Ok(())
+}
+
+/// `context_window` and `max_output_tokens`, which must leave room for the request.
+fn window(name: &str, p: &ProviderSection, s: &mut HttpSettings) -> Result<(), String> {
+    if let Some(v) = p.context_window {
+        s.context_window = v;
+    }
+    s.max_output_tokens = p
+        .max_output_tokens
+        .unwrap_or_else(|| default_max_output_tokens(s.context_window));
+    if u64::from(s.max_output_tokens) >= s.context_window {
+        return Err(format!(
+            "providers.{name}.max_output_tokens = {} leaves no room for the request in context_window {}",
+            s.max_output_tokens, s.context_window
+        ));
+    }
+    Ok(())
+}
+
+/// `stream_tools` and `sender_labels`, which only `openai-chat` takes.
+fn openai_chat_only(name: &str, p: &ProviderSection, s: &mut HttpSettings) -> Result<(), String> {
+    if p.kind != "openai-chat" {
+        for (key, set) in [
+            ("stream_tools", p.stream_tools.is_some()),
+            ("sender_labels", p.sender_labels.is_some()),
+        ] {
+            if set {
+                return Err(format!(
+                    "providers.{name}.{key} applies only to kind \"openai-chat\""
+                ));
             }
         }
-    })
+    }
+    s.stream_tools = p.stream_tools.unwrap_or(true);
+    if let Some(v) = p.sender_labels {
+        s.sender_labels = v;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
