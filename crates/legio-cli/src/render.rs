@@ -1,6 +1,6 @@
 //! One readable line per event, for the operator: seq, time, kind, who, to whom, a cut of the text.
 
-use legio_core::{Event, Part, Record, SessionStart};
+use legio_core::{Event, Message, Part, Record, SessionOpened, SessionStart};
 
 /// How many characters of a message's text a line shows.
 const TEXT_CUT: usize = 72;
@@ -22,40 +22,19 @@ pub fn line(record: &Record) -> String {
     let event = &record.event;
     let time = event.at().to_rfc3339();
     let time = &time[11..19]; // HH:MM:SS
-    let detail = match event {
-        Event::MessagePosted(m) => {
-            let mut text = m.text_content();
-            for part in &m.parts {
-                match part {
-                    Part::ToolCall { id, name, .. } => {
-                        text.push_str(&format!(" [tool call {name} {id}]"))
-                    }
-                    Part::ToolResult { call_id, .. } => {
-                        text.push_str(&format!(" [tool result {call_id}]"))
-                    }
-                    Part::Text { .. } => {}
-                }
-            }
-            format!("{} -> {}: {}", m.sender, m.audience, cut(&text))
-        }
-        Event::SessionOpened(e) => {
-            let how = match &e.how {
-                SessionStart::Stateless => "stateless".to_owned(),
-                SessionStart::Bootstrapped { up_to } => format!("bootstrapped up to #{up_to}"),
-                SessionStart::Resumed {
-                    provider_session,
-                    checkpoint,
-                } => {
-                    format!("resumed {} at #{checkpoint}", cut(provider_session))
-                }
-            };
-            format!(
-                "{} session {} ({}; {how})",
-                e.agent,
-                short(&e.session.to_string()),
-                e.why
-            )
-        }
+    format!(
+        "#{:<5} {time} {:<18} {}",
+        record.seq.get(),
+        event.kind().as_str(),
+        detail(event)
+    )
+}
+
+/// What `event` says, on one line.
+fn detail(event: &Event) -> String {
+    match event {
+        Event::MessagePosted(m) => message(m),
+        Event::SessionOpened(e) => session_opened(e),
         Event::ContextDelivered(e) => format!(
             "{} {} context up to #{} ({} messages, ~{} tokens)",
             e.agent,
@@ -125,11 +104,37 @@ pub fn line(record: &Record) -> String {
                 cut(error.as_deref().unwrap_or("unknown error"))
             ),
         },
+    }
+}
+
+/// A message: sender, audience and text, with its tool calls and results named.
+fn message(m: &Message) -> String {
+    let mut text = m.text_content();
+    for part in &m.parts {
+        match part {
+            Part::ToolCall { id, name, .. } => text.push_str(&format!(" [tool call {name} {id}]")),
+            Part::ToolResult { call_id, .. } => text.push_str(&format!(" [tool result {call_id}]")),
+            Part::Text { .. } => {}
+        }
+    }
+    format!("{} -> {}: {}", m.sender, m.audience, cut(&text))
+}
+
+/// A session opened: the agent, the session, why and how it started.
+fn session_opened(e: &SessionOpened) -> String {
+    let how = match &e.how {
+        SessionStart::Stateless => "stateless".to_owned(),
+        SessionStart::Bootstrapped { up_to } => format!("bootstrapped up to #{up_to}"),
+        SessionStart::Resumed {
+            provider_session,
+            checkpoint,
+        } => format!("resumed {} at #{checkpoint}", cut(provider_session)),
     };
     format!(
-        "#{:<5} {time} {:<18} {detail}",
-        record.seq.get(),
-        event.kind().as_str()
+        "{} session {} ({}; {how})",
+        e.agent,
+        short(&e.session.to_string()),
+        e.why
     )
 }
 
