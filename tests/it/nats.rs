@@ -239,6 +239,44 @@ fn a_single_event_from_a_stale_writer_is_refused_too() {
     assert_eq!(all_seqs_and_texts(&b), vec![(1, "b wins".to_owned())]);
 }
 
+/// Thousands of quick reads (a follower's, an operator's, a non-owner's catch-up) leave no
+/// JetStream consumer behind: a read once made a consumer that lingered 30 s, and after about
+/// 2,300 quick reads the server refused more (maximum consumers, error 10026).
+#[test]
+fn thousands_of_quick_reads_leave_no_consumer_behind() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let writer = NatsLog::open(&cluster.options(1)).unwrap();
+    for n in 0..200u64 {
+        let conversation = format!("q:{}", n % 4);
+        writer
+            .append(vec![text_message(n, &conversation, "user", "lead", "hi")])
+            .unwrap();
+    }
+    let reader = NatsLog::open_read_only(&cluster.options(1)).unwrap();
+    let started = Instant::now();
+    for i in 0..4000u64 {
+        let from = i % 190 + 1;
+        let short = writer.read_range(Seq(from), Seq(from + 2), 10).unwrap();
+        assert_eq!(short.first().map(|r| r.seq), Some(Seq(from)), "read {i}");
+        assert_eq!(short.len(), 3, "read {i}");
+        if i % 100 == 0 {
+            // A long read (through a consumer) and a conversation read from its subject.
+            assert_eq!(
+                writer.read_range(Seq(1), Seq(200), 1000).unwrap().len(),
+                200
+            );
+            let events = reader
+                .conversation_events(&conv("q:1"), Seq::ZERO, 1000)
+                .unwrap();
+            assert_eq!(events.len(), 50, "read {i}");
+        }
+    }
+    println!("4,000 quick reads in {:?}", started.elapsed());
+    assert_eq!(cluster.consumers(0), 0, "every read's consumer is gone");
+}
+
 #[test]
 fn a_three_server_cluster_keeps_appending_through_the_loss_of_a_server() {
     let Some(mut cluster) = NatsCluster::start(3) else {
