@@ -152,6 +152,75 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
     check_sessions(&legion.sessions_dir());
 }
 
+/// A heartbeat and a reset sent to a node that does not own the conversation are carried to the
+/// owner and take effect there (they once answered "moved"): the heartbeat's reply comes back
+/// and is in the log, the reset closes the agent's session, and the conversation stays where it
+/// was.
+#[test]
+fn a_heartbeat_and_a_reset_sent_to_a_non_owner_take_effect_on_the_owner() {
+    let _one_at_a_time = one_at_a_time();
+    let Some(legion) = Legion::start(0) else {
+        return;
+    };
+    const CONV: &str = "hr:1";
+    post_until_served(&legion, 0, CONV, "@ann hello", Duration::from_secs(30));
+    let owner = legion.owner(CONV).expect("an owner");
+    let i = legion.node_index(&owner);
+    let via = &legion.nodes[(i + 1) % 3];
+    let (status, body) = http(
+        &via.base,
+        &format!("/sessions/{CONV}/heartbeats"),
+        Some(json!({ "agent": "ann", "text": "still there?" })),
+    );
+    assert_eq!(status, 200, "heartbeat via {}: {body}", via.name);
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    assert!(reply["error"].is_null(), "{body}");
+    assert!(
+        !reply["content"].as_str().unwrap_or("").is_empty(),
+        "{body}"
+    );
+    let (status, body) = http(
+        &via.base,
+        "/operator/reset",
+        Some(json!({ "conversation": CONV, "agent": "ann" })),
+    );
+    assert_eq!(status, 200, "reset via {}: {body}", via.name);
+    assert_eq!(
+        legion.owner(CONV),
+        Some(owner.clone()),
+        "it stayed on {owner}"
+    );
+    let key = ConversationKey::new(CONV).unwrap();
+    let events = legion
+        .log()
+        .conversation_events(&key, Seq::ZERO, usize::MAX)
+        .unwrap();
+    let heartbeats = events
+        .iter()
+        .filter(|r| matches!(&r.event, Event::HeartbeatRan(h) if h.agent.as_str() == "ann" && h.prompt == "still there?"))
+        .count();
+    assert_eq!(heartbeats, 1, "the heartbeat ran once: {events:?}");
+    let closed = events.iter().any(|r| {
+        matches!(&r.event, Event::SessionClosed(e)
+            if e.agent.as_str() == "ann" && e.why == legio_core::BoundaryReason::ManualReset)
+    });
+    assert!(closed, "the reset closed ann's session: {events:?}");
+    for kind in ["heartbeat", "reset"] {
+        let label = format!("kind=\"{kind}\"");
+        let forwarded = metric(via, "legio_cluster_forwarded_posts_total", &label);
+        let served = metric(&legion.nodes[i], "legio_cluster_served_posts_total", &label);
+        assert_eq!(
+            (forwarded, served),
+            (1.0, 1.0),
+            "{kind} forwarded and served"
+        );
+    }
+    // Ann's next turn opens a new session, restored from the log.
+    post_until_served(&legion, i + 2, CONV, "@ann again", Duration::from_secs(30));
+    legion.verify();
+    check_sessions(&legion.sessions_dir());
+}
+
 /// The owner of a busy conversation is SIGKILLed ten times at random moments (also while its
 /// turns are at the provider): each time another node serves the conversation within the lease
 /// TTL plus 2 s, every acknowledged message is in the log exactly once, `verify` is clean and

@@ -239,6 +239,102 @@ fn a_single_event_from_a_stale_writer_is_refused_too() {
     assert_eq!(all_seqs_and_texts(&b), vec![(1, "b wins".to_owned())]);
 }
 
+/// Thousands of quick reads (a follower's, an operator's, a non-owner's catch-up) leave no
+/// JetStream consumer behind: a read once made a consumer that lingered 30 s, and after about
+/// 2,300 quick reads the server refused more (maximum consumers, error 10026).
+#[test]
+fn thousands_of_quick_reads_leave_no_consumer_behind() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let writer = NatsLog::open(&cluster.options(1)).unwrap();
+    for n in 0..200u64 {
+        let conversation = format!("q:{}", n % 4);
+        writer
+            .append(vec![text_message(n, &conversation, "user", "lead", "hi")])
+            .unwrap();
+    }
+    let reader = NatsLog::open_read_only(&cluster.options(1)).unwrap();
+    let started = Instant::now();
+    for i in 0..4000u64 {
+        let from = i % 190 + 1;
+        let short = writer.read_range(Seq(from), Seq(from + 2), 10).unwrap();
+        assert_eq!(short.first().map(|r| r.seq), Some(Seq(from)), "read {i}");
+        assert_eq!(short.len(), 3, "read {i}");
+        if i % 100 == 0 {
+            // A long read (through a consumer) and a conversation read from its subject.
+            assert_eq!(
+                writer.read_range(Seq(1), Seq(200), 1000).unwrap().len(),
+                200
+            );
+            let events = reader
+                .conversation_events(&conv("q:1"), Seq::ZERO, 1000)
+                .unwrap();
+            assert_eq!(events.len(), 50, "read {i}");
+        }
+    }
+    println!("4,000 quick reads in {:?}", started.elapsed());
+    assert_eq!(cluster.consumers(0), 0, "every read's consumer is gone");
+}
+
+/// With replicas 3, appends of many conversations queued together leave as one atomic batch. A
+/// stale writer's append in such a batch makes the server refuse the whole batch: the stale
+/// append is refused as fenced, and every other append of the batch is stored all the same.
+#[test]
+fn a_fenced_append_grouped_with_others_refuses_only_itself() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let stale = NatsLog::open(&cluster.options(3)).unwrap();
+    let owner = NatsLog::open(&cluster.options(3)).unwrap();
+    stale
+        .append(vec![text_message(1, "g:f", "user", "lead", "first")])
+        .unwrap();
+    owner.refresh(&conv("g:f")).unwrap();
+    owner
+        .append(vec![text_message(2, "g:f", "user", "lead", "taken over")])
+        .unwrap();
+    let mut n = 10;
+    let mut stored = Vec::new();
+    for burst in 0..20 {
+        let mut handles = Vec::new();
+        for i in 0..12u64 {
+            n += 1;
+            let (conversation, text) = match i {
+                5 => ("g:f".to_owned(), format!("stale {burst}")),
+                _ => (format!("g:{}", i % 6), format!("fresh {burst}.{i}")),
+            };
+            let event = text_message(n, &conversation, "user", "lead", &text);
+            handles.push((text, stale.submit(vec![event]).unwrap()));
+        }
+        for (text, handle) in handles {
+            let outcome = handle.wait();
+            if text.starts_with("stale") {
+                assert!(
+                    matches!(outcome, Err(StoreError::Fenced { .. })),
+                    "{text}: {outcome:?}"
+                );
+            } else {
+                outcome.unwrap_or_else(|e| panic!("{text} refused: {e}"));
+                stored.push(text);
+            }
+        }
+    }
+    let texts: Vec<String> = all_seqs_and_texts(&owner)
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    assert!(!texts.iter().any(|t| t.starts_with("stale")), "{texts:?}");
+    let mut fresh: Vec<String> = texts
+        .into_iter()
+        .filter(|t| t.starts_with("fresh"))
+        .collect();
+    fresh.sort();
+    stored.sort();
+    assert_eq!(fresh, stored, "every acknowledged append, once");
+    assert!(owner.verify(&mut |_| {}).unwrap().is_clean());
+}
+
 #[test]
 fn a_three_server_cluster_keeps_appending_through_the_loss_of_a_server() {
     let Some(mut cluster) = NatsCluster::start(3) else {

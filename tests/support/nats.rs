@@ -131,19 +131,20 @@ fn ports_written(dir: &Path, pid: u32) -> bool {
 
 /// Whether the server's monitoring endpoint answers `/healthz` with 200 (JetStream ready).
 fn healthy(monitor_port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", monitor_port)) else {
-        return false;
-    };
+    monitor(monitor_port, "/healthz")
+        .is_some_and(|r| r.starts_with("HTTP/1.1 200") || r.starts_with("HTTP/1.0 200"))
+}
+
+/// The whole HTTP response of the monitoring endpoint `path` (`None`: no answer).
+fn monitor(monitor_port: u16, path: &str) -> Option<String> {
+    let mut stream = TcpStream::connect(("127.0.0.1", monitor_port)).ok()?;
     let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-    if stream
-        .write_all(b"GET /healthz HTTP/1.0\r\nHost: localhost\r\n\r\n")
-        .is_err()
-    {
-        return false;
-    }
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes())
+        .ok()?;
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
-    response.starts_with("HTTP/1.1 200") || response.starts_with("HTTP/1.0 200")
+    Some(response)
 }
 
 /// The last `n` lines of the file at `path` (or why it cannot be read).
@@ -339,6 +340,21 @@ impl NatsCluster {
                 Err(StartFailure::PortTaken(what) | StartFailure::Other(what)) => self.fail(&what),
             }
         }
+    }
+
+    /// How many JetStream consumers server `i` counts now (its `/jsz` monitoring page).
+    pub fn consumers(&self, i: usize) -> u64 {
+        let response = monitor(self.servers[i].monitor_port, "/jsz").unwrap_or_default();
+        let field = "\"consumers\":";
+        let at = response
+            .find(field)
+            .unwrap_or_else(|| panic!("no consumer count in /jsz: {response}"));
+        let digits: String = response[at + field.len()..]
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().expect("a consumer count")
     }
 
     /// Whether server `i` answers its health check now.

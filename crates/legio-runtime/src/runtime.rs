@@ -21,7 +21,7 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::clock::{fresh_uuid, now};
-use crate::cluster::{AppendGate, Cluster, ForwardedPost, Owner, PostHandler};
+use crate::cluster::{Answered, AppendGate, Cluster, Forwarded, ForwardedPost, RequestHandler};
 use crate::dispatch::{gather, RootRoute, Route};
 use crate::error::RuntimeError;
 use crate::host_tools::{check_host_tools, HostToolResult, HostTurn};
@@ -270,7 +270,7 @@ impl Runtime {
         }
         if let Some(cluster) = &runtime.cluster {
             cluster.ownership.set_root(runtime.root.clone());
-            if let Err(e) = cluster.start(runtime.forwarded_posts()) {
+            if let Err(e) = cluster.start(runtime.forwarded_requests()) {
                 runtime.abort().await;
                 return Err(e);
             }
@@ -292,22 +292,41 @@ impl Runtime {
         }
     }
 
-    /// What serves a post another node forwarded here: the post path, never forwarding again.
-    fn forwarded_posts(&self) -> PostHandler {
+    /// What serves a request another node forwarded here: the runtime's own paths, never
+    /// forwarding again.
+    fn forwarded_requests(&self) -> RequestHandler {
         let runtime = Arc::new(self.handle());
-        Arc::new(move |post: ForwardedPost, progress| {
+        Arc::new(move |request: Forwarded, progress| {
             let runtime = Arc::clone(&runtime);
             Box::pin(async move {
-                runtime
-                    .post_with(
-                        post.conversation,
-                        post.sender,
-                        &post.text,
-                        progress,
-                        HostPost::default(),
-                        true,
-                    )
-                    .await
+                match request {
+                    Forwarded::Post(post) => runtime
+                        .post_with(
+                            post.conversation,
+                            post.sender,
+                            &post.text,
+                            progress,
+                            HostPost::default(),
+                            true,
+                        )
+                        .await
+                        .map(Answered::Posted),
+                    Forwarded::Reset {
+                        conversation,
+                        agent,
+                    } => runtime
+                        .reset_with(conversation, agent, true)
+                        .await
+                        .map(|()| Answered::Reset),
+                    Forwarded::Heartbeat {
+                        conversation,
+                        agent,
+                        text,
+                    } => runtime
+                        .heartbeat_with(conversation, agent, &text, true)
+                        .await
+                        .map(Answered::Heartbeat),
+                }
             })
         })
     }
@@ -338,19 +357,16 @@ impl Runtime {
         }
     }
 
-    /// On a cluster: whether this node runs `conversation` (taking its lease if nobody holds
-    /// it); a conversation another node owns is [`RuntimeError::Moved`].
-    async fn claim(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
-        let Some(cluster) = &self.cluster else {
-            return Ok(());
-        };
-        match cluster.ownership.owner(conversation).await? {
-            Owner::Here => Ok(()),
-            Owner::Node(node) => Err(RuntimeError::Moved {
-                conversation: conversation.to_string(),
-                reason: format!("node {node} owns it; send the request there"),
-            }),
-        }
+    /// On a cluster, where a request runs: `None` here (this node owns the conversation, taking
+    /// its lease if nobody holds it), else the owner's answer (the request was carried there,
+    /// unless it was `forwarded` here already: then it fails as moved).
+    async fn elsewhere(
+        &self,
+        request: Forwarded,
+        forwarded: bool,
+    ) -> Option<Result<Answered, RuntimeError>> {
+        let cluster = self.cluster.as_ref()?;
+        cluster.elsewhere(&request, None, forwarded).await
     }
 
     fn start_reaper(&self) {
@@ -571,13 +587,13 @@ impl Runtime {
             Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
         };
         if let (Some(cluster), true) = (&self.cluster, host.is_plain()) {
-            let post = ForwardedPost {
+            let post = Forwarded::Post(ForwardedPost {
                 conversation: key.clone(),
                 sender: sender.clone(),
                 text: text.to_owned(),
-            };
+            });
             if let Some(answer) = cluster.elsewhere(&post, progress.as_ref(), forwarded).await {
-                return answer;
+                return answer.and_then(Answered::into_posted);
             }
         }
         let (audience, targets, unknown_mentions) = match host.to {
@@ -699,13 +715,32 @@ impl Runtime {
         agent: impl IntoName<AgentName>,
         text: &str,
     ) -> Result<AgentReply, RuntimeError> {
-        self.check_running()?;
         let key = Self::host_conversation(conversation)?;
         let agent = self.roster_agent(agent)?;
+        self.heartbeat_with(key, agent, text, false).await
+    }
+
+    /// The heartbeat path; on a cluster, a heartbeat to a conversation another node owns goes
+    /// there (unless it was `forwarded` here already).
+    async fn heartbeat_with(
+        &self,
+        key: ConversationKey,
+        agent: AgentName,
+        text: &str,
+        forwarded: bool,
+    ) -> Result<AgentReply, RuntimeError> {
+        self.check_running()?;
         if text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);
         }
-        self.claim(&key).await?;
+        let request = Forwarded::Heartbeat {
+            conversation: key.clone(),
+            agent: agent.clone(),
+            text: text.to_owned(),
+        };
+        if let Some(answer) = self.elsewhere(request, forwarded).await {
+            return answer.and_then(Answered::into_heartbeat);
+        }
         let job = Job::Heartbeat {
             text: text.to_owned(),
         };
@@ -864,10 +899,27 @@ impl Runtime {
         conversation: impl IntoName<ConversationKey>,
         agent: impl IntoName<AgentName>,
     ) -> Result<(), RuntimeError> {
-        self.check_running()?;
         let key = Self::host_conversation(conversation)?;
         let agent = self.roster_agent(agent)?;
-        self.claim(&key).await?;
+        self.reset_with(key, agent, false).await
+    }
+
+    /// The reset path; on a cluster, a reset of a conversation another node owns goes there
+    /// (unless it was `forwarded` here already).
+    async fn reset_with(
+        &self,
+        key: ConversationKey,
+        agent: AgentName,
+        forwarded: bool,
+    ) -> Result<(), RuntimeError> {
+        self.check_running()?;
+        let request = Forwarded::Reset {
+            conversation: key.clone(),
+            agent: agent.clone(),
+        };
+        if let Some(answer) = self.elsewhere(request, forwarded).await {
+            return answer.and_then(Answered::into_reset);
+        }
         let (tx, rx) = oneshot::channel();
         let reset = ConversationMsg::Reset { agent, reply: tx };
         if !self.route_to(&key).send(reset).await {

@@ -1,7 +1,8 @@
 //! The cluster layer of a runtime on the NATS backend (`docs/cluster.md`): a conversation's
 //! actors run on one node at a time, the holder of the conversation's lease (ownership.rs), and a
-//! post that reaches another node is carried to the owner over the node bus (routing.rs, with
-//! its wire form in wire.rs). A runtime on sled, or on a log the host opened, has none of it.
+//! post, reset or heartbeat that reaches another node is carried to the owner over the node bus
+//! (routing.rs, with its wire form in wire.rs). A runtime on sled, or on a log the host opened,
+//! has none of it.
 
 mod ownership;
 mod routing;
@@ -10,15 +11,15 @@ mod wire;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use legio_core::{ConversationKey, Participant};
+use legio_core::{AgentName, ConversationKey, Participant};
 use legio_store::{Leases, NatsLog, NatsOptions, NodeBus};
 
 use crate::error::RuntimeError;
 use crate::progress::ProgressSink;
-use crate::reply::Posted;
+use crate::reply::{AgentReply, Posted};
 
 pub(crate) use ownership::{Owner, Ownership};
-pub(crate) use routing::PostHandler;
+pub(crate) use routing::RequestHandler;
 
 /// Asked by `Shared` around every append (see `Shared::append`).
 pub(crate) trait AppendGate: Send + Sync {
@@ -35,6 +36,82 @@ pub(crate) struct ForwardedPost {
     pub(crate) conversation: ConversationKey,
     pub(crate) sender: Participant,
     pub(crate) text: String,
+}
+
+/// A request the owner of its conversation serves, as it crosses the bus: already parsed and
+/// checked by the node it reached.
+#[derive(Clone, Debug)]
+pub(crate) enum Forwarded {
+    /// `Runtime::post` (plain posts: a host's turn with tools is served where it arrives).
+    Post(ForwardedPost),
+    /// `Runtime::reset`.
+    Reset {
+        conversation: ConversationKey,
+        agent: AgentName,
+    },
+    /// `Runtime::heartbeat`.
+    Heartbeat {
+        conversation: ConversationKey,
+        agent: AgentName,
+        text: String,
+    },
+}
+
+impl Forwarded {
+    pub(crate) fn conversation(&self) -> &ConversationKey {
+        match self {
+            Self::Post(post) => &post.conversation,
+            Self::Reset { conversation, .. } | Self::Heartbeat { conversation, .. } => conversation,
+        }
+    }
+
+    /// Its name in metrics and errors.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Self::Post(_) => "post",
+            Self::Reset { .. } => "reset",
+            Self::Heartbeat { .. } => "heartbeat",
+        }
+    }
+}
+
+/// The owner's answer to a [`Forwarded`] request, of the same kind.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Answered {
+    Posted(Posted),
+    Reset,
+    Heartbeat(AgentReply),
+}
+
+impl Answered {
+    fn mismatch(self, wanted: &str) -> RuntimeError {
+        RuntimeError::Remote {
+            node: "the owner".to_owned(),
+            code: crate::error::ErrorCode::Internal,
+            message: format!("answered a {wanted} with {self:?}"),
+        }
+    }
+
+    pub(crate) fn into_posted(self) -> Result<Posted, RuntimeError> {
+        match self {
+            Self::Posted(posted) => Ok(posted),
+            other => Err(other.mismatch("post")),
+        }
+    }
+
+    pub(crate) fn into_reset(self) -> Result<(), RuntimeError> {
+        match self {
+            Self::Reset => Ok(()),
+            other => Err(other.mismatch("reset")),
+        }
+    }
+
+    pub(crate) fn into_heartbeat(self) -> Result<AgentReply, RuntimeError> {
+        match self {
+            Self::Heartbeat(reply) => Ok(reply),
+            other => Err(other.mismatch("heartbeat")),
+        }
+    }
 }
 
 /// The cluster layer of one runtime: its ownership and its end of the node bus.
@@ -83,8 +160,8 @@ impl Cluster {
         })
     }
 
-    /// Starts renewing leases and serving the posts other nodes forward to this one.
-    pub(crate) fn start(&self, handler: PostHandler) -> Result<(), RuntimeError> {
+    /// Starts renewing leases and serving the requests other nodes forward to this one.
+    pub(crate) fn start(&self, handler: RequestHandler) -> Result<(), RuntimeError> {
         self.ownership.start_renewing();
         let task = routing::serve(&self.bus, self.ownership.node(), handler)?;
         if let Ok(mut slot) = self.serving.lock() {
@@ -93,16 +170,16 @@ impl Cluster {
         Ok(())
     }
 
-    /// Where a post to `conversation` runs: `None` here (this node owns it now), or the answer
-    /// of the node that owns it. A post that was itself forwarded (`forwarded`) is never sent
-    /// on: it fails as moved instead.
+    /// Where a request to its conversation runs: `None` here (this node owns it now), or the
+    /// answer of the node that owns it. A request that was itself forwarded (`forwarded`) is
+    /// never sent on: it fails as moved instead.
     pub(crate) async fn elsewhere(
         &self,
-        post: &ForwardedPost,
+        request: &Forwarded,
         progress: Option<&ProgressSink>,
         forwarded: bool,
-    ) -> Option<Result<Posted, RuntimeError>> {
-        routing::route(self, post, progress, forwarded).await
+    ) -> Option<Result<Answered, RuntimeError>> {
+        routing::route(self, request, progress, forwarded).await
     }
 
     /// After a post ran here: if the conversation moved away meanwhile, the turns its stand-down

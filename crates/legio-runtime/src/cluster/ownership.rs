@@ -113,9 +113,9 @@ impl Ownership {
             .is_some_and(|h| h.renewed.elapsed() < self.trust())
     }
 
-    /// Before a read of `conversation` on a node that does not own it: reads it again from the
-    /// stream, so the read shows what its owner appended (this node's copy is only kept current
-    /// by its own appends). The owner's own copy is current.
+    /// Before a read of `conversation` on a node that does not own it: reads what was appended
+    /// to it since this node last looked, so the read shows what its owner appended (this node's
+    /// copy is only kept current by its own appends). The owner's own copy is current.
     pub(crate) async fn catch_up(
         &self,
         conversation: &ConversationKey,
@@ -130,7 +130,7 @@ impl Ownership {
         }
         let (log, key) = (Arc::clone(&self.log), conversation.clone());
         blocking("reading a conversation another node owns", move || {
-            log.refresh(&key)
+            log.catch_up(&key)
         })
         .await??;
         Ok(())

@@ -1,9 +1,9 @@
-//! Routing: a post to a conversation another node owns is carried to that node over the node
-//! bus (core NATS request/reply, `legio_store::NodeBus`) and answered there; its progress comes
-//! back as frames. A post to a conversation nobody owns is run here (this node takes the lease).
-//! While an owner that died still holds its lease (until the TTL runs out), posts to it wait and
-//! ask again; a post the owner was serving when it fell silent fails as moved (its outcome is in
-//! the log, or not).
+//! Routing: a request (a post, a reset, a heartbeat) to a conversation another node owns is
+//! carried to that node over the node bus (core NATS request/reply, `legio_store::NodeBus`) and
+//! answered there; a post's progress comes back as frames. A request to a conversation nobody
+//! owns is run here (this node takes the lease). While an owner that died still holds its lease
+//! (until the TTL runs out), requests to it wait and ask again; a request the owner was serving
+//! when it fell silent fails as moved (its outcome is in the log, or not).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,52 +13,51 @@ use std::time::{Duration, Instant};
 use legio_store::{BusError, Incoming, NodeBus};
 use tokio::sync::mpsc;
 
-use super::wire::{WireAnswer, WirePost, WireProgress};
-use super::{Cluster, ForwardedPost, Owner};
+use super::wire::{WireAnswer, WireProgress, WireRequest};
+use super::{Answered, Cluster, Forwarded, Owner};
 use crate::error::{ErrorCode, RuntimeError};
 use crate::metrics as m;
 use crate::progress::ProgressSink;
-use crate::reply::Posted;
 
-/// What runs a forwarded post on the owner: the runtime's own post path, told not to forward.
-pub(crate) type PostHandler = Arc<
+/// What runs a forwarded request on the owner: the runtime's own paths, told not to forward.
+pub(crate) type RequestHandler = Arc<
     dyn Fn(
-            ForwardedPost,
+            Forwarded,
             Option<ProgressSink>,
-        ) -> Pin<Box<dyn Future<Output = Result<Posted, RuntimeError>> + Send>>
+        ) -> Pin<Box<dyn Future<Output = Result<Answered, RuntimeError>> + Send>>
         + Send
         + Sync,
 >;
 
 /// How long a caller waits without any frame from the owner (which sends one every
-/// `KEEPALIVE` while it works) before it gives the post up.
+/// `KEEPALIVE` while it works) before it gives the request up.
 const SILENCE: Duration = Duration::from_secs(3);
-/// How long past the lease TTL a post keeps asking for an owner that does not answer.
+/// How long past the lease TTL a request keeps asking for an owner that does not answer.
 const OWNER_GRACE: Duration = Duration::from_secs(2);
 /// The pause between two such asks.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
-/// `None`: run the post here. Otherwise the answer of the owner (see `Cluster::elsewhere`).
+/// `None`: run the request here. Otherwise the answer of the owner (see `Cluster::elsewhere`).
 pub(super) async fn route(
     cluster: &Cluster,
-    post: &ForwardedPost,
+    request: &Forwarded,
     progress: Option<&ProgressSink>,
     forwarded: bool,
-) -> Option<Result<Posted, RuntimeError>> {
+) -> Option<Result<Answered, RuntimeError>> {
     let deadline = Instant::now() + cluster.ownership.ttl() + OWNER_GRACE;
     loop {
-        let node = match cluster.ownership.owner(&post.conversation).await {
+        let node = match cluster.ownership.owner(request.conversation()).await {
             Ok(Owner::Here) => return None,
             Ok(Owner::Node(node)) => node,
             Err(e) => return Some(Err(e)),
         };
         if forwarded {
             return Some(Err(RuntimeError::Moved {
-                conversation: post.conversation.to_string(),
+                conversation: request.conversation().to_string(),
                 reason: format!("node {node} owns it now"),
             }));
         }
-        let answer = forward(cluster, &node, post, progress).await;
+        let answer = forward(cluster, &node, request, progress).await;
         let retry = match &answer {
             Err(RuntimeError::Bus(BusError::NoResponder { .. })) => true,
             Err(RuntimeError::Remote { code, .. }) => *code == ErrorCode::Unavailable,
@@ -71,19 +70,18 @@ pub(super) async fn route(
     }
 }
 
-/// Sends `post` to `node` and waits for its answer, relaying progress.
+/// Sends `request` to `node` and waits for its answer, relaying progress.
 async fn forward(
     cluster: &Cluster,
     node: &str,
-    post: &ForwardedPost,
+    request: &Forwarded,
     progress: Option<&ProgressSink>,
-) -> Result<Posted, RuntimeError> {
-    let payload = serde_json::to_vec(&WirePost::new(post, progress.is_some())).map_err(|e| {
-        RuntimeError::Remote {
-            node: node.to_owned(),
-            code: ErrorCode::Internal,
-            message: format!("cannot encode the post: {e}"),
-        }
+) -> Result<Answered, RuntimeError> {
+    let wire = WireRequest::new(request, progress.is_some());
+    let payload = serde_json::to_vec(&wire).map_err(|e| RuntimeError::Remote {
+        node: node.to_owned(),
+        code: ErrorCode::Internal,
+        message: format!("cannot encode the {}: {e}", request.kind()),
     })?;
     let (frames, mut received) = mpsc::unbounded_channel::<Vec<u8>>();
     let relay = progress.cloned().map(|sink| {
@@ -100,7 +98,8 @@ async fn forward(
         let _ = relay.await;
     }
     let outcome = if answer.is_ok() { "ok" } else { "error" };
-    metrics::counter!(m::FORWARDED_POSTS, "outcome" => outcome).increment(1);
+    metrics::counter!(m::FORWARDED_POSTS, "kind" => request.kind(), "outcome" => outcome)
+        .increment(1);
     let answer: WireAnswer =
         serde_json::from_slice(&answer?).map_err(|e| RuntimeError::Remote {
             node: node.to_owned(),
@@ -110,11 +109,11 @@ async fn forward(
     answer.into_result(node)
 }
 
-/// Serves the posts forwarded to `node`, each on its own task, until aborted.
+/// Serves the requests forwarded to `node`, each on its own task, until aborted.
 pub(super) fn serve(
     bus: &NodeBus,
     node: &str,
-    handler: PostHandler,
+    handler: RequestHandler,
 ) -> Result<tokio::task::JoinHandle<()>, RuntimeError> {
     let mut incoming = bus.serve(node)?;
     Ok(tokio::spawn(async move {
@@ -124,38 +123,47 @@ pub(super) fn serve(
     }))
 }
 
-/// Runs one forwarded post and sends its progress and answer back.
-async fn answer(handler: PostHandler, request: Incoming) {
+/// Runs one forwarded request and sends its progress and answer back.
+async fn answer(handler: RequestHandler, request: Incoming) {
     let Incoming { payload, reply } = request;
-    metrics::counter!(m::SERVED_POSTS).increment(1);
-    let result = match serde_json::from_slice::<WirePost>(&payload) {
-        Ok(wire) => match wire.into_parts() {
-            (post, false) => handler(post, None).await,
-            (post, true) => {
-                let (sink, mut steps) = mpsc::unbounded_channel();
-                let mut run = handler(post, Some(sink));
-                let result = loop {
-                    tokio::select! {
-                        result = &mut run => break result,
-                        Some(step) = steps.recv() => {
-                            reply.progress(serde_json::to_vec(&WireProgress::from(&step)).unwrap_or_default());
-                        }
-                    }
-                };
-                while let Ok(step) = steps.try_recv() {
-                    reply.progress(
-                        serde_json::to_vec(&WireProgress::from(&step)).unwrap_or_default(),
-                    );
-                }
-                result
+    let result = match serde_json::from_slice::<WireRequest>(&payload) {
+        Ok(wire) => {
+            let (request, streamed) = wire.into_parts();
+            metrics::counter!(m::SERVED_POSTS, "kind" => request.kind()).increment(1);
+            if streamed {
+                run_streamed(&handler, request, &reply).await
+            } else {
+                handler(request, None).await
             }
-        },
+        }
         Err(e) => Err(RuntimeError::Remote {
             node: "the forwarding node".into(),
             code: ErrorCode::Internal,
-            message: format!("unreadable forwarded post: {e}"),
+            message: format!("unreadable forwarded request: {e}"),
         }),
     };
     let bytes = serde_json::to_vec(&WireAnswer::of(&result)).unwrap_or_default();
     reply.finish(bytes);
+}
+
+/// Runs `request` with a progress sink whose steps go back as progress frames, in order.
+async fn run_streamed(
+    handler: &RequestHandler,
+    request: Forwarded,
+    reply: &legio_store::Responder,
+) -> Result<Answered, RuntimeError> {
+    let (sink, mut steps) = mpsc::unbounded_channel();
+    let mut run = handler(request, Some(sink));
+    let result = loop {
+        tokio::select! {
+            result = &mut run => break result,
+            Some(step) = steps.recv() => {
+                reply.progress(serde_json::to_vec(&WireProgress::from(&step)).unwrap_or_default());
+            }
+        }
+    };
+    while let Ok(step) = steps.try_recv() {
+        reply.progress(serde_json::to_vec(&WireProgress::from(&step)).unwrap_or_default());
+    }
+    result
 }

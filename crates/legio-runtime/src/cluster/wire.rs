@@ -1,41 +1,102 @@
-//! The wire form of a forwarded post (JSON on the node bus): the parsed request, its progress
-//! and its typed answer, each convertible to and from the runtime's own types. Only nodes of the
-//! same version talk to each other; an unknown kind or code reads as the most general one.
+//! The wire form of a forwarded request (JSON on the node bus): the parsed request (a post, a
+//! reset, a heartbeat), a post's progress and the typed answer, each convertible to and from the
+//! runtime's own types. Only nodes of the same version talk to each other; an unknown kind or
+//! code reads as the most general one.
 
 use legio_core::{AgentName, ConversationKey, MessageId, Participant, Seq};
 use serde::{Deserialize, Serialize};
 
-use super::ForwardedPost;
+use super::{Answered, Forwarded, ForwardedPost};
 use crate::error::{ErrorCode, RuntimeError};
 use crate::progress::Progress;
 use crate::reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 
-/// The request: the post, and whether the caller listens to its progress.
+/// The request, and whether the caller listens to its progress (posts only).
 #[derive(Serialize, Deserialize)]
-pub(super) struct WirePost {
-    conversation: ConversationKey,
-    sender: Participant,
-    text: String,
-    streamed: bool,
+pub(super) enum WireRequest {
+    Post {
+        conversation: ConversationKey,
+        sender: Participant,
+        text: String,
+        streamed: bool,
+    },
+    Reset {
+        conversation: ConversationKey,
+        agent: AgentName,
+    },
+    Heartbeat {
+        conversation: ConversationKey,
+        agent: AgentName,
+        text: String,
+    },
 }
 
-impl WirePost {
-    pub(super) fn new(p: &ForwardedPost, streamed: bool) -> Self {
-        Self {
-            conversation: p.conversation.clone(),
-            sender: p.sender.clone(),
-            text: p.text.clone(),
-            streamed,
+impl WireRequest {
+    pub(super) fn new(request: &Forwarded, streamed: bool) -> Self {
+        match request.clone() {
+            Forwarded::Post(p) => Self::Post {
+                conversation: p.conversation,
+                sender: p.sender,
+                text: p.text,
+                streamed,
+            },
+            Forwarded::Reset {
+                conversation,
+                agent,
+            } => Self::Reset {
+                conversation,
+                agent,
+            },
+            Forwarded::Heartbeat {
+                conversation,
+                agent,
+                text,
+            } => Self::Heartbeat {
+                conversation,
+                agent,
+                text,
+            },
         }
     }
 
-    pub(super) fn into_parts(self) -> (ForwardedPost, bool) {
-        let post = ForwardedPost {
-            conversation: self.conversation,
-            sender: self.sender,
-            text: self.text,
-        };
-        (post, self.streamed)
+    pub(super) fn into_parts(self) -> (Forwarded, bool) {
+        match self {
+            Self::Post {
+                conversation,
+                sender,
+                text,
+                streamed,
+            } => {
+                let post = ForwardedPost {
+                    conversation,
+                    sender,
+                    text,
+                };
+                (Forwarded::Post(post), streamed)
+            }
+            Self::Reset {
+                conversation,
+                agent,
+            } => (
+                Forwarded::Reset {
+                    conversation,
+                    agent,
+                },
+                false,
+            ),
+            Self::Heartbeat {
+                conversation,
+                agent,
+                text,
+            } => (
+                Forwarded::Heartbeat {
+                    conversation,
+                    agent,
+                    text,
+                },
+                false,
+            ),
+        }
     }
 }
 
@@ -58,12 +119,16 @@ struct WireTurnError {
     message: String,
 }
 
-/// The final frame: the owner's `Posted`, or its error.
+/// The final frame: the owner's `Posted`, its reset done, its heartbeat's reply, or its error.
 #[derive(Serialize, Deserialize)]
 pub(super) enum WireAnswer {
     Posted {
         replies: Vec<WireReply>,
         unknown_mentions: Vec<String>,
+    },
+    Reset,
+    Heartbeat {
+        reply: WireReply,
     },
     Error {
         code: String,
@@ -224,11 +289,15 @@ impl From<WireReply> for AgentReply {
 }
 
 impl WireAnswer {
-    pub(super) fn of(result: &Result<Posted, RuntimeError>) -> Self {
+    pub(super) fn of(result: &Result<Answered, RuntimeError>) -> Self {
         match result {
-            Ok(posted) => Self::Posted {
+            Ok(Answered::Posted(posted)) => Self::Posted {
                 replies: posted.replies.iter().map(WireReply::from).collect(),
                 unknown_mentions: posted.unknown_mentions.clone(),
+            },
+            Ok(Answered::Reset) => Self::Reset,
+            Ok(Answered::Heartbeat(reply)) => Self::Heartbeat {
+                reply: reply.into(),
             },
             Err(e) => Self::Error {
                 code: code_name(e.code()).to_owned(),
@@ -237,15 +306,17 @@ impl WireAnswer {
         }
     }
 
-    pub(super) fn into_result(self, node: &str) -> Result<Posted, RuntimeError> {
+    pub(super) fn into_result(self, node: &str) -> Result<Answered, RuntimeError> {
         match self {
             Self::Posted {
                 replies,
                 unknown_mentions,
-            } => Ok(Posted {
+            } => Ok(Answered::Posted(Posted {
                 replies: replies.into_iter().map(AgentReply::from).collect(),
                 unknown_mentions,
-            }),
+            })),
+            Self::Reset => Ok(Answered::Reset),
+            Self::Heartbeat { reply } => Ok(Answered::Heartbeat(reply.into())),
             Self::Error { code, message } => Err(RuntimeError::Remote {
                 node: node.to_owned(),
                 code: code_of(&code),
@@ -375,6 +446,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_request_crosses_the_wire_as_it_was() {
+        let conversation = ConversationKey::new("w:1").unwrap();
+        let agent = AgentName::new("ann").unwrap();
+        let requests = [
+            Forwarded::Post(ForwardedPost {
+                conversation: conversation.clone(),
+                sender: Participant::User,
+                text: "hi @ann".into(),
+            }),
+            Forwarded::Reset {
+                conversation: conversation.clone(),
+                agent: agent.clone(),
+            },
+            Forwarded::Heartbeat {
+                conversation,
+                agent,
+                text: "still there?".into(),
+            },
+        ];
+        for request in requests {
+            let bytes = serde_json::to_vec(&WireRequest::new(&request, true)).unwrap();
+            let back: WireRequest = serde_json::from_slice(&bytes).unwrap();
+            let (read, streamed) = back.into_parts();
+            assert_eq!(format!("{read:?}"), format!("{request:?}"));
+            assert_eq!(streamed, matches!(request, Forwarded::Post(_)));
+        }
+    }
+
+    #[test]
     fn every_kind_and_code_has_a_name_that_reads_back() {
         for (kind, name) in TURN_KINDS {
             assert_eq!(kind_of(kind_name(kind)), kind, "{name}");
@@ -394,7 +494,7 @@ mod tests {
     }
 
     #[test]
-    fn a_posted_and_an_error_cross_the_wire_typed() {
+    fn a_posted_a_reset_a_heartbeat_and_an_error_cross_the_wire_typed() {
         let agent = AgentName::new("ann").unwrap();
         let posted = Posted {
             replies: vec![
@@ -410,9 +510,16 @@ mod tests {
             ],
             unknown_mentions: vec!["@zed".into()],
         };
-        let bytes = serde_json::to_vec(&WireAnswer::of(&Ok(posted.clone()))).unwrap();
+        let bytes =
+            serde_json::to_vec(&WireAnswer::of(&Ok(Answered::Posted(posted.clone())))).unwrap();
         let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();
-        assert_eq!(back.into_result("n1").unwrap(), posted);
+        assert_eq!(back.into_result("n1").unwrap(), Answered::Posted(posted));
+        let reply = AgentReply::failed(&agent, TurnErrorKind::Provider, "no model");
+        for answered in [Answered::Reset, Answered::Heartbeat(reply)] {
+            let bytes = serde_json::to_vec(&WireAnswer::of(&Ok(answered.clone()))).unwrap();
+            let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();
+            assert_eq!(back.into_result("n1").unwrap(), answered);
+        }
         let error = RuntimeError::EmptyMessage;
         let bytes = serde_json::to_vec(&WireAnswer::of(&Err(error.clone()))).unwrap();
         let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();

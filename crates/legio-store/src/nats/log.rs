@@ -19,7 +19,7 @@ use super::inner::{lock, Inner, Submit, READ_CHUNK};
 use super::options::NatsOptions;
 use super::projection::Projection;
 use super::publish::{Publisher, MAX_BATCHES_IN_FLIGHT};
-use super::reader::{scan, Scan};
+use super::reader::{scan, Scan, Stored};
 use super::runtime::block_on;
 use super::subject::Subjects;
 use super::verify::verify_walk;
@@ -92,6 +92,22 @@ impl NatsLog {
             lock(&inner.projections).insert(conversation.clone(), Arc::new(Mutex::new(fresh)));
             lock(&inner.fenced).remove(&conversation);
             Ok(())
+        })
+    }
+
+    /// Reads what was appended to `conversation` since this node last read or appended to it
+    /// (the whole conversation on first touch): for a node that does not own the conversation,
+    /// whose copy only its own appends keep current. Unlike [`NatsLog::refresh`], it reads only
+    /// the new events and lifts no refusal.
+    pub fn catch_up(&self, conversation: &ConversationKey) -> Result<()> {
+        let inner = self.inner.clone();
+        let conversation = conversation.clone();
+        self.block_on(async move {
+            let known = lock(&inner.projections).get(&conversation).cloned();
+            match known {
+                Some(projection) => inner.catch_up(&conversation, &projection).await,
+                None => inner.projection(&conversation).await.map(drop),
+            }
         })
     }
 
@@ -284,18 +300,15 @@ impl Inner {
         let mut out = Vec::new();
         let mut from = after.0 + 1;
         while from <= last {
-            let scan_next = Scan {
-                from,
-                to: last,
-                filter: Some(subject.clone()),
-                limit: READ_CHUNK,
-            };
-            let stored = scan(
-                &self.publisher.stream,
-                scan_next,
-                self.options.request_timeout,
-            )
-            .await?;
+            let stored = self
+                .scan(Scan {
+                    from,
+                    to: last,
+                    filter: Some(subject.clone()),
+                    limit: READ_CHUNK,
+                    reader: self.next_reader(),
+                })
+                .await?;
             let Some(tail) = stored.last() else { break };
             from = tail.seq + 1;
             for message in &stored {
@@ -316,13 +329,7 @@ impl Inner {
         match known {
             Some(projection) if !self.read_only => Ok(projection),
             Some(projection) => {
-                let after = lock(&projection).last();
-                let records = self.fetch_after(conversation, after).await?;
-                let mut guard = lock(&projection);
-                for record in records {
-                    guard.apply(record);
-                }
-                drop(guard);
+                self.catch_up(conversation, &projection).await?;
                 Ok(projection)
             }
             None => {
@@ -338,11 +345,38 @@ impl Inner {
         }
     }
 
+    /// Folds into `projection` what the stream holds of `conversation` after its last event
+    /// (events before it never change).
+    async fn catch_up(
+        &self,
+        conversation: &ConversationKey,
+        projection: &Mutex<Projection>,
+    ) -> Result<()> {
+        let after = lock(projection).last();
+        let records = self.fetch_after(conversation, after).await?;
+        let mut guard = lock(projection);
+        for record in records {
+            guard.apply(record);
+        }
+        Ok(())
+    }
+
     pub(super) fn forget(&self, conversations: &[ConversationKey]) {
         let mut projections = lock(&self.projections);
         for conversation in conversations {
             projections.remove(conversation);
         }
+    }
+
+    /// A scan of the stream (reader.rs), with its own consumer name should it need one.
+    pub(super) async fn scan(&self, next: Scan) -> Result<Vec<Stored>> {
+        scan(&self.publisher.stream, next, self.options.request_timeout).await
+    }
+
+    /// A fresh consumer name for a scan: this connection's prefix and a counter.
+    pub(super) fn next_reader(&self) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{}_read_{n}", self.id_prefix)
     }
 
     pub(super) fn next_append_id(&self) -> String {
@@ -382,13 +416,15 @@ impl Inner {
         let mut out = Vec::new();
         let mut from = from.max(Seq::FIRST).0;
         while from <= to.0 && out.len() < limit {
-            let next = Scan {
-                from,
-                to: to.0,
-                filter: None,
-                limit: (limit - out.len()).min(READ_CHUNK),
-            };
-            let stored = scan(&self.publisher.stream, next, self.options.request_timeout).await?;
+            let stored = self
+                .scan(Scan {
+                    from,
+                    to: to.0,
+                    filter: None,
+                    limit: (limit - out.len()).min(READ_CHUNK),
+                    reader: self.next_reader(),
+                })
+                .await?;
             let Some(tail) = stored.last() else { break };
             from = tail.seq + 1;
             for message in &stored {

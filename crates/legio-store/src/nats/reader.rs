@@ -1,11 +1,17 @@
-//! Reading the stream: a forward scan from a seq, of the whole stream or of one subject, through
-//! an ordered consumer (served by the stream's leader, so it sees every acknowledged event).
+//! Reading the stream: a forward scan from a seq, of the whole stream or of one subject. Short
+//! reads ask the stream's leader for each message (`STREAM.MSG.GET`, all requests in flight at
+//! once; by subject, one after another); longer ones go through an ordered consumer, deleted as
+//! soon as the scan ends. Both are served by the stream's leader, so they see every acknowledged
+//! event. (A consumer per read, left to expire, once filled the server's consumer limit after
+//! a few thousand quick reads: JetStream error 10026.)
 
 use std::time::Duration;
 
 use async_nats::jetstream::consumer::{pull::OrderedConfig, DeliverPolicy};
-use async_nats::jetstream::stream::Stream;
+use async_nats::jetstream::message::StreamMessage;
+use async_nats::jetstream::stream::{RawMessageErrorKind, Stream};
 use bytes::Bytes;
+use futures_util::future::try_join_all;
 use futures_util::StreamExt;
 use legio_core::{Record, Seq};
 
@@ -40,24 +46,118 @@ impl Stored {
     }
 }
 
+/// Ranges of at most this many messages are read by asking for each one (all at once).
+pub(crate) const SHORT_READ: u64 = 64;
+/// A subject's messages are asked for one by one (the next after a seq) up to this many times
+/// before the rest is read through a consumer.
+const SUBJECT_PROBES: usize = 16;
+
 /// What to scan: messages with `from <= seq <= to`, on `filter` (a subject) or all, at most
 /// `limit`. The caller caps `to` at a seq known to exist, so the scan knows when it is done.
+/// `reader` names the consumer a long scan uses (unique per scan).
 #[derive(Debug)]
 pub(crate) struct Scan {
     pub(crate) from: u64,
     pub(crate) to: u64,
     pub(crate) filter: Option<String>,
     pub(crate) limit: usize,
+    pub(crate) reader: String,
 }
 
-/// Runs a scan. Stops at `to`, at `limit`, or when the consumer reports nothing pending.
+impl From<StreamMessage> for Stored {
+    fn from(message: StreamMessage) -> Self {
+        Self {
+            seq: message.sequence,
+            subject: message.subject.to_string(),
+            payload: message.payload,
+        }
+    }
+}
+
+/// Runs a scan: by requests when short, else (for what is left) through a consumer.
 pub(crate) async fn scan(stream: &Stream, scan: Scan, timeout: Duration) -> Result<Vec<Stored>> {
+    if scan.from > scan.to || scan.limit == 0 {
+        return Ok(Vec::new());
+    }
+    let mut out = match &scan.filter {
+        None => {
+            let last = scan.to.min(scan.from.saturating_add(scan.limit as u64 - 1));
+            if last - scan.from < SHORT_READ {
+                return by_sequence(stream, scan.from, last).await;
+            }
+            Vec::new()
+        }
+        Some(subject) => {
+            let (probed, done) = by_subject(stream, subject, &scan).await?;
+            if done {
+                return Ok(probed);
+            }
+            probed
+        }
+    };
+    let from = out.last().map_or(scan.from, |s| s.seq + 1);
+    let rest = Scan {
+        from,
+        limit: scan.limit - out.len(),
+        ..scan
+    };
+    let name = rest.reader.clone();
+    let read = through_consumer(stream, rest, timeout).await;
+    // Deleted at once (not left to expire), whatever the scan gave.
+    if let Err(e) = stream.delete_consumer(&name).await {
+        tracing::debug!(consumer = %name, error = %e, "deleting a reader failed; it expires");
+    }
+    out.extend(read?);
+    Ok(out)
+}
+
+/// Every message with `from <= seq <= last`, asked of the stream leader all at once. A seq with
+/// no message (the stream has none to skip, but a damaged one might) is left out, as a consumer
+/// leaves it out.
+async fn by_sequence(stream: &Stream, from: u64, last: u64) -> Result<Vec<Stored>> {
+    let gets = (from..=last).map(|seq| async move {
+        match stream.get_raw_message(seq).await {
+            Ok(message) => Ok(Some(Stored::from(message))),
+            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => Ok(None),
+            Err(e) => Err(StoreError::cluster("reading the stream", e)),
+        }
+    });
+    Ok(try_join_all(gets).await?.into_iter().flatten().collect())
+}
+
+/// Up to [`SUBJECT_PROBES`] messages of `subject` from `scan.from` on, one request each; and
+/// whether that finished the scan.
+async fn by_subject(stream: &Stream, subject: &str, scan: &Scan) -> Result<(Vec<Stored>, bool)> {
+    let mut out = Vec::new();
+    let mut from = scan.from;
+    for _ in 0..SUBJECT_PROBES {
+        let message = match stream.get_first_raw_message_by_subject(subject, from).await {
+            Ok(message) => message,
+            Err(e) if e.kind() == RawMessageErrorKind::NoMessageFound => return Ok((out, true)),
+            Err(e) => return Err(StoreError::cluster("reading a conversation", e)),
+        };
+        if message.sequence > scan.to {
+            return Ok((out, true));
+        }
+        from = message.sequence + 1;
+        out.push(Stored::from(message));
+        if from > scan.to || out.len() >= scan.limit {
+            return Ok((out, true));
+        }
+    }
+    Ok((out, false))
+}
+
+/// The scan through an ordered consumer named `scan.reader`. Stops at `to`, at `limit`, or when
+/// the consumer reports nothing pending.
+async fn through_consumer(stream: &Stream, scan: Scan, timeout: Duration) -> Result<Vec<Stored>> {
     let mut out = Vec::new();
     if scan.from > scan.to || scan.limit == 0 {
         return Ok(out);
     }
     let consumer = stream
         .create_consumer(OrderedConfig {
+            name: Some(scan.reader.clone()),
             deliver_policy: DeliverPolicy::ByStartSequence {
                 start_sequence: scan.from,
             },

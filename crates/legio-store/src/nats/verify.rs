@@ -7,7 +7,7 @@ use std::sync::Arc;
 use legio_core::{Event, Record, Seq};
 
 use super::inner::{Inner, READ_CHUNK};
-use super::reader::{scan, Scan};
+use super::reader::Scan;
 use super::runtime::block_on;
 use crate::error::Result;
 use crate::verify::{Finding, VerifyProgress, VerifyReport};
@@ -33,15 +33,9 @@ pub(super) fn verify_walk(
             to: last.0,
             filter: None,
             limit: READ_CHUNK,
+            reader: inner.next_reader(),
         };
-        let stored = block_on(runtime, async move {
-            scan(
-                &reading.publisher.stream,
-                next,
-                reading.options.request_timeout,
-            )
-            .await
-        })?;
+        let stored = block_on(runtime, async move { reading.scan(next).await })?;
         if stored.is_empty() {
             break;
         }

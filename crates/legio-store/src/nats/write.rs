@@ -1,6 +1,7 @@
 //! The write path of [`NatsLog`](super::NatsLog): the dispatcher that lets one append per
-//! conversation leave at a time (grouping the ones queued behind it, with replicas 3), the append
-//! of a group with each conversation's expectation, and fencing when an expectation fails.
+//! conversation leave at a time (with replicas 3, grouping every append queued meanwhile, of any
+//! conversation, into one atomic batch), the append of a group with each conversation's
+//! expectation, and fencing when an expectation fails.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -18,12 +19,23 @@ use crate::metrics as m;
 /// batch.
 pub const MAX_BATCH_EVENTS: usize = 1000;
 
+/// With grouping, at most this many batches are in flight at once; the appends that come
+/// meanwhile queue and leave together as the next batch.
+const GROUPS_IN_FLIGHT: usize = 4;
+
 /// Appends of one conversation leave one at a time (the next one's expectation is the previous
-/// one's last seq); appends queued behind one in flight leave together as one atomic batch.
+/// one's last seq); with grouping, the appends that queued meanwhile (of any conversations)
+/// leave together as one atomic batch, at most [`GROUPS_IN_FLIGHT`] batches at a time.
 pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedReceiver<Submit>) {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Vec<ConversationKey>>();
     let mut queue: VecDeque<Submit> = VecDeque::new();
     let mut busy: HashSet<ConversationKey> = HashSet::new();
+    let slots = if inner.group_appends {
+        GROUPS_IN_FLIGHT
+    } else {
+        usize::MAX
+    };
+    let mut in_flight = 0usize;
     loop {
         tokio::select! {
             submit = submits.recv() => match submit {
@@ -31,6 +43,7 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
                 None => break,
             },
             Some(done) = done_rx.recv() => {
+                in_flight -= 1;
                 for conversation in done {
                     busy.remove(&conversation);
                 }
@@ -39,7 +52,17 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
         while let Ok(submit) = submits.try_recv() {
             queue.push_back(submit);
         }
-        for group in schedule(&mut queue, &mut busy, inner.group_appends) {
+        if in_flight >= slots {
+            continue;
+        }
+        let groups = schedule(
+            &mut queue,
+            &mut busy,
+            inner.group_appends,
+            slots - in_flight,
+        );
+        for group in groups {
+            in_flight += 1;
             let inner = inner.clone();
             let done = done_tx.clone();
             tokio::spawn(async move {
@@ -50,80 +73,121 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
     }
 }
 
-/// Takes from `queue` every append whose conversations are idle, in order: with `group`, appends
-/// of one idle conversation are grouped (up to [`MAX_BATCH_EVENTS`]); an append behind a busy
-/// conversation waits, and so does every later append of its conversations.
+/// Takes from `queue` every append whose conversations are idle, in order, in at most `slots`
+/// groups. With `group`, the idle appends leave together as one batch (up to
+/// [`MAX_BATCH_EVENTS`]), whatever their conversations: one commit of the cluster for all of
+/// them; without, each leaves alone. An append behind a busy conversation (or one left for
+/// want of a slot) waits, and so does every later append of its conversations.
 fn schedule(
     queue: &mut VecDeque<Submit>,
     busy: &mut HashSet<ConversationKey>,
     group: bool,
+    slots: usize,
 ) -> Vec<Vec<Submit>> {
     let mut groups: Vec<(Vec<Submit>, usize)> = Vec::new();
-    let mut open: HashMap<ConversationKey, usize> = HashMap::new();
+    // The conversations of the group still open to more appends (the last one).
+    let mut open: HashSet<ConversationKey> = HashSet::new();
     let mut waiting: HashSet<ConversationKey> = HashSet::new();
     let mut rest = VecDeque::new();
     for submit in queue.drain(..) {
-        if let [conversation] = submit.conversations.as_slice() {
-            if let Some(&i) = open
-                .get(conversation)
-                .filter(|_| !waiting.contains(conversation))
-            {
-                if groups[i].1 + submit.events.len() <= MAX_BATCH_EVENTS {
-                    groups[i].1 += submit.events.len();
-                    groups[i].0.push(submit);
-                    continue;
-                }
+        let size = submit.events.len();
+        let joins = group
+            && groups
+                .last()
+                .is_some_and(|(_, events)| events + size <= MAX_BATCH_EVENTS)
+            && submit
+                .conversations
+                .iter()
+                .all(|c| !waiting.contains(c) && (open.contains(c) || !busy.contains(c)));
+        if joins {
+            busy.extend(submit.conversations.iter().cloned());
+            open.extend(submit.conversations.iter().cloned());
+            if let Some(last) = groups.last_mut() {
+                last.1 += size;
+                last.0.push(submit);
             }
+            continue;
         }
-        let blocked = submit
-            .conversations
-            .iter()
-            .any(|c| busy.contains(c) || waiting.contains(c));
+        let blocked = groups.len() >= slots
+            || submit
+                .conversations
+                .iter()
+                .any(|c| busy.contains(c) || waiting.contains(c));
         if blocked {
             waiting.extend(submit.conversations.iter().cloned());
             rest.push_back(submit);
             continue;
         }
         busy.extend(submit.conversations.iter().cloned());
-        if let ([conversation], true) = (submit.conversations.as_slice(), group) {
-            open.insert(conversation.clone(), groups.len());
-        }
-        let size = submit.events.len();
+        open = submit.conversations.iter().cloned().collect();
         groups.push((vec![submit], size));
     }
     *queue = rest;
     groups.into_iter().map(|(group, _)| group).collect()
 }
 
-/// Appends one group and answers each of its appends; returns its conversations to free.
+/// Appends one group and answers each of its appends; returns its conversations to free. A
+/// group refused as fenced is stored in no part: its appends to conversations the log refuses
+/// get the refusal, and the others are appended again without them.
 async fn append_group(inner: &Inner, group: Vec<Submit>) -> Vec<ConversationKey> {
-    let mut conversations: Vec<ConversationKey> = Vec::new();
-    for submit in &group {
-        for conversation in &submit.conversations {
-            if !conversations.contains(conversation) {
-                conversations.push(conversation.clone());
+    let conversations = conversations_of(&group);
+    let mut pending = group;
+    while !pending.is_empty() {
+        let started = Instant::now();
+        let events: Vec<(Event, Vec<u8>)> = pending
+            .iter()
+            .flat_map(|s| s.events.iter().cloned())
+            .collect();
+        match append_events(inner, &conversations_of(&pending), events).await {
+            Ok(first) => {
+                m::ack_latency(started.elapsed());
+                let mut next = first.0;
+                for submit in pending {
+                    let count = submit.events.len() as u64;
+                    let range = SeqRange {
+                        first: Seq(next),
+                        last: Seq(next + count - 1),
+                    };
+                    next += count;
+                    let _ = submit.reply.send(Ok(range));
+                }
+                break;
+            }
+            Err(error @ StoreError::Fenced { .. }) if pending.len() > 1 => {
+                let fenced = lock(&inner.fenced).clone();
+                let before = pending.len();
+                let (refused, others): (Vec<Submit>, Vec<Submit>) = pending
+                    .into_iter()
+                    .partition(|s| s.conversations.iter().any(|c| fenced.contains_key(c)));
+                let stuck = refused.is_empty() || others.len() == before;
+                for submit in refused {
+                    let _ = submit.reply.send(Err(error.clone()));
+                }
+                pending = others;
+                if stuck {
+                    for submit in pending.drain(..) {
+                        let _ = submit.reply.send(Err(error.clone()));
+                    }
+                }
+            }
+            Err(error) => {
+                for submit in pending {
+                    let _ = submit.reply.send(Err(error.clone()));
+                }
+                break;
             }
         }
     }
-    let started = Instant::now();
-    let (events, replies): (Vec<_>, Vec<_>) =
-        group.into_iter().map(|s| (s.events, s.reply)).unzip();
-    match append_events(inner, &conversations, events.concat()).await {
-        Ok(first) => {
-            m::ack_latency(started.elapsed());
-            let mut next = first.0;
-            for (batch, reply) in events.iter().zip(replies) {
-                let range = SeqRange {
-                    first: Seq(next),
-                    last: Seq(next + batch.len() as u64 - 1),
-                };
-                next += batch.len() as u64;
-                let _ = reply.send(Ok(range));
-            }
-        }
-        Err(error) => {
-            for reply in replies {
-                let _ = reply.send(Err(error.clone()));
+    conversations
+}
+
+/// The conversations of `submits`, each once, in order.
+fn conversations_of(submits: &[Submit]) -> Vec<ConversationKey> {
+    let mut conversations: Vec<ConversationKey> = Vec::new();
+    for submit in submits {
+        for conversation in &submit.conversations {
+            if !conversations.contains(conversation) {
+                conversations.push(conversation.clone());
             }
         }
     }
@@ -234,4 +298,91 @@ pub(super) fn encode_batch(
         .into_iter()
         .map(|e| (e.event, e.bytes))
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::oneshot;
+
+    fn submit(conversations: &[&str]) -> Submit {
+        Submit {
+            events: Vec::new(),
+            conversations: conversations
+                .iter()
+                .map(|c| ConversationKey::new(*c).unwrap())
+                .collect(),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn keys(groups: &[Vec<Submit>]) -> Vec<Vec<Vec<String>>> {
+        groups
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .map(|s| s.conversations.iter().map(|c| c.to_string()).collect())
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn queue(of: &[&[&str]]) -> VecDeque<Submit> {
+        of.iter().map(|c| submit(c)).collect()
+    }
+
+    #[test]
+    fn grouped_appends_of_idle_conversations_leave_as_one_batch_in_order() {
+        let mut q = queue(&[&["t:x"], &["t:y"], &["t:x"], &["t:y", "t:z"]]);
+        let mut busy = HashSet::new();
+        let groups = schedule(&mut q, &mut busy, true, 4);
+        assert_eq!(
+            keys(&groups),
+            vec![vec![
+                vec!["t:x".to_owned()],
+                vec!["t:y".to_owned()],
+                vec!["t:x".to_owned()],
+                vec!["t:y".to_owned(), "t:z".to_owned()],
+            ]]
+        );
+        assert!(q.is_empty());
+        assert_eq!(busy.len(), 3);
+    }
+
+    #[test]
+    fn an_append_behind_a_busy_conversation_waits_and_so_do_later_ones_of_it() {
+        let mut q = queue(&[&["t:x"], &["t:y"], &["t:x"], &["t:x", "t:z"], &["t:z"]]);
+        let mut busy: HashSet<ConversationKey> = [ConversationKey::new("t:x").unwrap()].into();
+        let groups = schedule(&mut q, &mut busy, true, 4);
+        assert_eq!(keys(&groups), vec![vec![vec!["t:y".to_owned()]]]);
+        let left: Vec<Vec<String>> = q
+            .iter()
+            .map(|s| s.conversations.iter().map(|c| c.to_string()).collect())
+            .collect();
+        assert_eq!(left.len(), 4, "t:z waits behind the append of t:x and t:z");
+    }
+
+    #[test]
+    fn without_grouping_each_append_leaves_alone_within_the_free_slots() {
+        let mut q = queue(&[&["t:x"], &["t:y"], &["t:x"], &["t:w"]]);
+        let mut busy = HashSet::new();
+        let groups = schedule(&mut q, &mut busy, false, usize::MAX);
+        assert_eq!(
+            keys(&groups),
+            vec![
+                vec![vec!["t:x".to_owned()]],
+                vec![vec!["t:y".to_owned()]],
+                vec![vec!["t:w".to_owned()]],
+            ]
+        );
+        assert_eq!(q.len(), 1);
+        let mut q = queue(&[&["t:a"], &["t:b"], &["t:a"]]);
+        let groups = schedule(&mut q, &mut HashSet::new(), false, 1);
+        assert_eq!(keys(&groups), vec![vec![vec!["t:a".to_owned()]]]);
+        assert_eq!(
+            q.len(),
+            2,
+            "no slot for t:b; the second t:a waits behind the first"
+        );
+    }
 }
