@@ -306,10 +306,12 @@ impl<B: Backend> Engine<B> {
             });
         }
         let to = to.min(self.committed());
-        let mut out = Vec::new();
         if from > to || limit == 0 {
-            return Ok(out);
+            return Ok(Vec::new());
         }
+        // Sized once: growing a vector of thousands of records copies them over and over.
+        let span = usize::try_from(to.0 - from.0 + 1).unwrap_or(usize::MAX);
+        let mut out = Vec::with_capacity(limit.min(span).min(READ_RANGE_RESERVE));
         let mut next = from;
         if let Some((first, value)) = self.chunk_at(from)? {
             let chunk = Chunk::parse(first, value.as_ref())?;
@@ -647,6 +649,9 @@ fn decode_span(
     }
     Ok(())
 }
+
+/// The most records `read_range` reserves room for up front (it grows past it if asked for more).
+const READ_RANGE_RESERVE: usize = 16_384;
 
 /// How many list entries a forward list read walks back from the end before it looks the
 /// entry holding its start up instead (see [`Engine::list_tail`]).
