@@ -370,12 +370,8 @@ async fn timed_window(
     clients: usize,
     duration: Duration,
 ) -> Measured {
-    let requests_before = provider.requests().len();
-    let seq_before = runtime.log().last_seq();
     let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let cpu_start = process_cpu();
-    let threads_start = thread_cpu();
+    let window = Window::start(runtime, provider);
     let mut tasks = Vec::new();
     for c in 0..clients {
         let (runtime, stop) = (Arc::clone(runtime), Arc::clone(&stop));
@@ -411,33 +407,7 @@ async fn timed_window(
         turns += t;
         errors += e;
     }
-    let elapsed = start.elapsed();
-    let cpu = process_cpu().saturating_sub(cpu_start);
-    let by_thread = thread_cpu_delta(&threads_start, &thread_cpu());
-    latencies.sort_unstable();
-
-    let seq_after = runtime.log().last_seq();
-    let events_per_turn = (seq_after.0 - seq_before.0) as f64 / turns.max(1) as f64;
-    let mut modes = (0, 0, 0);
-    for r in &provider.requests()[requests_before..] {
-        match r.plan.mode {
-            DeliveryMode::Bootstrap => modes.0 += 1,
-            DeliveryMode::Delta => modes.1 += 1,
-            DeliveryMode::Full => modes.2 += 1,
-        }
-    }
-    Measured {
-        label: "",
-        elapsed,
-        turns,
-        errors,
-        latencies,
-        events_per_turn,
-        modes,
-        warmup: Duration::ZERO,
-        cpu,
-        by_thread,
-    }
+    window.finish("", runtime, provider, latencies, (turns, errors))
 }
 
 /// Posts arrive every `1 / rate` s for `duration`, each as its own task, to random conversations
@@ -449,17 +419,13 @@ async fn open_loop_window(
     rate: f64,
     duration: Duration,
 ) -> Measured {
-    let requests_before = provider.requests().len();
-    let seq_before = runtime.log().last_seq();
     let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
     let arrivals = (duration.as_secs_f64() * rate).round().max(1.0) as u64;
     let mut rng = StdRng::seed_from_u64(0x6f70_656e);
-    let start = Instant::now();
-    let cpu_start = process_cpu();
-    let threads_start = thread_cpu();
+    let window = Window::start(runtime, provider);
     let mut tasks = Vec::with_capacity(arrivals as usize);
     for i in 0..arrivals {
-        let due = start + interval.mul_f64(i as f64);
+        let due = window.start + interval.mul_f64(i as f64);
         tokio::time::sleep_until(due.into()).await;
         let key = conversation_key(rng.gen_range(0..conversations));
         let text = post_text(rng.gen_range(0..3), (1 << 62) | i);
@@ -478,30 +444,71 @@ async fn open_loop_window(
         turns += ok;
         errors += failed;
     }
-    let elapsed = start.elapsed();
-    let cpu = process_cpu().saturating_sub(cpu_start);
-    let by_thread = thread_cpu_delta(&threads_start, &thread_cpu());
-    latencies.sort_unstable();
-    let events_per_turn = (runtime.log().last_seq().0 - seq_before.0) as f64 / turns.max(1) as f64;
-    let mut modes = (0, 0, 0);
-    for r in &provider.requests()[requests_before..] {
-        match r.plan.mode {
-            DeliveryMode::Bootstrap => modes.0 += 1,
-            DeliveryMode::Delta => modes.1 += 1,
-            DeliveryMode::Full => modes.2 += 1,
+    window.finish(
+        "  same, open loop at half the max",
+        runtime,
+        provider,
+        latencies,
+        (turns, errors),
+    )
+}
+
+/// Where a measured window of turns started: its clock, CPU, log and provider record.
+struct Window {
+    start: Instant,
+    cpu_start: Duration,
+    threads_start: HashMap<String, Duration>,
+    seq_before: Seq,
+    requests_before: usize,
+}
+
+impl Window {
+    fn start(runtime: &Runtime, provider: &ScriptedProvider) -> Self {
+        Self {
+            requests_before: provider.requests().len(),
+            seq_before: runtime.log().last_seq(),
+            start: Instant::now(),
+            cpu_start: process_cpu(),
+            threads_start: thread_cpu(),
         }
     }
-    Measured {
-        label: "  same, open loop at half the max",
-        elapsed,
-        turns,
-        errors,
-        latencies,
-        events_per_turn,
-        modes,
-        warmup: Duration::ZERO,
-        cpu,
-        by_thread,
+
+    /// The window's figures: its time and CPU, the events per turn and the delivery modes of
+    /// the requests it made.
+    fn finish(
+        self,
+        label: &'static str,
+        runtime: &Runtime,
+        provider: &ScriptedProvider,
+        mut latencies: Vec<u64>,
+        (turns, errors): (u64, u64),
+    ) -> Measured {
+        let elapsed = self.start.elapsed();
+        let cpu = process_cpu().saturating_sub(self.cpu_start);
+        let by_thread = thread_cpu_delta(&self.threads_start, &thread_cpu());
+        latencies.sort_unstable();
+        let events_per_turn =
+            (runtime.log().last_seq().0 - self.seq_before.0) as f64 / turns.max(1) as f64;
+        let mut modes = (0, 0, 0);
+        for r in &provider.requests()[self.requests_before..] {
+            match r.plan.mode {
+                DeliveryMode::Bootstrap => modes.0 += 1,
+                DeliveryMode::Delta => modes.1 += 1,
+                DeliveryMode::Full => modes.2 += 1,
+            }
+        }
+        Measured {
+            label,
+            elapsed,
+            turns,
+            errors,
+            latencies,
+            events_per_turn,
+            modes,
+            warmup: Duration::ZERO,
+            cpu,
+            by_thread,
+        }
     }
 }
 
