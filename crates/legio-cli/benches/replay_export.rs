@@ -70,32 +70,62 @@ fn main() {
         ),
         ("legio replay (text) > /dev/null", vec!["replay"]),
     ];
-    let mut rows = Vec::new();
-    let mut warm_of = Vec::new();
-    for (label, args) in &commands {
-        let first = run_legio(&db, args);
-        let warm = (0..RUNS).map(|_| run_legio(&db, args)).sum::<Duration>() / RUNS as u32;
-        rows.push((label.to_string(), first, warm));
-        warm_of.push(warm);
-    }
+    let mut rows = time_commands(&db, &commands);
     let exported = std::fs::read_to_string(&out).expect("the export file");
     assert_eq!(
         exported.lines().count() as u64,
         events,
         "the export holds every event"
     );
-
-    // ---- baseline: the log's own scan, in this process ----
-    let log = SledLog::open(&db, &StoreOptions::default()).expect("opening the log");
-    let scan_first = scan(&log);
-    let scan_warm = (0..RUNS).map(|_| scan(&log)).sum::<Duration>() / RUNS as u32;
-    drop(log);
+    let (scan_first, scan_warm) = baseline(&db);
     rows.push((
         "baseline: read_range scan in-process (open excluded)".to_owned(),
         scan_first,
         scan_warm,
     ));
+    print_rows(&rows, events, scan_warm);
 
+    println!();
+    println!("Goals (warm, {} events):", fmt_int(events));
+    let goal = GOAL.mul_f64(scale);
+    let goals: Vec<(String, String, bool)> = rows[1..commands.len()]
+        .iter()
+        .map(|(label, _, warm)| {
+            (
+                format!("{label} < {}", fmt_dur(goal)),
+                fmt_dur(*warm),
+                *warm < goal,
+            )
+        })
+        .collect();
+    print_goals(&goals);
+}
+
+/// A command's label, its first run and the mean of its warm runs.
+type Row = (String, Duration, Duration);
+
+/// Runs each command once, then `RUNS` times warm.
+fn time_commands(db: &Path, commands: &[(&str, Vec<&str>)]) -> Vec<Row> {
+    commands
+        .iter()
+        .map(|(label, args)| {
+            let first = run_legio(db, args);
+            let warm = (0..RUNS).map(|_| run_legio(db, args)).sum::<Duration>() / RUNS as u32;
+            (label.to_string(), first, warm)
+        })
+        .collect()
+}
+
+/// The log's own scan, in this process: the first after opening, and the mean of `RUNS` warm.
+fn baseline(db: &Path) -> (Duration, Duration) {
+    let log = SledLog::open(db, &StoreOptions::default()).expect("opening the log");
+    let first = scan(&log);
+    let warm = (0..RUNS).map(|_| scan(&log)).sum::<Duration>() / RUNS as u32;
+    (first, warm)
+}
+
+/// The table of wall times, with each row's rate and its ratio to the warm scan.
+fn print_rows(rows: &[Row], events: u64, scan_warm: Duration) {
     let rate = |d: Duration| events as f64 / d.as_secs_f64();
     println!();
     println!("Replay and export of the whole log (wall time of the command):");
@@ -124,22 +154,6 @@ fn main() {
     println!();
     println!("  first run = right after the log was built and closed (sled's first open after");
     println!("  writing); warm = the runs after it. The OS page cache is warm in both.");
-
-    println!();
-    println!("Goals (warm, {} events):", fmt_int(events));
-    let goals: Vec<(String, String, bool)> = commands
-        .iter()
-        .zip(&warm_of)
-        .skip(1)
-        .map(|((label, _), warm)| {
-            (
-                format!("{label} < {}", fmt_dur(GOAL.mul_f64(scale))),
-                fmt_dur(*warm),
-                *warm < GOAL.mul_f64(scale),
-            )
-        })
-        .collect();
-    print_goals(&goals);
 }
 
 /// Builds the log in `db`: relaxed, large batches, then closed.

@@ -31,7 +31,7 @@ pub(crate) trait AppendGate: Send + Sync {
 }
 
 /// A post as the node that owns its conversation receives it: already parsed and checked.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ForwardedPost {
     pub(crate) conversation: ConversationKey,
     pub(crate) sender: Participant,
@@ -39,8 +39,8 @@ pub(crate) struct ForwardedPost {
 }
 
 /// A request the owner of its conversation serves, as it crosses the bus: already parsed and
-/// checked by the node it reached.
-#[derive(Clone, Debug)]
+/// checked by the node it reached (wire.rs sends it as it is).
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Forwarded {
     /// `Runtime::post` (plain posts: a host's turn with tools is served where it arrives).
     Post(ForwardedPost),

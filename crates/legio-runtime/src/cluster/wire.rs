@@ -3,100 +3,33 @@
 //! runtime's own types. Only nodes of the same version talk to each other; an unknown kind or
 //! code reads as the most general one.
 
-use legio_core::{AgentName, ConversationKey, MessageId, Participant, Seq};
+use legio_core::{AgentName, MessageId, Seq};
 use serde::{Deserialize, Serialize};
 
-use super::{Answered, Forwarded, ForwardedPost};
+use super::{Answered, Forwarded};
 use crate::error::{ErrorCode, RuntimeError};
 use crate::progress::Progress;
 use crate::reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 
 /// The request, and whether the caller listens to its progress (posts only).
 #[derive(Serialize, Deserialize)]
-pub(super) enum WireRequest {
-    Post {
-        conversation: ConversationKey,
-        sender: Participant,
-        text: String,
-        streamed: bool,
-    },
-    Reset {
-        conversation: ConversationKey,
-        agent: AgentName,
-    },
-    Heartbeat {
-        conversation: ConversationKey,
-        agent: AgentName,
-        text: String,
-    },
+pub(super) struct WireRequest {
+    request: Forwarded,
+    streamed: bool,
 }
 
 impl WireRequest {
     pub(super) fn new(request: &Forwarded, streamed: bool) -> Self {
-        match request.clone() {
-            Forwarded::Post(p) => Self::Post {
-                conversation: p.conversation,
-                sender: p.sender,
-                text: p.text,
-                streamed,
-            },
-            Forwarded::Reset {
-                conversation,
-                agent,
-            } => Self::Reset {
-                conversation,
-                agent,
-            },
-            Forwarded::Heartbeat {
-                conversation,
-                agent,
-                text,
-            } => Self::Heartbeat {
-                conversation,
-                agent,
-                text,
-            },
+        Self {
+            request: request.clone(),
+            streamed,
         }
     }
 
+    /// The request, and whether its progress is streamed back (never for a reset or heartbeat).
     pub(super) fn into_parts(self) -> (Forwarded, bool) {
-        match self {
-            Self::Post {
-                conversation,
-                sender,
-                text,
-                streamed,
-            } => {
-                let post = ForwardedPost {
-                    conversation,
-                    sender,
-                    text,
-                };
-                (Forwarded::Post(post), streamed)
-            }
-            Self::Reset {
-                conversation,
-                agent,
-            } => (
-                Forwarded::Reset {
-                    conversation,
-                    agent,
-                },
-                false,
-            ),
-            Self::Heartbeat {
-                conversation,
-                agent,
-                text,
-            } => (
-                Forwarded::Heartbeat {
-                    conversation,
-                    agent,
-                    text,
-                },
-                false,
-            ),
-        }
+        let streamed = self.streamed && matches!(self.request, Forwarded::Post(_));
+        (self.request, streamed)
     }
 }
 
@@ -444,6 +377,8 @@ impl From<WireProgress> for Progress {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::ForwardedPost;
+    use legio_core::{ConversationKey, Participant};
 
     #[test]
     fn every_request_crosses_the_wire_as_it_was() {
