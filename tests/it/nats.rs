@@ -506,3 +506,56 @@ fn the_node_bus_answers_in_order_and_reports_absent_and_silent_nodes() {
         assert!(matches!(silent, Err(BusError::Silent { .. })), "{silent:?}");
     });
 }
+
+/// A listing is one look at a bucket others write to: on three servers (replicas 3), a lease just
+/// taken, or renewed while another client lists, is always in the listing (no lease is missed
+/// because a key was rewritten mid-listing or a lagging replica answered).
+#[test]
+fn every_listing_shows_a_lease_taken_or_renewed_meanwhile() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let open = || {
+        let options = legio_store::NatsOptions {
+            lease_ttl: Duration::from_secs(30),
+            ..cluster.options(3)
+        };
+        Leases::open(&options).unwrap()
+    };
+    let (writer, reader) = (open(), open());
+    let busy = writer.acquire("t:renewed", "node-a").unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renewing = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut lease = busy;
+            let mut renewals = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                lease = writer.renew(&lease).unwrap();
+                renewals += 1;
+            }
+            (writer, renewals)
+        })
+    };
+    let other = open();
+    for i in 0..150 {
+        let name = format!("t:new{i}");
+        let taken = other.acquire(&name, "node-b").unwrap();
+        let listed = reader.list().unwrap();
+        let names: Vec<&str> = listed.iter().map(|l| l.name.as_str()).collect();
+        assert!(
+            names.contains(&"t:renewed"),
+            "listing {i} missed the renewed lease: {names:?}"
+        );
+        assert!(
+            listed.contains(&taken),
+            "listing {i} missed {taken:?}: {listed:?}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (_, renewals) = renewing.join().unwrap();
+    assert!(
+        renewals > 10,
+        "the lease was renewed while listing ({renewals} times)"
+    );
+}

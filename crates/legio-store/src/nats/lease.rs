@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, kv};
 use futures_util::TryStreamExt;
 use thiserror::Error;
@@ -149,16 +150,11 @@ impl Leases {
                     revision,
                 }),
                 Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                    let entry = store
-                        .entry(&key)
-                        .await
-                        .map_err(|e| cluster("reading a lease", e))?;
-                    let (holder, revision) = entry.map_or((String::new(), 0), |entry| {
-                        (
-                            String::from_utf8_lossy(&entry.value).into_owned(),
-                            entry.revision,
-                        )
-                    });
+                    let (holder, revision) = latest(&store, &key)
+                        .await?
+                        .map_or((String::new(), 0), |(lease, _)| {
+                            (lease.holder, lease.revision)
+                        });
                     Err(LeaseError::Held {
                         name,
                         holder,
@@ -218,37 +214,65 @@ impl Leases {
     }
 
     /// Every lease currently held, sorted by name, with the time since its holder last wrote it
-    /// (took or renewed it; by the servers' clock against this machine's).
+    /// (took or renewed it; by the servers' clock against this machine's). Keys come from the
+    /// stream's state and each lease from its leader, so a lease taken a moment ago is listed
+    /// (a key watcher can miss a key renewed while it runs, and a replica answering a direct
+    /// read can lag behind the leader).
     pub fn list_with_age(&self) -> Result<Vec<(Lease, Duration)>, LeaseError> {
         let store = self.store.clone();
         self.block_on(async move {
-            let keys: Vec<String> = store
-                .keys()
+            let subjects: Vec<(String, usize)> = store
+                .stream
+                .info_with_subjects(format!("{}>", store.prefix))
                 .await
                 .map_err(|e| cluster("listing leases", e))?
                 .try_collect()
                 .await
                 .map_err(|e| cluster("listing leases", e))?;
             let mut out = Vec::new();
-            for key in keys {
-                let name = decode_token(&key).ok_or(LeaseError::BadKey { key: key.clone() })?;
-                let entry = store
-                    .entry(&key)
-                    .await
-                    .map_err(|e| cluster("reading a lease", e))?;
-                if let Some(entry) = entry.filter(|e| e.operation == kv::Operation::Put) {
-                    let lease = Lease {
-                        name,
-                        holder: String::from_utf8_lossy(&entry.value).into_owned(),
-                        revision: entry.revision,
-                    };
-                    out.push((lease, age_of(entry.created.unix_timestamp_nanos())));
+            for (subject, _) in subjects {
+                let key = subject
+                    .strip_prefix(store.prefix.as_str())
+                    .unwrap_or(&subject);
+                if let Some(found) = latest(&store, key).await? {
+                    out.push(found);
                 }
             }
             out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
             Ok(out)
         })
     }
+}
+
+/// The lease under `key` as the stream's leader has it now (not a replica's possibly older
+/// copy), with its age; `None` if there is none (never taken, released or expired).
+async fn latest(store: &kv::Store, key: &str) -> Result<Option<(Lease, Duration)>, LeaseError> {
+    let name = decode_token(key).ok_or(LeaseError::BadKey {
+        key: key.to_owned(),
+    })?;
+    let message = match store
+        .stream
+        .get_last_raw_message_by_subject(&format!("{}{key}", store.prefix))
+        .await
+    {
+        Ok(message) => message,
+        Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => return Ok(None),
+        Err(e) => return Err(cluster("reading a lease", e)),
+    };
+    // A put, not a delete, a purge or the server's marker of an expired key.
+    let put = match message.headers.get("KV-Operation") {
+        Some(op) => op.as_str() == "PUT",
+        None => message.headers.get("Nats-Marker-Reason").is_none(),
+    };
+    if !put {
+        return Ok(None);
+    }
+    let lease = Lease {
+        name,
+        holder: String::from_utf8_lossy(&message.payload).into_owned(),
+        revision: message.sequence,
+    };
+    Ok(Some((lease, age_of(message.time.unix_timestamp_nanos()))))
 }
 
 /// The time since `written` (nanoseconds since the Unix epoch); zero if it is in the future.
