@@ -35,7 +35,8 @@ pub struct Legion {
     pub nodes: Vec<Node>,
 }
 
-pub fn write_config(dir: &Path, urls: &[String], latency_ms: u64, ttl: Duration) {
+/// Writes `legio.toml` (and the prompts) for the nodes; `extra` is appended to it.
+pub fn write_config(dir: &Path, urls: &[String], latency_ms: u64, ttl: Duration, extra: &str) {
     for name in ["lead", "ann", "bob"] {
         std::fs::write(dir.join(format!("{name}.md")), format!("You are {name}.")).unwrap();
     }
@@ -71,6 +72,7 @@ provider = "local"
 kind = "scripted"
 history = "session"
 latency_ms = {latency_ms}
+{extra}
 "#,
         servers = servers.join(", "),
         ttl = ttl.as_secs()
@@ -87,11 +89,16 @@ impl Legion {
 
     /// [`Legion::start`] with another lease TTL (whole seconds).
     pub fn start_with_ttl(latency_ms: u64, ttl: Duration) -> Option<Self> {
+        Self::start_with_config(latency_ms, ttl, "")
+    }
+
+    /// [`Legion::start_with_ttl`] with `extra` appended to the nodes' configuration.
+    pub fn start_with_config(latency_ms: u64, ttl: Duration, extra: &str) -> Option<Self> {
         let nats = NatsCluster::start(3)?;
         let dir = tempfile::tempdir().unwrap();
         println!("legion in {}", dir.path().display());
         std::fs::create_dir(dir.path().join("sessions")).unwrap();
-        write_config(dir.path(), &nats.urls(), latency_ms, ttl);
+        write_config(dir.path(), &nats.urls(), latency_ms, ttl, extra);
         let mut legion = Self {
             nats,
             ttl,

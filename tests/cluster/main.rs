@@ -221,6 +221,61 @@ fn a_heartbeat_and_a_reset_sent_to_a_non_owner_take_effect_on_the_owner() {
     check_sessions(&legion.sessions_dir());
 }
 
+/// Every node runs the `[heartbeats]` schedules, and each conversation's heartbeat runs on its
+/// owner only: a listed conversation nobody owns is taken by one node and beats there (it once
+/// never beat: every node ran it locally and its own gate refused it), and a conversation with an
+/// open session beats on its owner without the other nodes trying (and failing) too.
+#[test]
+fn scheduled_heartbeats_run_once_per_tick_on_the_owner() {
+    let _one_at_a_time = one_at_a_time();
+    let schedules = "[heartbeats.ann]\nevery_seconds = 1\ntext = \"open tick\"\n\
+                     [heartbeats.bob]\nevery_seconds = 1\ntext = \"listed tick\"\n\
+                     conversations = [\"hb:listed\"]\n";
+    let started = Instant::now();
+    let Some(legion) = Legion::start_with_config(0, TTL, schedules) else {
+        return;
+    };
+    post_until_served(&legion, 0, "hb:open", "@ann hello", Duration::from_secs(30));
+    let watched = Instant::now();
+    std::thread::sleep(Duration::from_millis(4500));
+    let seconds = watched.elapsed().as_secs_f64();
+    let events: Vec<Event> = legion
+        .log()
+        .read_range(Seq(1), Seq(u64::MAX), 100_000)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.event)
+        .collect();
+    for (conversation, agent) in [("hb:listed", "bob"), ("hb:open", "ann")] {
+        let beats = events
+            .iter()
+            .filter(|e| matches!(e, Event::HeartbeatRan(h) if h.conversation.as_str() == conversation && h.agent.as_str() == agent))
+            .count();
+        let most = started.elapsed().as_secs_f64() + 1.0;
+        println!("{conversation}: {beats} heartbeats of {agent} ({seconds:.1} s watched, at most {most:.0})");
+        assert!(
+            beats >= 3 && (beats as f64) <= most,
+            "{conversation}: {beats} heartbeats of {agent}, one node's ticks expected"
+        );
+    }
+    let owner = legion
+        .owner("hb:listed")
+        .expect("a node took the listed conversation");
+    println!("hb:listed beats on {owner}");
+    for node in &legion.nodes {
+        let failed = metric(node, "legio_heartbeats_total", "outcome=\"failed\"");
+        assert_eq!(failed, 0.0, "{}: failed heartbeats", node.name);
+        let printed =
+            std::fs::read_to_string(legion.dir.path().join(format!("{}.log", node.name))).unwrap();
+        assert!(
+            !printed.contains("scheduled heartbeat failed"),
+            "{} ran a heartbeat of a conversation it does not own:\n{printed}",
+            node.name
+        );
+    }
+    legion.verify();
+}
+
 /// The owner of a busy conversation is SIGKILLed ten times at random moments (also while its
 /// turns are at the provider): each time another node serves the conversation within the lease
 /// TTL plus 2 s, every acknowledged message is in the log exactly once, `verify` is clean and

@@ -266,7 +266,8 @@ impl Runtime {
         };
         runtime.start_reaper();
         if let Ok(mut slot) = runtime.schedules.lock() {
-            *slot = crate::schedule::start(&runtime.shared, &runtime.root);
+            *slot =
+                crate::schedule::start(&runtime.shared, &runtime.root, runtime.cluster.as_ref());
         }
         if let Some(cluster) = &runtime.cluster {
             cluster.ownership.set_root(runtime.root.clone());
