@@ -693,10 +693,10 @@ fn report(
     );
     println!("  rate. Beyond the appends a turn also does: the supervisor hops, the actor's log");
     println!(
-        "  reads on the blocking pool (session state, new message, delta, and the window read"
+        "  reads on the blocking pool (session state, new message, delta, and the messages since"
     );
     println!(
-        "  for the tokens-avoided metric), the prompt file's stat (the composed prompt is cached), and the provider call."
+        "  the last turn for the tokens-avoided metric), the prompt file's stat (the composed prompt is cached), and the provider call."
     );
     println!(
         "  With {CLIENTS} clients in a closed loop, mean latency = {CLIENTS} / throughput (Little's law):"

@@ -140,6 +140,7 @@ fn fit_offline(
         system_prompt,
         status: status.as_deref(),
         tools: &[],
+        tool_tokens: 0,
     };
     let calibration = preview_calibration(
         log,

@@ -8,6 +8,7 @@ mod operator;
 mod prepare;
 mod roster_view;
 mod window;
+mod window_tally;
 
 pub use error::OpsError;
 pub use memory_view::{fold_memory, memory_table, one_line, read_memory, short_time};
@@ -15,11 +16,12 @@ pub use operator::{
     context_report, inspect, require_conversation, ContextReport, InspectKind, ReportItem, Table,
 };
 pub use prepare::{
-    compaction_job, prepare_turn, preview_turn, window_tokens, CompactionJob, PreparedTurn,
-    TurnInputs, TurnPreview, MAX_DELTA,
+    compaction_job, prepare_turn, preview_turn, CompactionJob, PreparedTurn, TurnInputs,
+    TurnPreview, MAX_DELTA,
 };
 pub use roster_view::{agents_with_roster, NO_SESSION};
 pub use window::{
     check_window, fit_preview, preview_calibration, provider_budget, seed_calibration,
     status_block, tool_tokens, Fixed, WindowReport,
 };
+pub use window_tally::{window_tokens, WindowTally};

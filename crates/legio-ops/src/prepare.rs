@@ -239,33 +239,6 @@ pub fn compaction_job(
     }))
 }
 
-/// Estimated tokens that re-sending the window would cost for `turn`: the last `history_window`
-/// visible messages before its new message, plus the new message. For the tokens-avoided metric;
-/// equal to the plan's own estimate unless the plan is a delta. Blocks on a log read.
-pub fn window_tokens(
-    log: &dyn EventLog,
-    inputs: &TurnInputs<'_>,
-    turn: &PreparedTurn,
-) -> Result<u64, OpsError> {
-    let plan = &turn.plan;
-    if !matches!(turn.decision.delivery, Delivery::Delta { .. }) {
-        return Ok(plan.estimated_tokens);
-    }
-    let window = inputs.settings.history_window;
-    let full = log.visible_before(
-        inputs.conversation,
-        inputs.spec.viewer(),
-        plan.new_message.seq,
-        window,
-    )?;
-    Ok(full
-        .iter()
-        .filter_map(|r| r.event.as_message())
-        .chain(std::iter::once(&plan.new_message.message))
-        .map(estimate_message_tokens)
-        .sum())
-}
-
 /// A turn as it would have been prepared had the log ended at a seq.
 #[derive(Clone, Debug)]
 pub struct TurnPreview {

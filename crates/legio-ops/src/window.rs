@@ -41,6 +41,9 @@ pub struct Fixed<'a> {
     pub status: Option<&'a str>,
     /// The tools offered.
     pub tools: &'a [ToolDef],
+    /// [`tool_tokens`] of `tools`, counted once by whoever holds them (an agent's tools are
+    /// fixed for its actor's life; counting means serializing every schema).
+    pub tool_tokens: u64,
 }
 
 impl Fixed<'_> {
@@ -48,7 +51,7 @@ impl Fixed<'_> {
     pub fn estimated(&self) -> u64 {
         legio_core::estimate_tokens(self.system_prompt)
             + self.status.map_or(0, legio_core::estimate_tokens)
-            + tool_tokens(self.tools)
+            + self.tool_tokens
     }
 
     /// In `budget`'s units: exact with the model's vocabulary (the system message's chat

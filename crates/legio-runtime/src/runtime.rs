@@ -875,6 +875,7 @@ impl Runtime {
             system_prompt: &system_prompt,
             status: status.as_deref(),
             tools: &[],
+            tool_tokens: 0,
         };
         let calibration =
             crate::fit::calibration(&self.shared, conversation, &spec, fixed.estimated()).await?;

@@ -22,6 +22,7 @@ use legio_llm::{
 };
 use legio_ops::{
     compaction_job, prepare_turn, window_tokens, CompactionJob, Fixed, PreparedTurn, TurnInputs,
+    WindowTally,
 };
 
 use crate::clock::{fresh_uuid, now};
@@ -57,8 +58,11 @@ pub(crate) struct TurnState {
     pub(crate) live_session: Option<SessionId>,
     /// The tools offered to the model, built on the first turn (they depend only on the agent's
     /// role, the memory tools and the host's registry, all fixed for the actor's life) and
-    /// shared by every request without copying their schemas.
-    tools: Option<Arc<[ToolSpec]>>,
+    /// shared by every request without copying their schemas; with their estimated tokens.
+    tools: Option<(Arc<[ToolSpec]>, u64)>,
+    /// The tokens of the agent's window through the message its last step answered (for the
+    /// tokens-avoided metric: a delta turn counts only what arrived since).
+    window: WindowTally,
 }
 
 /// What one step of a turn ended with.
@@ -78,6 +82,8 @@ struct Setup {
     spec: AgentSpec,
     provider: Arc<dyn Provider>,
     tools: Arc<[ToolSpec]>,
+    /// The tools' estimated tokens (`legio_ops::tool_tokens`).
+    tool_tokens: u64,
     deadline: Instant,
 }
 
@@ -170,27 +176,33 @@ fn setup(
     let shared = &agent.shared;
     let spec = shared.roster_spec(&agent.name)?.clone();
     let provider = shared.provider(&spec)?;
-    let tools = match &state.tools {
-        Some(tools) => Arc::clone(tools),
+    let (tools, tool_tokens) = match &state.tools {
+        Some((tools, tokens)) => (Arc::clone(tools), *tokens),
         None => {
             let tools: Arc<[ToolSpec]> = if provider.capabilities().tools {
                 tools_for(shared, &spec).into()
             } else {
                 Arc::from(Vec::new())
             };
-            state.tools = Some(Arc::clone(&tools));
-            tools
+            let tokens = legio_ops::tool_tokens(&tools);
+            state.tools = Some((Arc::clone(&tools), tokens));
+            (tools, tokens)
         }
     };
-    let tools = match (&request.host_tools, provider.capabilities().tools) {
-        (Some(host), true) => tools.iter().chain(host.iter()).cloned().collect(),
-        _ => tools,
+    let (tools, tool_tokens) = match (&request.host_tools, provider.capabilities().tools) {
+        (Some(host), true) => {
+            let host_tokens = legio_ops::tool_tokens(host);
+            let all = tools.iter().chain(host.iter()).cloned().collect();
+            (all, tool_tokens + host_tokens)
+        }
+        _ => (tools, tool_tokens),
     };
     let deadline = Instant::now() + shared.config.runtime.turn_timeout;
     Ok(Setup {
         spec,
         provider,
         tools,
+        tool_tokens,
         deadline,
     })
 }
@@ -232,7 +244,7 @@ async fn step(
     first: bool,
 ) -> Result<Step, RuntimeError> {
     let prompt = Prompt::of(agent, setup, first)?;
-    let fixed = prompt.fixed(&setup.tools);
+    let fixed = prompt.fixed(setup);
     let sizes = sizes(agent, setup, fixed).await?;
     let mut retry_lost = true;
     loop {
@@ -310,11 +322,12 @@ impl Prompt {
         })
     }
 
-    fn fixed<'a>(&'a self, tools: &'a [ToolSpec]) -> Fixed<'a> {
+    fn fixed<'a>(&'a self, setup: &'a Setup) -> Fixed<'a> {
         Fixed {
             system_prompt: &self.system,
             status: self.status.as_deref(),
-            tools,
+            tools: &setup.tools,
+            tool_tokens: setup.tool_tokens,
         }
     }
 }
@@ -389,7 +402,7 @@ async fn close_lost_session(
 /// compacted view.
 async fn plan(
     agent: &Agent,
-    state: &TurnState,
+    state: &mut TurnState,
     setup: &Setup,
     request: &TurnRequest,
     answering: Seq,
@@ -414,7 +427,8 @@ async fn plan(
             answering,
             compaction: compaction.take(),
         };
-        let (prepared, window, job) = prepare_hop(agent, &setup.spec, hop).await?;
+        let (prepared, window, job) =
+            prepare_hop(agent, &setup.spec, hop, &mut state.window).await?;
         let Some(job) = job else {
             return Ok((prepared, window));
         };
@@ -442,10 +456,13 @@ async fn prepare_hop(
     agent: &Agent,
     spec: &AgentSpec,
     hop: Hop,
+    tally: &mut WindowTally,
 ) -> Result<(PreparedTurn, u64, Option<CompactionJob>), RuntimeError> {
     let (shared, spec) = (Arc::clone(&agent.shared), spec.clone());
     let conversation = agent.conversation.clone();
-    tokio::task::spawn_blocking(move || {
+    // Lent to the blocking thread and given back; lost (counted afresh next time) on an error.
+    let mut lent = std::mem::take(tally);
+    let (prepared, window, job, lent) = tokio::task::spawn_blocking(move || {
         let inputs = TurnInputs {
             spec: &spec,
             conversation: &conversation,
@@ -457,7 +474,7 @@ async fn prepare_hop(
         };
         let log = shared.log.as_ref();
         let prepared = prepare_turn(log, inputs)?;
-        let window = window_tokens(log, &inputs, &prepared)?;
+        let window = window_tokens(log, &inputs, &prepared, &mut lent)?;
         let job = match hop.compaction {
             Some((context_window, fixed_tokens, question)) => compaction_job(
                 log,
@@ -469,13 +486,15 @@ async fn prepare_hop(
             )?,
             None => None,
         };
-        Ok::<_, RuntimeError>((prepared, window, job))
+        Ok::<_, RuntimeError>((prepared, window, job, lent))
     })
     .await
     .map_err(|e| RuntimeError::Cancelled {
         what: "preparing the turn",
         reason: e.to_string(),
-    })?
+    })??;
+    *tally = lent;
+    Ok((prepared, window, job))
 }
 
 /// What a step's request costs beyond its plan, and how the provider counts.
