@@ -5,7 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::event::{BoundaryReason, Event, OpenReason, SessionId, SessionStart, TokenUsage};
+use crate::event::{
+    BoundaryReason, Event, OpenReason, SessionId, SessionOpened, SessionStart, TokenUsage,
+};
 use crate::name::{AgentName, ConversationKey};
 use crate::seq::Seq;
 
@@ -123,37 +125,11 @@ impl AgentSessionState {
             return false;
         }
         self.last_seq = seq;
-        let same_session = |current: &Option<SessionInfo>, id: &SessionId| {
-            current.as_ref().is_some_and(|c| &c.session == id)
-        };
         match event {
             Event::MessagePosted(_) => return false,
             Event::SessionOpened(e) => {
-                let checkpoint = match &e.how {
-                    SessionStart::Stateless => Seq::ZERO,
-                    SessionStart::Bootstrapped { .. } => Seq::ZERO,
-                    SessionStart::Resumed { checkpoint, .. } => *checkpoint,
-                };
-                let provider_session = match &e.how {
-                    SessionStart::Resumed {
-                        provider_session, ..
-                    } => Some(provider_session.clone()),
-                    _ => None,
-                };
                 self.sessions_opened += 1;
-                self.current = Some(SessionInfo {
-                    session: e.session,
-                    status: SessionStatus::Open,
-                    opened_at: seq,
-                    why: e.why,
-                    how: e.how.clone(),
-                    prompt_hash: e.prompt_hash.clone(),
-                    provider_session,
-                    checkpoint,
-                    usage: TokenUsage::default(),
-                    turns: 0,
-                    ended: None,
-                });
+                self.current = Some(SessionInfo::opened(seq, e));
             }
             Event::ContextDelivered(e) => {
                 if let Some(c) = self.current.as_mut().filter(|c| c.session == e.session) {
@@ -183,21 +159,9 @@ impl AgentSessionState {
             | Event::NoteWritten(_)
             | Event::NotebookEntryAppended(_)
             | Event::HeartbeatRan(_) => return false,
-            Event::SessionSuspended(e) => {
-                if same_session(&self.current, &e.session) {
-                    if let Some(c) = self.current.as_mut() {
-                        c.status = SessionStatus::Suspended;
-                        c.ended = Some(e.why);
-                    }
-                }
-            }
+            Event::SessionSuspended(e) => self.end(&e.session, SessionStatus::Suspended, e.why),
             Event::SessionClosed(e) => {
-                if same_session(&self.current, &e.session) {
-                    if let Some(c) = self.current.as_mut() {
-                        c.status = SessionStatus::Closed;
-                        c.ended = Some(e.why);
-                    }
-                }
+                self.end(&e.session, SessionStatus::Closed, e.why);
                 if e.why == BoundaryReason::ManualReset {
                     self.failed = None;
                 }
@@ -210,6 +174,41 @@ impl AgentSessionState {
             }
         }
         true
+    }
+
+    /// Ends the current session if it is `session`: suspended or closed, and why.
+    fn end(&mut self, session: &SessionId, status: SessionStatus, why: BoundaryReason) {
+        if let Some(c) = self.current.as_mut().filter(|c| &c.session == session) {
+            c.status = status;
+            c.ended = Some(why);
+        }
+    }
+}
+
+impl SessionInfo {
+    /// The session `opened` starts at `seq`: open, its checkpoint the resumed one (none for a
+    /// new or bootstrapped session), no turns yet.
+    fn opened(seq: Seq, opened: &SessionOpened) -> Self {
+        let (checkpoint, provider_session) = match &opened.how {
+            SessionStart::Resumed {
+                checkpoint,
+                provider_session,
+            } => (*checkpoint, Some(provider_session.clone())),
+            SessionStart::Stateless | SessionStart::Bootstrapped { .. } => (Seq::ZERO, None),
+        };
+        SessionInfo {
+            session: opened.session,
+            status: SessionStatus::Open,
+            opened_at: seq,
+            why: opened.why,
+            how: opened.how.clone(),
+            prompt_hash: opened.prompt_hash.clone(),
+            provider_session,
+            checkpoint,
+            usage: TokenUsage::default(),
+            turns: 0,
+            ended: None,
+        }
     }
 }
 

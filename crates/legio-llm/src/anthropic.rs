@@ -500,98 +500,23 @@ async fn read_stream(
     request: &ProviderRequest,
 ) -> Result<Read, ProviderError> {
     let mut events = http::JsonEvents::new(http, response);
-    let (mut text, mut usage) = (String::new(), None);
-    // Tool-use blocks by content index: the block (id, name) and its input's JSON fragments.
-    let mut calls: Vec<(u64, Value, String)> = Vec::new();
-    let emit = |fragment: &str, text: &mut String| {
-        if fragment.is_empty() {
-            return;
-        }
-        text.push_str(fragment);
-        if let Some(sink) = &request.deltas {
-            let _ = sink.send(StreamDelta::Text(fragment.to_owned()));
-        }
-    };
-    // Thinking is progress only: it never joins the reply.
-    let think = |fragment: Option<&str>| {
-        if let (Some(sink), Some(fragment)) = (&request.deltas, fragment.filter(|f| !f.is_empty()))
-        {
-            let _ = sink.send(StreamDelta::Thinking(fragment.to_owned()));
-        }
-    };
+    let mut reply = StreamedReply::new(request);
     while let Some(event) = events.next().await? {
         let http::JsonEvent::Json { kind, value } = event else {
             return Err(http.malformed("an unexpected [DONE] in the stream"));
         };
         match kind.as_str() {
-            "message_start" => merge_usage(&mut usage, value.pointer("/message/usage")),
-            "content_block_start" => {
-                let block = value.get("content_block").unwrap_or(&Value::Null);
-                if is_type(block, "tool_use") {
-                    let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
-                    // A non-empty `input` here is the whole input (deltas would follow otherwise).
-                    let input = block
-                        .get("input")
-                        .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
-                        .map_or_else(String::new, Value::to_string);
-                    calls.push((index, block.clone(), input));
-                }
-                if is_type(block, "thinking") {
-                    think(block.get("thinking").and_then(Value::as_str));
-                }
-                if is_type(block, "text") {
-                    emit(
-                        block
-                            .get("text")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default(),
-                        &mut text,
-                    );
-                }
-            }
-            "content_block_delta" => {
-                let delta = value.get("delta").unwrap_or(&Value::Null);
-                if is_type(delta, "text_delta") {
-                    let fragment = delta.get("text").and_then(Value::as_str).ok_or_else(|| {
-                        http.malformed(format!(
-                            "a text_delta without text: {}",
-                            http::cut(&value.to_string(), 200)
-                        ))
-                    })?;
-                    emit(fragment, &mut text);
-                }
-                if is_type(delta, "thinking_delta") {
-                    think(delta.get("thinking").and_then(Value::as_str));
-                }
-                if is_type(delta, "input_json_delta") {
-                    let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
-                    let fragment = delta
-                        .get("partial_json")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    let call = calls.iter_mut().rev().find(|(i, _, _)| *i == index);
-                    let Some((_, _, input)) = call else {
-                        return Err(http.malformed(format!(
-                            "an input_json_delta for block {index}, which is no tool_use"
-                        )));
-                    };
-                    input.push_str(fragment);
-                }
-            }
+            "message_start" => merge_usage(&mut reply.usage, value.pointer("/message/usage")),
+            "content_block_start" => reply.block_start(&value),
+            "content_block_delta" => reply.block_delta(http, &value)?,
             "message_delta" => {
-                merge_usage(&mut usage, value.get("usage"));
+                merge_usage(&mut reply.usage, value.get("usage"));
                 check_stop(
                     http,
                     value.pointer("/delta/stop_reason").and_then(Value::as_str),
                 )?;
             }
-            "message_stop" => {
-                let calls = calls
-                    .into_iter()
-                    .map(|(_, block, input)| tool_call(http, &block, input))
-                    .collect::<Result<Vec<_>, _>>()?;
-                return Ok((text, usage, calls));
-            }
+            "message_stop" => return reply.finish(http),
             "error" => {
                 return Err(api_error(http, &value)
                     .unwrap_or_else(|| http.malformed(format!("an error event: {value}"))))
@@ -601,6 +526,112 @@ async fn read_stream(
         }
     }
     Err(http.malformed("the stream ended before message_stop"))
+}
+
+/// A streamed reply as its events arrive: the text (each fragment also sent to the request's
+/// delta sink), the usage, and the tool-use blocks by content index with their input's JSON
+/// fragments. Thinking is progress only: it never joins the reply.
+struct StreamedReply<'a> {
+    request: &'a ProviderRequest,
+    text: String,
+    usage: Option<TokenUsage>,
+    calls: Vec<(u64, Value, String)>,
+}
+
+impl<'a> StreamedReply<'a> {
+    fn new(request: &'a ProviderRequest) -> Self {
+        Self {
+            request,
+            text: String::new(),
+            usage: None,
+            calls: Vec::new(),
+        }
+    }
+
+    fn emit(&mut self, fragment: &str) {
+        if fragment.is_empty() {
+            return;
+        }
+        self.text.push_str(fragment);
+        if let Some(sink) = &self.request.deltas {
+            let _ = sink.send(StreamDelta::Text(fragment.to_owned()));
+        }
+    }
+
+    fn think(&self, fragment: Option<&str>) {
+        if let (Some(sink), Some(fragment)) =
+            (&self.request.deltas, fragment.filter(|f| !f.is_empty()))
+        {
+            let _ = sink.send(StreamDelta::Thinking(fragment.to_owned()));
+        }
+    }
+
+    /// `content_block_start`: a tool use (its whole input when not empty), thinking or text.
+    fn block_start(&mut self, value: &Value) {
+        let block = value.get("content_block").unwrap_or(&Value::Null);
+        if is_type(block, "tool_use") {
+            let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
+            // A non-empty `input` here is the whole input (deltas would follow otherwise).
+            let input = block
+                .get("input")
+                .filter(|i| i.as_object().is_some_and(|o| !o.is_empty()))
+                .map_or_else(String::new, Value::to_string);
+            self.calls.push((index, block.clone(), input));
+        }
+        if is_type(block, "thinking") {
+            self.think(block.get("thinking").and_then(Value::as_str));
+        }
+        if is_type(block, "text") {
+            self.emit(
+                block
+                    .get("text")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default(),
+            );
+        }
+    }
+
+    /// `content_block_delta`: text, thinking, or a fragment of a tool use's input.
+    fn block_delta(&mut self, http: &HttpClient, value: &Value) -> Result<(), ProviderError> {
+        let delta = value.get("delta").unwrap_or(&Value::Null);
+        if is_type(delta, "text_delta") {
+            let fragment = delta.get("text").and_then(Value::as_str).ok_or_else(|| {
+                http.malformed(format!(
+                    "a text_delta without text: {}",
+                    http::cut(&value.to_string(), 200)
+                ))
+            })?;
+            self.emit(fragment);
+        }
+        if is_type(delta, "thinking_delta") {
+            self.think(delta.get("thinking").and_then(Value::as_str));
+        }
+        if is_type(delta, "input_json_delta") {
+            let index = value.get("index").and_then(Value::as_u64).unwrap_or(0);
+            let fragment = delta
+                .get("partial_json")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let call = self.calls.iter_mut().rev().find(|(i, _, _)| *i == index);
+            let Some((_, _, input)) = call else {
+                return Err(http.malformed(format!(
+                    "an input_json_delta for block {index}, which is no tool_use"
+                )));
+            };
+            input.push_str(fragment);
+        }
+        Ok(())
+    }
+
+    /// `message_stop`: the reply, with its tool calls parsed.
+    fn finish(self, http: &HttpClient) -> Result<Read, ProviderError> {
+        let calls = self
+            .calls
+            .into_iter()
+            .map(|(_, block, input)| tool_call(http, &block, input))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((self.text, self.usage, calls))
+    }
 }
 
 /// A token estimate when the server reported no usage (Claude's tokenizer is not public).
