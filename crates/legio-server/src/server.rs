@@ -2,10 +2,9 @@
 //! their guards, and graceful shutdown (stop accepting, let in-flight requests finish within the
 //! grace period, then cancel them, suspend every session and flush the log).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,6 +17,8 @@ use legio_runtime::Runtime;
 use legio_store::StoreError;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::error::{ApiError, ServeError};
@@ -105,8 +106,8 @@ impl Server {
             metrics,
             ready: AtomicBool::new(true),
             stopping,
-            turn_tasks: Mutex::new(HashMap::new()),
-            next_task: AtomicU64::new(0),
+            turn_tasks: TaskTracker::new(),
+            turn_cancel: CancellationToken::new(),
             parked: Mutex::new(Vec::new()),
         });
         Self {
@@ -195,15 +196,8 @@ impl Server {
             .flatten()
             .unwrap_or_else(Instant::now)
             + grace;
-        while !state
-            .turn_tasks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
-            && Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        state.turn_tasks.close();
+        let _ = tokio::time::timeout_at(deadline.into(), state.turn_tasks.wait()).await;
         let cancelled_turns = state.cancel_turns();
         upkeep.abort();
         if !drained {
