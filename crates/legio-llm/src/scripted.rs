@@ -236,16 +236,7 @@ impl ScriptedProvider {
         request: ProviderRequest,
         fault: Option<Fault>,
     ) -> Result<ProviderReply, ProviderError> {
-        let stateful = self.config.history.is_stateful();
-        let rendered = if stateful {
-            bootstrap_block(&request.plan, request.status.as_deref())
-        } else {
-            chat_turns(&request.agent, &request.plan, request.status.as_deref())
-                .into_iter()
-                .map(|t| t.text)
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
+        let rendered = self.render(&request);
         let mut state = self.lock();
         let mut record = RecordedRequest {
             agent: request.agent.clone(),
@@ -259,31 +250,13 @@ impl ScriptedProvider {
             succeeded: false,
             tools: request.tools.clone(),
         };
-        let session = match (&request.resume, stateful) {
-            (Some(id), true) => {
-                if fault == Some(Fault::LoseSession) || !self.knows(&state, id) {
-                    state.requests.push(record);
-                    return Err(ProviderError::SessionLost {
-                        session: id.clone(),
-                    });
-                }
-                Some(id.clone())
+        let lose = fault == Some(Fault::LoseSession);
+        let session = match self.session_for(&mut state, &request, lose) {
+            Ok(session) => session,
+            Err(lost) => {
+                state.requests.push(record);
+                return Err(lost);
             }
-            (None, true) => {
-                state.next_session += 1;
-                let id = match &self.shared {
-                    Some(_) => format!(
-                        "scripted-{}-{}-{}",
-                        request.agent,
-                        std::process::id(),
-                        state.next_session
-                    ),
-                    None => format!("scripted-{}-{}", request.agent, state.next_session),
-                };
-                state.sessions.insert(id.clone(), Vec::new());
-                Some(id)
-            }
-            (_, false) => None,
         };
         record.provider_session = session.clone();
         if let Some(Fault::Error(message)) = fault {
@@ -297,22 +270,76 @@ impl ScriptedProvider {
         }
         record.succeeded = true;
         state.requests.push(record);
-        let (text, tool_calls) = match fault {
-            Some(Fault::Reply(text)) => (text, Vec::new()),
-            Some(Fault::ToolCalls(calls)) => (String::new(), calls),
-            _ => (derived_text(&request), Vec::new()),
-        };
-        let input = estimate_tokens(&request.system_prompt) + estimate_tokens(&rendered);
-        Ok(ProviderReply {
-            usage: Some(TokenUsage {
-                input,
-                output: estimate_tokens(&text),
-                ..Default::default()
+        Ok(reply(&request, fault, session, &rendered))
+    }
+
+    /// What the request's context reads as: a stateful provider's bootstrap block, else the
+    /// chat turns one after the other.
+    fn render(&self, request: &ProviderRequest) -> String {
+        if self.config.history.is_stateful() {
+            return bootstrap_block(&request.plan, request.status.as_deref());
+        }
+        chat_turns(&request.agent, &request.plan, request.status.as_deref())
+            .into_iter()
+            .map(|t| t.text)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The provider session the request runs in: the one it resumes (lost when this provider
+    /// does not know it, or `lose` says so), a new one, or none for a stateless provider.
+    fn session_for(
+        &self,
+        state: &mut State,
+        request: &ProviderRequest,
+        lose: bool,
+    ) -> Result<Option<String>, ProviderError> {
+        match (&request.resume, self.config.history.is_stateful()) {
+            (Some(id), true) if lose || !self.knows(state, id) => Err(ProviderError::SessionLost {
+                session: id.clone(),
             }),
-            text,
-            provider_session: session,
-            tool_calls,
-        })
+            (Some(id), true) => Ok(Some(id.clone())),
+            (None, true) => {
+                state.next_session += 1;
+                let id = match &self.shared {
+                    Some(_) => format!(
+                        "scripted-{}-{}-{}",
+                        request.agent,
+                        std::process::id(),
+                        state.next_session
+                    ),
+                    None => format!("scripted-{}-{}", request.agent, state.next_session),
+                };
+                state.sessions.insert(id.clone(), Vec::new());
+                Ok(Some(id))
+            }
+            (_, false) => Ok(None),
+        }
+    }
+}
+
+/// The reply to a request that ran: the fault's text or tool calls, else the derived text.
+fn reply(
+    request: &ProviderRequest,
+    fault: Option<Fault>,
+    session: Option<String>,
+    rendered: &str,
+) -> ProviderReply {
+    let (text, tool_calls) = match fault {
+        Some(Fault::Reply(text)) => (text, Vec::new()),
+        Some(Fault::ToolCalls(calls)) => (String::new(), calls),
+        _ => (derived_text(request), Vec::new()),
+    };
+    let input = estimate_tokens(&request.system_prompt) + estimate_tokens(rendered);
+    ProviderReply {
+        usage: Some(TokenUsage {
+            input,
+            output: estimate_tokens(&text),
+            ..Default::default()
+        }),
+        text,
+        provider_session: session,
+        tool_calls,
     }
 }
 
