@@ -35,7 +35,14 @@ pub struct Legion {
     pub nodes: Vec<Node>,
 }
 
-pub fn write_config(dir: &Path, urls: &[String], latency_ms: u64, ttl: Duration) {
+/// The nodes' configuration; `runtime_extra`: more lines for its `[runtime]` table.
+pub fn write_config(
+    dir: &Path,
+    urls: &[String],
+    latency_ms: u64,
+    ttl: Duration,
+    runtime_extra: &str,
+) {
     for name in ["lead", "ann", "bob"] {
         std::fs::write(dir.join(format!("{name}.md")), format!("You are {name}.")).unwrap();
     }
@@ -52,6 +59,7 @@ replicas = 3
 lease_ttl_seconds = {ttl}
 [runtime]
 compaction = false
+{runtime_extra}
 [agents.lead]
 role = "orchestrator"
 description = "leads"
@@ -87,11 +95,16 @@ impl Legion {
 
     /// [`Legion::start`] with another lease TTL (whole seconds).
     pub fn start_with_ttl(latency_ms: u64, ttl: Duration) -> Option<Self> {
+        Self::start_with(latency_ms, ttl, "")
+    }
+
+    /// [`Legion::start_with_ttl`] with more lines for the nodes' `[runtime]` table.
+    pub fn start_with(latency_ms: u64, ttl: Duration, runtime_extra: &str) -> Option<Self> {
         let nats = NatsCluster::start(3)?;
         let dir = tempfile::tempdir().unwrap();
         println!("legion in {}", dir.path().display());
         std::fs::create_dir(dir.path().join("sessions")).unwrap();
-        write_config(dir.path(), &nats.urls(), latency_ms, ttl);
+        write_config(dir.path(), &nats.urls(), latency_ms, ttl, runtime_extra);
         let mut legion = Self {
             nats,
             ttl,
