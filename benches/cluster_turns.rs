@@ -7,6 +7,10 @@
 //!
 //! 16 conversations, one posting task each, post after post (each post waits for its reply), for
 //! 3 s × scale per store after a warm-up post per conversation (which takes the leases).
+//!
+//! It also prints the CPU time per turn over the measured window (Linux, `/proc`): of this
+//! process (legio, the provider, the NATS client) and of the store's nats-servers. On a busy
+//! 2-core machine the turn rates follow these costs more than the commit latencies.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -56,9 +60,12 @@ fn nats_store(cluster: &NatsCluster, replicas: usize) -> String {
 struct Measured {
     elapsed: Duration,
     latencies: Vec<u64>,
+    /// CPU seconds over the window: this process, the nats-servers.
+    cpu: (f64, f64),
 }
 
-async fn run(config: RuntimeConfig, duration: Duration) -> Measured {
+/// Turns through a runtime on `config` for `duration`; `servers`: the nats-servers' pids.
+async fn run(config: RuntimeConfig, duration: Duration, servers: &[u32]) -> Measured {
     let runtime = Arc::new(
         Runtime::builder(config)
             .node("bench")
@@ -73,6 +80,7 @@ async fn run(config: RuntimeConfig, duration: Duration) -> Measured {
             .unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
+    let cpu_before = cpu_of(servers);
     let started = Instant::now();
     let tasks: Vec<_> = (0..CONVERSATIONS)
         .map(|c| {
@@ -101,11 +109,17 @@ async fn run(config: RuntimeConfig, duration: Duration) -> Measured {
         latencies.extend(task.await.unwrap());
     }
     let elapsed = started.elapsed();
+    let cpu_after = cpu_of(servers);
+    let cpu = (cpu_after.0 - cpu_before.0, cpu_after.1 - cpu_before.1);
     if let Ok(runtime) = Arc::try_unwrap(runtime) {
         runtime.shutdown().await.unwrap();
     }
     latencies.sort_unstable();
-    Measured { elapsed, latencies }
+    Measured {
+        elapsed,
+        latencies,
+        cpu,
+    }
 }
 
 fn main() {
@@ -125,7 +139,7 @@ fn main() {
     );
     let mut rows: Vec<(String, Measured)> = Vec::new();
     let dir = tempfile::tempdir().unwrap();
-    let sled = tokio.block_on(run(config(dir.path(), ""), duration));
+    let sled = tokio.block_on(run(config(dir.path(), ""), duration, &[]));
     rows.push(("sled (sync)".into(), sled));
     for (servers, replicas) in [(1, 1), (3, 3)] {
         let Some(cluster) = NatsCluster::start(servers) else {
@@ -135,10 +149,13 @@ fn main() {
         let config = config(dir.path(), &nats_store(&cluster, replicas));
         rows.push((
             format!("JetStream R{replicas}"),
-            tokio.block_on(run(config, duration)),
+            tokio.block_on(run(config, duration, &cluster.pids())),
         ));
     }
     let rate = |m: &Measured| m.latencies.len() as f64 / m.elapsed.as_secs_f64();
+    let per_turn = |cpu: f64, m: &Measured| {
+        format!("{:.3} ms", cpu * 1000.0 / m.latencies.len().max(1) as f64)
+    };
     let sled_rate = rate(&rows[0].1);
     let table: Vec<Vec<String>> = rows
         .iter()
@@ -150,12 +167,23 @@ fn main() {
                 fmt_dur(percentile(&m.latencies, 0.50)),
                 fmt_dur(percentile(&m.latencies, 0.99)),
                 format!("{:.2}x", rate(m) / sled_rate),
+                per_turn(m.cpu.0, m),
+                per_turn(m.cpu.1, m),
             ]
         })
         .collect();
     println!();
     print_table(
-        &["store", "turns", "turns/s", "p50", "p99", "vs sled"],
+        &[
+            "store",
+            "turns",
+            "turns/s",
+            "p50",
+            "p99",
+            "vs sled",
+            "CPU/turn legio",
+            "CPU/turn servers",
+        ],
         &table,
     );
     println!();

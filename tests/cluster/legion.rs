@@ -35,8 +35,16 @@ pub struct Legion {
     pub nodes: Vec<Node>,
 }
 
-/// Writes `legio.toml` (and the prompts) for the nodes; `extra` is appended to it.
-pub fn write_config(dir: &Path, urls: &[String], latency_ms: u64, ttl: Duration, extra: &str) {
+/// The nodes' configuration; `runtime_extra`: more lines for its `[runtime]` table, `extra`:
+/// more tables at its end.
+pub fn write_config(
+    dir: &Path,
+    urls: &[String],
+    latency_ms: u64,
+    ttl: Duration,
+    runtime_extra: &str,
+    extra: &str,
+) {
     for name in ["lead", "ann", "bob"] {
         std::fs::write(dir.join(format!("{name}.md")), format!("You are {name}.")).unwrap();
     }
@@ -53,6 +61,7 @@ replicas = 3
 lease_ttl_seconds = {ttl}
 [runtime]
 compaction = false
+{runtime_extra}
 [agents.lead]
 role = "orchestrator"
 description = "leads"
@@ -89,16 +98,33 @@ impl Legion {
 
     /// [`Legion::start`] with another lease TTL (whole seconds).
     pub fn start_with_ttl(latency_ms: u64, ttl: Duration) -> Option<Self> {
-        Self::start_with_config(latency_ms, ttl, "")
+        Self::start_with(latency_ms, ttl, "")
     }
 
-    /// [`Legion::start_with_ttl`] with `extra` appended to the nodes' configuration.
-    pub fn start_with_config(latency_ms: u64, ttl: Duration, extra: &str) -> Option<Self> {
+    /// [`Legion::start_with_ttl`] with more lines for the nodes' `[runtime]` table.
+    pub fn start_with(latency_ms: u64, ttl: Duration, runtime_extra: &str) -> Option<Self> {
+        Self::start_with_config(latency_ms, ttl, runtime_extra, "")
+    }
+
+    /// [`Legion::start_with`] with more tables at the end of the nodes' configuration.
+    pub fn start_with_config(
+        latency_ms: u64,
+        ttl: Duration,
+        runtime_extra: &str,
+        extra: &str,
+    ) -> Option<Self> {
         let nats = NatsCluster::start(3)?;
         let dir = tempfile::tempdir().unwrap();
         println!("legion in {}", dir.path().display());
         std::fs::create_dir(dir.path().join("sessions")).unwrap();
-        write_config(dir.path(), &nats.urls(), latency_ms, ttl, extra);
+        write_config(
+            dir.path(),
+            &nats.urls(),
+            latency_ms,
+            ttl,
+            runtime_extra,
+            extra,
+        );
         let mut legion = Self {
             nats,
             ttl,

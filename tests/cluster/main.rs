@@ -232,7 +232,7 @@ fn scheduled_heartbeats_run_once_per_tick_on_the_owner() {
                      [heartbeats.bob]\nevery_seconds = 1\ntext = \"listed tick\"\n\
                      conversations = [\"hb:listed\"]\n";
     let started = Instant::now();
-    let Some(legion) = Legion::start_with_config(0, TTL, schedules) else {
+    let Some(legion) = Legion::start_with_config(0, TTL, "", schedules) else {
         return;
     };
     post_until_served(&legion, 0, "hb:open", "@ann hello", Duration::from_secs(30));
@@ -480,6 +480,65 @@ fn a_gracefully_stopped_owner_hands_its_conversation_over_at_once() {
     assert!(texts
         .iter()
         .all(|t| first.contains(t) || second.contains(t)));
+    legion.verify();
+    check_sessions(&legion.sessions_dir());
+}
+
+/// A conversation whose actors the reaper stopped (idle) is let go: its owner releases its
+/// lease (the lease TTL here is 30 s, so no expiry is involved), its held-leases gauge drops,
+/// and a post to another node is served there at once, the agents resuming their suspended
+/// sessions.
+#[test]
+fn an_idle_conversation_is_released_once_its_actors_are_reaped() {
+    let _one_at_a_time = one_at_a_time();
+    let ttl = Duration::from_secs(30);
+    // Agents idle for 1.2 s are reaped; the reaper looks every 0.3 s.
+    let runtime = "session_idle_timeout_minutes = 0.02\nreap_interval_seconds = 0.3";
+    let Some(legion) = Legion::start_with(0, ttl, runtime) else {
+        return;
+    };
+    const CONV: &str = "idle:1";
+    let (_, first) = post_until_served(&legion, 0, CONV, "@all hello", Duration::from_secs(30));
+    let owner = legion.owner(CONV).expect("an owner");
+    let i = legion.node_index(&owner);
+    let held = |node: &Node| metric(node, "legio_cluster_leases_held", "");
+    assert_eq!(held(&legion.nodes[i]), 1.0, "{owner} holds the lease");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while legion.owner(CONV).is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "{owner} kept the lease of an idle conversation"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let released = Instant::now();
+    assert_eq!(held(&legion.nodes[i]), 0.0, "{owner}'s gauge dropped");
+    assert_eq!(
+        metric(&legion.nodes[i], "legio_cluster_leases_released_total", ""),
+        1.0
+    );
+    let other = (i + 1) % legion.nodes.len();
+    let second = "@ann after the release";
+    post(&legion.nodes[other].base, CONV, second).expect("served at the first try");
+    let served = released.elapsed();
+    println!(
+        "released by {owner}; served by {} {served:?} later",
+        legion.nodes[other].name
+    );
+    assert!(served < ttl / 3, "served only after {served:?}");
+    assert_eq!(legion.owner(CONV).as_ref(), Some(&legion.nodes[other].name));
+    assert_eq!(held(&legion.nodes[other]), 1.0);
+    let texts = user_texts(&legion.log(), CONV);
+    let acknowledged = [first.last().unwrap().as_str(), second];
+    let stored: Vec<&str> = texts
+        .iter()
+        .map(String::as_str)
+        .filter(|t| acknowledged.contains(t))
+        .collect();
+    assert_eq!(
+        stored, acknowledged,
+        "each acknowledged message once, in order"
+    );
     legion.verify();
     check_sessions(&legion.sessions_dir());
 }

@@ -26,6 +26,29 @@ pub fn load_batch() -> usize {
     }
 }
 
+/// CPU time (user + system, all threads) a process has used so far, from `/proc/PID/stat`
+/// (Linux; `None` elsewhere or when the process is gone). `pid` 0: this process.
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let path = if pid == 0 {
+        "/proc/self/stat".to_owned()
+    } else {
+        format!("/proc/{pid}/stat")
+    };
+    let stat = std::fs::read_to_string(path).ok()?;
+    // Fields after the command (which may hold spaces) in parentheses: state is field 3, utime
+    // and stime fields 14 and 15, in clock ticks of USER_HZ (100 on Linux).
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// The CPU seconds of this process and of `others`, summed, so far.
+pub fn cpu_of(others: &[u32]) -> (f64, f64) {
+    let own = cpu_seconds(0).unwrap_or(0.0);
+    let theirs = others.iter().filter_map(|&pid| cpu_seconds(pid)).sum();
+    (own, theirs)
+}
+
 /// The `p` quantile (0..=1) of sorted nanoseconds.
 pub fn percentile(sorted: &[u64], p: f64) -> Duration {
     if sorted.is_empty() {

@@ -308,6 +308,14 @@ impl NatsCluster {
             .collect()
     }
 
+    /// The process ids of the running servers (for the benches' CPU accounting).
+    pub fn pids(&self) -> Vec<u32> {
+        self.servers
+            .iter()
+            .filter_map(|s| s.child.as_ref().map(Child::id))
+            .collect()
+    }
+
     /// Log options for this cluster with `replicas` copies.
     pub fn options(&self, replicas: usize) -> NatsOptions {
         NatsOptions {

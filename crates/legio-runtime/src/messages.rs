@@ -158,6 +158,9 @@ pub(crate) enum RootMsg {
     All {
         reply: oneshot::Sender<Vec<ActorRef<ConversationMsg>>>,
     },
+    /// On a cluster, from the reaper: if the conversation runs no supervisor here, tell the
+    /// ownership layer it is idle (it may release its lease).
+    Release { conversation: ConversationKey },
     /// Stops a conversation's actors at once, recording nothing (this node no longer owns it:
     /// see cluster/ownership.rs); answers when they are stopped.
     StandDown {

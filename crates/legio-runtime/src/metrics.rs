@@ -42,6 +42,8 @@ pub const CONTEXT_LEFT_OUT: &str = "legio_context_left_out_total";
 pub const LEASES_ACQUIRED: &str = "legio_cluster_leases_acquired_total";
 /// Conversations this node stood down from, labelled by `why` (lost, unrenewed, fenced).
 pub const LEASES_LOST: &str = "legio_cluster_leases_lost_total";
+/// Leases of idle conversations (actors reaped) this node gave up.
+pub const LEASES_RELEASED: &str = "legio_cluster_leases_released_total";
 /// Conversation leases this node owns now (gauge).
 pub const LEASES_HELD: &str = "legio_cluster_leases_held";
 /// Seconds a lease renewal took (histogram).
@@ -99,6 +101,10 @@ pub fn describe() {
     metrics::describe_counter!(
         LEASES_LOST,
         "Conversations this node stood down from, by why"
+    );
+    metrics::describe_counter!(
+        LEASES_RELEASED,
+        "Leases of idle conversations (actors reaped) this node gave up"
     );
     metrics::describe_gauge!(LEASES_HELD, "Conversation leases this node owns");
     metrics::describe_histogram!(

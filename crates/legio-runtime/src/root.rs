@@ -9,6 +9,8 @@
 //! is handled (else it answers [`RootMsg::Stay`] and the root hands it the queue); its
 //! termination hands the queue to a fresh supervisor. So a post reaches either the old
 //! supervisor before it retires or a new one after, never a supervisor that is stopping.
+//! Once a conversation runs nothing here (retired with nothing queued), the root tells the
+//! cluster's ownership layer, which may release its lease (cluster/ownership.rs).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -90,6 +92,13 @@ impl Actor for RootSupervisor {
                     }
                 }
             }
+            RootMsg::Release { conversation } => {
+                if !state.conversations.contains_key(&conversation)
+                    && !state.retiring.contains_key(&conversation)
+                {
+                    self.shared.retired(&conversation);
+                }
+            }
             RootMsg::StandDown {
                 conversation,
                 reply,
@@ -143,8 +152,12 @@ impl Actor for RootSupervisor {
             .get(&conversation)
             .is_some_and(|r| r.supervisor.get_id() == id)
         {
-            // Retired: what came meanwhile goes to a fresh supervisor.
+            // Retired: what came meanwhile goes to a fresh supervisor; if nothing did, the
+            // conversation runs nothing here now (on a cluster its lease may go).
             if let Some(retiring) = state.retiring.remove(&conversation) {
+                if retiring.queue.is_empty() {
+                    self.shared.retired(&conversation);
+                }
                 for message in retiring.queue {
                     self.route(&myself, state, conversation.clone(), message)
                         .await;

@@ -21,7 +21,9 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::clock::{fresh_uuid, now};
-use crate::cluster::{Answered, AppendGate, Cluster, Forwarded, ForwardedPost, RequestHandler};
+use crate::cluster::{
+    Answered, AppendGate, Cluster, Forwarded, ForwardedPost, InUse, RequestHandler, Routed,
+};
 use crate::dispatch::{gather, RootRoute, Route};
 use crate::error::RuntimeError;
 use crate::host_tools::{check_host_tools, HostToolResult, HostTurn};
@@ -358,16 +360,23 @@ impl Runtime {
         }
     }
 
-    /// On a cluster, where a request runs: `None` here (this node owns the conversation, taking
-    /// its lease if nobody holds it), else the owner's answer (the request was carried there,
+    /// On a cluster, where a request runs: `Ok` here (this node owns the conversation, taking
+    /// its lease if nobody holds it; keep the guard until the request ended, so the conversation
+    /// is not released under it), `Err` with the owner's answer (the request was carried there,
     /// unless it was `forwarded` here already: then it fails as moved).
     async fn elsewhere(
         &self,
         request: Forwarded,
+        progress: Option<&ProgressSink>,
         forwarded: bool,
-    ) -> Option<Result<Answered, RuntimeError>> {
-        let cluster = self.cluster.as_ref()?;
-        cluster.elsewhere(&request, None, forwarded).await
+    ) -> Result<Option<InUse>, Result<Answered, RuntimeError>> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(None);
+        };
+        match cluster.elsewhere(&request, progress, forwarded).await {
+            Routed::Here(in_use) => Ok(Some(in_use)),
+            Routed::There(answer) => Err(answer),
+        }
     }
 
     fn start_reaper(&self) {
@@ -375,6 +384,7 @@ impl Runtime {
         let idle = self.shared.config.runtime.idle_timeout;
         let root = self.root.clone();
         let shared = Arc::clone(&self.shared);
+        let cluster = self.cluster.clone();
         let task = tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
             ticker.tick().await;
@@ -382,6 +392,7 @@ impl Runtime {
                 ticker.tick().await;
                 let reaped = reap(&root, idle).await;
                 shared.prune_dispatch_tails();
+                release_unused(cluster.as_deref(), &root, idle);
                 match reaped {
                     Ok(n) if n > 0 => tracing::info!(reaped = n, "reaped idle agents"),
                     Ok(_) => {}
@@ -568,7 +579,8 @@ impl Runtime {
 
     /// The post path; on a cluster, a plain post to a conversation another node owns goes there
     /// (unless it was `forwarded` here already). A host's turn with tools or a fixed addressee is
-    /// served where it arrives: its calls wait in this process for the host's results.
+    /// served where it arrives (its calls wait in this process for the host's results): this
+    /// node takes the conversation if nobody owns it, else the post fails as moved.
     async fn post_with(
         &self,
         conversation: impl IntoName<ConversationKey>,
@@ -587,16 +599,21 @@ impl Runtime {
             Participant::User => Participant::User,
             Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
         };
-        if let (Some(cluster), true) = (&self.cluster, host.is_plain()) {
+        let _in_use = if host.is_plain() {
             let post = Forwarded::Post(ForwardedPost {
                 conversation: key.clone(),
                 sender: sender.clone(),
                 text: text.to_owned(),
             });
-            if let Some(answer) = cluster.elsewhere(&post, progress.as_ref(), forwarded).await {
-                return answer.and_then(Answered::into_posted);
+            match self.elsewhere(post, progress.as_ref(), forwarded).await {
+                Ok(in_use) => in_use,
+                Err(answer) => return answer.and_then(Answered::into_posted),
             }
-        }
+        } else if let Some(cluster) = &self.cluster {
+            Some(cluster.here(&key).await?)
+        } else {
+            None
+        };
         let (audience, targets, unknown_mentions) = match host.to {
             Some(to) => {
                 let targets = (sender.agent() != Some(&to)).then(|| to.clone());
@@ -739,9 +756,10 @@ impl Runtime {
             agent: agent.clone(),
             text: text.to_owned(),
         };
-        if let Some(answer) = self.elsewhere(request, forwarded).await {
-            return answer.and_then(Answered::into_heartbeat);
-        }
+        let _in_use = match self.elsewhere(request, None, forwarded).await {
+            Ok(in_use) => in_use,
+            Err(answer) => return answer.and_then(Answered::into_heartbeat),
+        };
         let job = Job::Heartbeat {
             text: text.to_owned(),
         };
@@ -919,9 +937,10 @@ impl Runtime {
             conversation: key.clone(),
             agent: agent.clone(),
         };
-        if let Some(answer) = self.elsewhere(request, forwarded).await {
-            return answer.and_then(Answered::into_reset);
-        }
+        let _in_use = match self.elsewhere(request, None, forwarded).await {
+            Ok(in_use) => in_use,
+            Err(answer) => return answer.and_then(Answered::into_reset),
+        };
         let (tx, rx) = oneshot::channel();
         let reset = ConversationMsg::Reset { agent, reply: tx };
         if !self.route_to(&key).send(reset).await {
@@ -979,6 +998,7 @@ impl Runtime {
     pub async fn reap_idle_older_than(&self, idle: Duration) -> Result<usize, RuntimeError> {
         let reaped = reap(&self.root, idle).await;
         self.shared.prune_dispatch_tails();
+        release_unused(self.cluster.as_deref(), &self.root, idle);
         reaped
     }
 
@@ -1087,6 +1107,16 @@ async fn reap(root: &ActorRef<RootMsg>, idle: Duration) -> Result<usize, Runtime
         }
     }
     Ok(total)
+}
+
+/// On a cluster: the conversations held with no request on them for `idle` go to the root,
+/// which has the ownership layer release those that run no supervisor (the others are released
+/// when their supervisor retires).
+fn release_unused(cluster: Option<&Cluster>, root: &ActorRef<RootMsg>, idle: Duration) {
+    let Some(cluster) = cluster else { return };
+    for conversation in cluster.ownership.unused_for(idle) {
+        let _ = root.send_message(RootMsg::Release { conversation });
+    }
 }
 
 impl Drop for Runtime {

@@ -18,8 +18,9 @@ use tokio::task::JoinHandle;
 
 use legio_config::HeartbeatSchedule;
 
-use crate::cluster::{Cluster, Owner};
+use crate::cluster::{Cluster, InUse};
 use crate::dispatch::{gather, RootRoute};
+use crate::error::RuntimeError;
 use crate::messages::{Job, RootMsg};
 use crate::shared::Shared;
 
@@ -70,9 +71,9 @@ async fn run_once(
     let runtime = &shared.config.runtime;
     let wait = runtime.turn_timeout + runtime.restart.max_backoff + Duration::from_secs(5);
     for key in conversations {
-        if !runs_here(cluster, &key).await {
+        let Some(_in_use) = runs_here(cluster, &key).await else {
             continue;
-        }
+        };
         let route = RootRoute {
             root: root.clone(),
             conversation: key.clone(),
@@ -96,20 +97,24 @@ async fn run_once(
 }
 
 /// Whether this node runs `conversation`'s heartbeat: always without a cluster; on a cluster if
-/// it holds the conversation's lease or takes it now because nobody does.
-async fn runs_here(cluster: Option<&Cluster>, conversation: &ConversationKey) -> bool {
+/// it holds the conversation's lease or takes it now because nobody does. `Some` holds the
+/// guard that keeps the conversation here (not released as idle) while the heartbeat runs.
+async fn runs_here(
+    cluster: Option<&Cluster>,
+    conversation: &ConversationKey,
+) -> Option<Option<InUse>> {
     let Some(cluster) = cluster else {
-        return true;
+        return Some(None);
     };
-    match cluster.ownership.owner(conversation).await {
-        Ok(Owner::Here) => true,
-        Ok(Owner::Node(node)) => {
-            tracing::debug!(conversation = %conversation, owner = %node, "scheduled heartbeat: runs on its owner");
-            false
+    match cluster.here(conversation).await {
+        Ok(in_use) => Some(Some(in_use)),
+        Err(RuntimeError::Moved { .. }) => {
+            tracing::debug!(conversation = %conversation, "scheduled heartbeat: another node owns the conversation and runs it");
+            None
         }
         Err(e) => {
             tracing::warn!(conversation = %conversation, error = %e, "scheduled heartbeat: cannot tell who owns the conversation");
-            false
+            None
         }
     }
 }

@@ -149,6 +149,13 @@ impl Shared {
         Ok(())
     }
 
+    /// On a cluster: tells the ownership layer that `conversation` runs nothing here now.
+    pub(crate) fn retired(&self, conversation: &ConversationKey) {
+        if let Some(gate) = &self.gate {
+            gate.retired(conversation);
+        }
+    }
+
     /// On a cluster: tells the ownership layer of an append refused as fenced.
     fn observe(
         &self,

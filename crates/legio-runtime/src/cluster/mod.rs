@@ -18,8 +18,8 @@ use crate::error::RuntimeError;
 use crate::progress::ProgressSink;
 use crate::reply::{AgentReply, Posted};
 
-pub(crate) use ownership::{Owner, Ownership};
-pub(crate) use routing::RequestHandler;
+pub(crate) use ownership::{InUse, Owner, Ownership};
+pub(crate) use routing::{RequestHandler, Routed};
 
 /// Asked by `Shared` around every append (see `Shared::append`).
 pub(crate) trait AppendGate: Send + Sync {
@@ -28,6 +28,9 @@ pub(crate) trait AppendGate: Send + Sync {
     fn check(&self, conversation: &ConversationKey) -> Result<(), RuntimeError>;
     /// The log refused an append to `conversation` as fenced: another writer appended.
     fn fenced(&self, conversation: &str);
+    /// From the root supervisor: `conversation` runs no actor and nothing is queued for it (its
+    /// actors were reaped, or it never started one). The ownership layer may let it go.
+    fn retired(&self, conversation: &ConversationKey);
 }
 
 /// A post as the node that owns its conversation receives it: already parsed and checked.
@@ -154,7 +157,7 @@ impl Cluster {
         let leases = Arc::new(Leases::open(options)?);
         let bus = Arc::new(NodeBus::open(options, KEEPALIVE)?);
         Ok(Self {
-            ownership: Arc::new(Ownership::new(node, leases, log)),
+            ownership: Ownership::new(node, leases, log),
             bus,
             serving: Mutex::new(None),
         })
@@ -170,7 +173,8 @@ impl Cluster {
         Ok(())
     }
 
-    /// Where a request to its conversation runs: `None` here (this node owns it now), or the
+    /// Where a request to its conversation runs: here (this node owns it now; the request
+    /// keeps the guard until it ended, so the conversation is not released under it), or the
     /// answer of the node that owns it. A request that was itself forwarded (`forwarded`) is
     /// never sent on: it fails as moved instead.
     pub(crate) async fn elsewhere(
@@ -178,8 +182,24 @@ impl Cluster {
         request: &Forwarded,
         progress: Option<&ProgressSink>,
         forwarded: bool,
-    ) -> Option<Result<Answered, RuntimeError>> {
+    ) -> Routed {
         routing::route(self, request, progress, forwarded).await
+    }
+
+    /// For a request that cannot be carried to another node (a host's turn with tools): this
+    /// node owns `conversation` (taking its lease if nobody holds it), with the guard to keep
+    /// until the request ended; `Moved` if another node owns it.
+    pub(crate) async fn here(&self, conversation: &ConversationKey) -> Result<InUse, RuntimeError> {
+        let in_use = self.ownership.pin(conversation);
+        match self.ownership.owner(conversation).await? {
+            Owner::Here => Ok(in_use),
+            Owner::Node(node) => Err(RuntimeError::Moved {
+                conversation: conversation.to_string(),
+                reason: format!(
+                    "node {node} owns it, and a host's turn with tools runs where it arrives"
+                ),
+            }),
+        }
     }
 
     /// After a post ran here: if the conversation moved away meanwhile, the turns its stand-down

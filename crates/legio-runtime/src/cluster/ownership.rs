@@ -4,10 +4,12 @@
 //! start from the log with the usual crash boundaries. One task renews every lease at TTL/3. A
 //! node that cannot renew for 3/4 of the TTL, whose lease was taken, or whose append the log
 //! refused as fenced, stands down: the conversation's actors are killed (nothing more is
-//! appended; turns in flight fail as moved) before the lease can expire.
+//! appended; turns in flight fail as moved) before the lease can expire. A conversation whose
+//! actors were all reaped (idle), with no request of this node on it, is released: its lease
+//! deleted by revision and its projection dropped, so any node may take it at the next post.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use legio_core::ConversationKey;
@@ -33,14 +35,24 @@ pub(crate) enum Owner {
 struct Held {
     lease: Lease,
     renewed: Instant,
+    /// When a request of this node on it last ended (or it was taken): for the idle sweep.
+    used: Instant,
+    /// Its actors retired and no request is on it: a release is under way (the lease is not
+    /// trusted for appends any more; a request that comes first takes it back).
+    releasing: bool,
 }
 
 /// The leases this node holds and what it does with them (see the module docs).
 pub(crate) struct Ownership {
+    /// Itself, for the release tasks it spawns.
+    me: Weak<Ownership>,
     node: String,
     leases: Arc<Leases>,
     log: Arc<NatsLog>,
     held: Mutex<HashMap<ConversationKey, Held>>,
+    /// How many requests of this node are on each conversation ([`InUse`]): taken before the
+    /// request asks who owns the conversation, dropped when it ended. Locked before `held`.
+    busy: Mutex<HashMap<ConversationKey, usize>>,
     /// Conversations stood down from since their last acquisition (for `settle`).
     left: Mutex<HashSet<ConversationKey>>,
     /// One acquisition at a time, so two posts never race for the same lease on one node.
@@ -72,17 +84,19 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Ownership {
-    pub(crate) fn new(node: String, leases: Arc<Leases>, log: Arc<NatsLog>) -> Self {
-        Self {
+    pub(crate) fn new(node: String, leases: Arc<Leases>, log: Arc<NatsLog>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Self {
+            me: me.clone(),
             node,
             leases,
             log,
             held: Mutex::new(HashMap::new()),
+            busy: Mutex::new(HashMap::new()),
             left: Mutex::new(HashSet::new()),
             acquiring: tokio::sync::Mutex::new(()),
             root: OnceLock::new(),
             renewer: Mutex::new(None),
-        }
+        })
     }
 
     /// This node's id.
@@ -110,7 +124,30 @@ impl Ownership {
     fn fresh(&self, conversation: &ConversationKey) -> bool {
         lock(&self.held)
             .get(conversation)
-            .is_some_and(|h| h.renewed.elapsed() < self.trust())
+            .is_some_and(|h| !h.releasing && h.renewed.elapsed() < self.trust())
+    }
+
+    /// Marks a request of this node on `conversation` until the guard drops: while one is on
+    /// it, the conversation is not released. Take it before asking who owns the conversation.
+    pub(crate) fn pin(&self, conversation: &ConversationKey) -> InUse {
+        *lock(&self.busy).entry(conversation.clone()).or_insert(0) += 1;
+        InUse {
+            ownership: self.me.clone(),
+            conversation: conversation.clone(),
+        }
+    }
+
+    fn unpin(&self, conversation: &ConversationKey) {
+        let mut busy = lock(&self.busy);
+        if let Some(count) = busy.get_mut(conversation) {
+            *count -= 1;
+            if *count == 0 {
+                busy.remove(conversation);
+            }
+        }
+        if let Some(h) = lock(&self.held).get_mut(conversation) {
+            h.used = Instant::now();
+        }
     }
 
     /// Before a read of `conversation` on a node that does not own it: reads what was appended
@@ -140,6 +177,7 @@ impl Ownership {
     pub(crate) fn owned(&self) -> Vec<(ConversationKey, Lease, Duration)> {
         let mut out: Vec<_> = lock(&self.held)
             .iter()
+            .filter(|(_, h)| !h.releasing)
             .map(|(k, h)| (k.clone(), h.lease.clone(), h.renewed.elapsed()))
             .collect();
         out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -156,6 +194,14 @@ impl Ownership {
             return Ok(Owner::Here);
         }
         let _one = self.acquiring.lock().await;
+        if self.fresh(conversation) {
+            return Ok(Owner::Here);
+        }
+        // Being released (its actors retired): the caller's pin keeps it; the release, which
+        // waits for `acquiring`, then finds it taken back and lets it be.
+        if let Some(h) = lock(&self.held).get_mut(conversation) {
+            h.releasing = false;
+        }
         if self.fresh(conversation) {
             return Ok(Owner::Here);
         }
@@ -229,6 +275,8 @@ impl Ownership {
             Held {
                 lease,
                 renewed: started,
+                used: Instant::now(),
+                releasing: false,
             },
         );
         metrics::gauge!(m::LEASES_HELD).set(held.len() as f64);
@@ -321,6 +369,76 @@ impl Ownership {
         Some(rx)
     }
 
+    /// `conversation`'s actors all stopped and nothing is queued for it (the root says so, in
+    /// its order with the routing): unless a request of this node is on it, its lease is
+    /// released in the background (see [`Ownership::release`]). At once, appends to it are
+    /// refused and a request for it goes through `owner` (which keeps it).
+    pub(crate) fn retired(&self, conversation: &ConversationKey) {
+        {
+            let busy = lock(&self.busy);
+            if busy.contains_key(conversation) {
+                return;
+            }
+            let mut held = lock(&self.held);
+            let Some(h) = held.get_mut(conversation).filter(|h| !h.releasing) else {
+                return;
+            };
+            h.releasing = true;
+        }
+        let Some(me) = self.me.upgrade() else { return };
+        let conversation = conversation.clone();
+        tokio::spawn(async move { me.release(conversation).await });
+    }
+
+    /// The conversations held here with no request on them since `idle`: the reaper asks the
+    /// root to release those that run no actor (a post that started none, a failed one).
+    pub(crate) fn unused_for(&self, idle: Duration) -> Vec<ConversationKey> {
+        let busy = lock(&self.busy);
+        lock(&self.held)
+            .iter()
+            .filter(|(k, h)| !h.releasing && h.used.elapsed() >= idle && !busy.contains_key(*k))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Releases a conversation marked `releasing`, under `acquiring` (so no take, renewal or
+    /// catch-up of this node runs meanwhile): forgets it, drops the log's projection of it (a
+    /// later take reads it again with `refresh`; a read here reloads it) and deletes the lease
+    /// by the revision held (a lease taken back meanwhile has a newer one and stays).
+    async fn release(&self, conversation: ConversationKey) {
+        let _one = self.acquiring.lock().await;
+        let lease = {
+            let mut held = lock(&self.held);
+            if !held.get(&conversation).is_some_and(|h| h.releasing) {
+                return; // taken back by a request, or stood down
+            }
+            let lease = held.remove(&conversation).map(|h| h.lease);
+            metrics::gauge!(m::LEASES_HELD).set(held.len() as f64);
+            lease
+        };
+        let Some(lease) = lease else { return };
+        let (log, leases, key) = (
+            Arc::clone(&self.log),
+            Arc::clone(&self.leases),
+            conversation.clone(),
+        );
+        let released = blocking("releasing an idle lease", move || {
+            log.forget(&key);
+            leases.release(lease)
+        })
+        .await;
+        match released {
+            Ok(Ok(())) => {
+                tracing::info!(conversation = %conversation, node = %self.node, "released the lease of an idle conversation");
+                metrics::counter!(m::LEASES_RELEASED).increment(1);
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(conversation = %conversation, error = %e, "cannot release an idle lease; it expires after its TTL");
+            }
+            Err(_) => {} // the runtime is stopping
+        }
+    }
+
     /// Turns cut by a stand-down during a post answer as moved, not as crashed.
     pub(crate) fn settle(&self, conversation: &ConversationKey, mut posted: Posted) -> Posted {
         if !lock(&self.left).contains(conversation) {
@@ -368,6 +486,21 @@ impl Ownership {
     }
 }
 
+/// A request of this node on a conversation ([`Ownership::pin`]): the conversation is not
+/// released while it lives.
+pub(crate) struct InUse {
+    ownership: Weak<Ownership>,
+    conversation: ConversationKey,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        if let Some(ownership) = self.ownership.upgrade() {
+            ownership.unpin(&self.conversation);
+        }
+    }
+}
+
 impl AppendGate for Ownership {
     fn check(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
         if conversation.is_reserved() || self.fresh(conversation) {
@@ -388,5 +521,9 @@ impl AppendGate for Ownership {
         }
         // Called from an append, perhaps by one of the actors to stop: do not wait for them.
         let _ = self.forget(&key, "fenced");
+    }
+
+    fn retired(&self, conversation: &ConversationKey) {
+        Ownership::retired(self, conversation);
     }
 }

@@ -14,7 +14,7 @@ use legio_store::{BusError, Incoming, NodeBus};
 use tokio::sync::mpsc;
 
 use super::wire::{WireAnswer, WireProgress, WireRequest};
-use super::{Answered, Cluster, Forwarded, Owner};
+use super::{Answered, Cluster, Forwarded, InUse, Owner};
 use crate::error::{ErrorCode, RuntimeError};
 use crate::metrics as m;
 use crate::progress::ProgressSink;
@@ -37,8 +37,31 @@ const OWNER_GRACE: Duration = Duration::from_secs(2);
 /// The pause between two such asks.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
 
-/// `None`: run the request here. Otherwise the answer of the owner (see `Cluster::elsewhere`).
+/// Where a request runs (see `Cluster::elsewhere`).
+pub(crate) enum Routed {
+    /// Here: this node owns the conversation. Keep the guard until the request ended, so the
+    /// conversation is not released under it.
+    Here(InUse),
+    /// The owner's answer.
+    There(Result<Answered, RuntimeError>),
+}
+
+/// Where `request` runs: here, or the owner's answer (see `Cluster::elsewhere`).
 pub(super) async fn route(
+    cluster: &Cluster,
+    request: &Forwarded,
+    progress: Option<&ProgressSink>,
+    forwarded: bool,
+) -> Routed {
+    let in_use = cluster.ownership.pin(request.conversation());
+    match find_owner(cluster, request, progress, forwarded).await {
+        None => Routed::Here(in_use),
+        Some(answer) => Routed::There(answer),
+    }
+}
+
+/// `None`: run the request here. Otherwise the answer of the owner.
+async fn find_owner(
     cluster: &Cluster,
     request: &Forwarded,
     progress: Option<&ProgressSink>,

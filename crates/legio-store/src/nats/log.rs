@@ -111,6 +111,15 @@ impl NatsLog {
         })
     }
 
+    /// Drops this node's projection of `conversation` (its events and folds): for a
+    /// conversation this node let go of (its lease released, no append to it in flight). A
+    /// later take calls [`NatsLog::refresh`], which reads it again whole; a read before that
+    /// loads it from the stream. A refusal ([`StoreError::Fenced`]) is kept: only `refresh`
+    /// lifts it.
+    pub fn forget(&self, conversation: &ConversationKey) {
+        self.inner.forget(std::slice::from_ref(conversation));
+    }
+
     /// Runs `future` on the log's runtime and waits for it on this thread.
     pub(super) fn block_on<F>(&self, future: F) -> F::Output
     where
