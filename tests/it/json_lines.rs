@@ -69,9 +69,9 @@ fn escaped_texts_and_every_part_are_written_as_their_json_value() {
         message.parts.push(Part::ToolResult {
             call_id: format!("call_{text}"),
             content: text.repeat(3),
-            is_error: i % 2 == 0,
+            is_error: i.is_multiple_of(2),
         });
-        if i % 2 == 1 {
+        if !i.is_multiple_of(2) {
             message.audience = Audience::only([Participant::User, agent.clone()]);
             message.reply_to = Some(MessageId::from_parts(at, [9; 10]));
         }

@@ -45,7 +45,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let mut written = 0u64;
     let mut printer = Printer::new(Format::Jsonl, false);
     for_each_record(&*log, conversation.as_ref(), Seq::FIRST, last, |record| {
-        if written % common::PROGRESS_EVERY == 0 {
+        if written.is_multiple_of(common::PROGRESS_EVERY) {
             bar.set_position(record.seq.get());
         }
         printer.write(&mut out, &record)?;

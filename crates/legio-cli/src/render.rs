@@ -263,7 +263,7 @@ mod tests {
             let at = Timestamp::from_unix_micros(1_700_000_000_000_000 + i as i64 * 987_654_321);
             let id = MessageId::from_parts(at, [1; 10]);
             let mut m = Message::text(id, conv.clone(), agent.clone(), Audience::All, &text, at);
-            if i % 2 == 0 {
+            if i.is_multiple_of(2) {
                 m.parts.insert(0, Part::text("first\npart"));
                 m.parts.push(Part::ToolCall {
                     id: "call_\u{1b}1".into(),

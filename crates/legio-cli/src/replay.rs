@@ -255,7 +255,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let mut printed = Seq::ZERO;
     let mut read = 0u64;
     for_each_record(&*log, filter.conversation.as_ref(), from, last, |record| {
-        if read % common::PROGRESS_EVERY == 0 {
+        if read.is_multiple_of(common::PROGRESS_EVERY) {
             bar.set_position(record.seq.get() - from.get() + 1);
         }
         read += 1;

@@ -820,7 +820,7 @@ mod tests {
             neg: -i64::from(n),
             nothing: None,
             unit: (),
-            pair: ('\u{0}', n % 2 == 0),
+            pair: ('\u{0}', n.is_multiple_of(2)),
         }
     }
 
