@@ -5,6 +5,7 @@ mod crash;
 mod fuzz;
 mod golden;
 mod golden_log;
+mod json_lines;
 mod memory;
 mod model;
 mod nats;

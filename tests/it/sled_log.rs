@@ -39,6 +39,43 @@ fn everything_survives_a_reopen() {
     assert!(log.verify(&mut |_| {}).unwrap().is_clean());
 }
 
+/// A reading open (`sync_on_open: false`, as `legio replay` and `legio export` open) reads
+/// everything, may still append (its first commit syncs as any writer's does), and leaves a log
+/// that reopens whole and verifies clean; closing it twice is harmless.
+#[test]
+fn a_reading_open_without_the_open_sync_reads_appends_and_reopens_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("db");
+    let mut gen = TrafficGen::new(12, 10, 2, 5, 2_000);
+    let events: Vec<Event> = (0..300).map(|_| gen.next_message()).collect();
+    open(&path).append(events.clone()).unwrap();
+    let reading = StoreOptions {
+        create_if_missing: false,
+        sync_on_open: false,
+        ..StoreOptions::default()
+    };
+    {
+        let log = SledLog::open(&path, &reading).unwrap();
+        let back = log.read_range(Seq(1), Seq(300), 1000).unwrap();
+        assert_eq!(
+            back.into_iter().map(|r| r.event).collect::<Vec<_>>(),
+            events
+        );
+        log.close().unwrap();
+        log.close().unwrap();
+    }
+    {
+        let log = SledLog::open(&path, &reading).unwrap();
+        let r = log
+            .append(vec![text_message(9000, "bench:1", "user", "lead", "more")])
+            .unwrap();
+        assert_eq!(r.first, Seq(301));
+    }
+    let log = open(&path);
+    assert_eq!(log.last_seq(), Seq(301));
+    assert!(log.verify(&mut |_| {}).unwrap().is_clean());
+}
+
 #[test]
 fn a_second_open_fails_fast_naming_the_lock() {
     let dir = tempfile::tempdir().unwrap();

@@ -14,7 +14,7 @@ use legio_core::{
 };
 use legio_store::{EventLog, SledLog, StoreOptions};
 
-fn conversations() -> Option<Vec<Vec<Message>>> {
+pub(crate) fn conversations() -> Option<Vec<Vec<Message>>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/data/tau-bench-airline/gpt-4o-airline.json");
     let Ok(text) = std::fs::read_to_string(&path) else {

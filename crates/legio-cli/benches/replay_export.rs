@@ -4,7 +4,8 @@
 //! chunks of 10,000 in this process, every event decoded) and against `legio replay --from LAST`
 //! (process start and opening the log, one event printed), all measured in the same run.
 //! Run: `cargo bench --workspace --bench replay_export` (`LEGIO_BENCH_SCALE=0.01` for a quick
-//! smoke run).
+//! smoke run). `LEGIO_BENCH_KEEP=DIR` keeps the log in `DIR/log` and reuses it when it is
+//! already there (for profiling the `legio` binary on it afterwards; its size is not checked).
 //!
 //! The log is built as `benches/scan.rs` builds its own (relaxed, large batches; 20 agents, 10
 //! conversations, 200-byte bodies), then closed. Each command runs once right after the build
@@ -48,10 +49,15 @@ fn main() {
         fmt_int(events)
     );
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let db = dir.path().join("log");
-    let started = Instant::now();
-    build(&db, events);
-    println!("  built in {}", fmt_dur(started.elapsed()));
+    let kept = std::env::var_os("LEGIO_BENCH_KEEP").map(std::path::PathBuf::from);
+    let db = kept.as_deref().unwrap_or(dir.path()).join("log");
+    if db.exists() {
+        println!("  reusing the log in {}", db.display());
+    } else {
+        let started = Instant::now();
+        build(&db, events);
+        println!("  built in {}", fmt_dur(started.elapsed()));
+    }
 
     let out = dir.path().join("export.jsonl");
     let last = events.to_string();

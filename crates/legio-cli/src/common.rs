@@ -26,6 +26,19 @@ pub fn open_log(context: &Context) -> Result<Box<dyn EventLog>> {
     Ok(Box::new(SledLog::open(&store.path, &options)?))
 }
 
+/// Opens an existing log to read it through (`replay`, `export`): as [`open_log`], without the
+/// fsyncs of everything already on disk that a writer's open does (`StoreOptions::sync_on_open`).
+pub fn open_log_for_reading(context: &Context) -> Result<Box<dyn EventLog>> {
+    if let Some(options) = nats_options(context)? {
+        return Ok(Box::new(NatsLog::open_read_only(&options)?));
+    }
+    let store = context.store()?;
+    let mut options = store.options.clone();
+    options.create_if_missing = false;
+    options.sync_on_open = false;
+    Ok(Box::new(SledLog::open(&store.path, &options)?))
+}
+
 /// Opens an existing log without writing to it (`verify`): the sled database through a private
 /// copy (`SledLog::open_read_only`), or the cluster's stream read-only. The second value says why
 /// the sled database had to be read from sled's log alone, if it had.
@@ -84,6 +97,10 @@ pub fn tokio() -> Result<tokio::runtime::Runtime> {
         .build()
         .context("starting the async runtime")
 }
+
+/// How many events a whole-log command handles between two moves of its progress bar (a move
+/// reads the clock and takes locks: per event, a visible share of a replay).
+pub const PROGRESS_EVERY: u64 = 1024;
 
 /// A progress bar on stderr when stderr is a terminal and `show` (hidden otherwise).
 pub fn progress(total: u64, what: &str, show: bool) -> ProgressBar {

@@ -14,7 +14,7 @@ use legio_store::{ReadAround, SledLog};
 
 use crate::common::{self, for_each_record};
 use crate::invocation::Context;
-use crate::replay::{write_record, Format};
+use crate::replay::{Format, Printer, OUT_BUFFER};
 
 /// Arguments of `legio export`.
 #[derive(Debug, clap::Args)]
@@ -37,15 +37,18 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         return salvage(context, args.output);
     }
     let conversation = args.conversation.map(ConversationKey::new).transpose()?;
-    let log = common::open_log(context)?;
+    let log = common::open_log_for_reading(context)?;
     let output = args.output.filter(|path| path.as_os_str() != "-");
     let mut out = sink(output.as_deref())?;
     let last = log.last_seq();
     let bar = common::progress(last.get(), "export", true);
     let mut written = 0u64;
+    let mut printer = Printer::new(Format::Jsonl, false);
     for_each_record(&*log, conversation.as_ref(), Seq::FIRST, last, |record| {
-        bar.set_position(record.seq.get());
-        write_record(&mut out, &record, Format::Jsonl, false)?;
+        if written.is_multiple_of(common::PROGRESS_EVERY) {
+            bar.set_position(record.seq.get());
+        }
+        printer.write(&mut out, &record)?;
         written += 1;
         Ok(())
     })?;
@@ -67,7 +70,7 @@ fn sink(output: Option<&Path>) -> Result<BufWriter<Box<dyn Write>>> {
         ),
         None => Box::new(std::io::stdout().lock()),
     };
-    Ok(BufWriter::with_capacity(1 << 16, sink))
+    Ok(BufWriter::with_capacity(OUT_BUFFER, sink))
 }
 
 /// `export --salvage`: every event that still decodes, and what could not be read, on stderr.
@@ -79,17 +82,16 @@ fn salvage(context: &Context, output: Option<PathBuf>) -> Result<ExitCode> {
     let output = output.filter(|path| path.as_os_str() != "-");
     let mut out = sink(output.as_deref())?;
     let mut failure = None;
-    let salvaged = SledLog::salvage(
-        &store.path,
-        &store.options,
-        &mut |record| match write_record(&mut out, &record, Format::Jsonl, false) {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(e) => {
-                failure = Some(e);
-                ControlFlow::Break(())
-            }
-        },
-    )?;
+    let mut printer = Printer::new(Format::Jsonl, false);
+    let salvaged = SledLog::salvage(&store.path, &store.options, &mut |record| match printer
+        .write(&mut out, &record)
+    {
+        Ok(()) => ControlFlow::Continue(()),
+        Err(e) => {
+            failure = Some(e);
+            ControlFlow::Break(())
+        }
+    })?;
     if let Some(e) = failure {
         return Err(e);
     }

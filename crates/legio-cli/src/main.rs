@@ -50,7 +50,9 @@ use clap::{Parser, Subcommand};
 use invocation::Context;
 
 /// The CLI reads on one thread and formats on another; glibc's allocator serialises the
-/// cross-thread frees that creates (a third of a 1M-event replay went to its locks).
+/// cross-thread frees that creates (a third of a 1M-event replay went to its locks). Built with
+/// `no_thp`: mimalloc would ask for transparent huge pages, and a whole-log read then spent most
+/// of its reading thread's time in the kernel zeroing fresh 2 MiB pages (docs/storage.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

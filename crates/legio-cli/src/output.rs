@@ -65,7 +65,8 @@ pub fn visible(text: &str) -> String {
     shown
 }
 
-fn needs_escape(c: char) -> bool {
+/// Whether `visible` escapes `c`.
+pub fn needs_escape(c: char) -> bool {
     (c.is_control() && c != '\n') || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 

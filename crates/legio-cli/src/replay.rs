@@ -7,12 +7,15 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use legio_config::AgentSpec;
 use legio_core::{
-    can_see, record_to_json, ConversationKey, Event, EventKind, Record, Seq, SessionId, Timestamp,
+    can_see, ConversationKey, Event, EventKind, Record, RecordJson, Seq, SessionId, Timestamp,
 };
 use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
 use crate::{invocation::Context, render};
+
+/// The buffer between the lines of a whole-log read and standard output or the file.
+pub const OUT_BUFFER: usize = 1 << 20;
 
 /// Output format of events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -151,36 +154,59 @@ fn resolve(context: &Context, args: &Args) -> Result<Filter> {
     Ok(filter)
 }
 
-/// Writes one record in `format`.
-pub fn write_record(
-    out: &mut impl Write,
-    record: &Record,
+/// Writes records in one format, reusing its buffers from record to record (a JSON line or a
+/// text line allocates nothing once they have grown).
+#[derive(Debug)]
+pub struct Printer {
     format: Format,
     colour: bool,
-) -> Result<()> {
-    match format {
-        Format::Jsonl => {
-            serde_json::to_writer(&mut *out, &record_to_json(record))?;
-            out.write_all(b"\n")?;
-        }
-        Format::Text => {
-            let line = render::line(record);
-            if colour {
-                let code = match record.event.kind() {
-                    EventKind::MessagePosted => "0",
-                    EventKind::TurnFailed | EventKind::AgentFailed => "31",
-                    EventKind::SessionOpened
-                    | EventKind::SessionSuspended
-                    | EventKind::SessionClosed => "36",
-                    _ => "2",
-                };
-                writeln!(out, "\x1b[{code}m{line}\x1b[0m")?;
-            } else {
-                writeln!(out, "{line}")?;
-            }
+    json: RecordJson,
+    bytes: Vec<u8>,
+    line: String,
+}
+
+impl Printer {
+    /// A printer of `format`, in colour (text only) if `colour`.
+    pub fn new(format: Format, colour: bool) -> Self {
+        Self {
+            format,
+            colour,
+            json: RecordJson::default(),
+            bytes: Vec::new(),
+            line: String::new(),
         }
     }
-    Ok(())
+
+    /// Writes `record` and a newline.
+    pub fn write(&mut self, out: &mut impl Write, record: &Record) -> Result<()> {
+        match self.format {
+            Format::Jsonl => {
+                self.bytes.clear();
+                self.json.write(record, &mut self.bytes);
+                self.bytes.push(b'\n');
+                out.write_all(&self.bytes)?;
+            }
+            Format::Text => {
+                self.line.clear();
+                render::push_line(&mut self.line, record);
+                if self.colour {
+                    let code = match record.event.kind() {
+                        EventKind::MessagePosted => "0",
+                        EventKind::TurnFailed | EventKind::AgentFailed => "31",
+                        EventKind::SessionOpened
+                        | EventKind::SessionSuspended
+                        | EventKind::SessionClosed => "36",
+                        _ => "2",
+                    };
+                    writeln!(out, "\x1b[{code}m{}\x1b[0m", self.line)?;
+                } else {
+                    self.line.push('\n');
+                    out.write_all(self.line.as_bytes())?;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Runs the command.
@@ -197,7 +223,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     if let Some(remote) = context.remote()? {
         return live(&remote, &args, &filter, from, to);
     }
-    let log = common::open_log(context)?;
+    let log = common::open_log_for_reading(context)?;
     if let Some(conversation) = &filter.conversation {
         if log
             .conversation_events(conversation, Seq::ZERO, 1)?
@@ -218,7 +244,8 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let colour = args.format == Format::Text && common::colour();
     let stdout = std::io::stdout();
     let to_terminal = stdout.is_terminal();
-    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut out = BufWriter::with_capacity(OUT_BUFFER, stdout.lock());
+    let mut printer = Printer::new(args.format, colour);
     let last = log.last_seq().min(to);
     let bar = common::progress(
         last.get().saturating_sub(from.get()) + 1,
@@ -226,11 +253,15 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         !to_terminal,
     );
     let mut printed = Seq::ZERO;
+    let mut read = 0u64;
     for_each_record(&*log, filter.conversation.as_ref(), from, last, |record| {
-        bar.set_position(record.seq.get() - from.get() + 1);
+        if read.is_multiple_of(common::PROGRESS_EVERY) {
+            bar.set_position(record.seq.get() - from.get() + 1);
+        }
+        read += 1;
         printed = record.seq;
         if filter.matches(&record) {
-            write_record(&mut out, &record, args.format, colour)?;
+            printer.write(&mut out, &record)?;
         }
         Ok(())
     })?;
@@ -271,6 +302,7 @@ fn live(
     let colour = args.format == Format::Text && common::colour();
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut printer = Printer::new(args.format, colour);
     remote.stream_lines("/operator/events", &query, |line| {
         let value: serde_json::Value = serde_json::from_str(line)?;
         // The server's error line is `{"error": {"code", "message"}}`; a record may have an
@@ -280,7 +312,7 @@ fn live(
         }
         let record = legio_core::record_from_json(value)?;
         if filter.matches(&record) {
-            write_record(&mut out, &record, args.format, colour)?;
+            printer.write(&mut out, &record)?;
             if args.follow {
                 out.flush()?;
             }
@@ -300,6 +332,7 @@ fn follow(
 ) -> Result<()> {
     let runtime = common::tokio()?;
     let mut subscription = log.subscribe(from);
+    let mut printer = Printer::new(format, colour);
     runtime.block_on(async {
         loop {
             tokio::select! {
@@ -307,7 +340,7 @@ fn follow(
                     let record = next?;
                     if filter.matches(&record) {
                         let mut out = std::io::stdout().lock();
-                        write_record(&mut out, &record, format, colour)?;
+                        printer.write(&mut out, &record)?;
                         out.flush()?;
                     }
                 }

@@ -2,11 +2,13 @@
 //! is stable and documented by `proto/events.schema.json`; export, import and `replay --format
 //! jsonl` use it.
 
+use serde::Serialize;
 use serde_json::{Map, Value};
 use thiserror::Error;
 
 use crate::event::{Event, EventKind, Record};
 use crate::seq::Seq;
+use crate::sorted_json::{Object, SortedJson};
 
 /// A JSON line that is not an event.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -24,21 +26,26 @@ pub enum JsonEventError {
     },
 }
 
-fn inner(event: &Event) -> Result<Value, serde_json::Error> {
-    match event {
-        Event::MessagePosted(e) => serde_json::to_value(e),
-        Event::SessionOpened(e) => serde_json::to_value(e),
-        Event::ContextDelivered(e) => serde_json::to_value(e),
-        Event::TurnCompleted(e) => serde_json::to_value(e),
-        Event::TurnFailed(e) => serde_json::to_value(e),
-        Event::SessionSuspended(e) | Event::SessionClosed(e) => serde_json::to_value(e),
-        Event::SummaryRecorded(e) => serde_json::to_value(e),
-        Event::AgentFailed(e) => serde_json::to_value(e),
-        Event::DirectivePublished(e) => serde_json::to_value(e),
-        Event::DirectiveRevoked(e) => serde_json::to_value(e),
-        Event::NoteWritten(e) => serde_json::to_value(e),
-        Event::NotebookEntryAppended(e) => serde_json::to_value(e),
-        Event::HeartbeatRan(e) => serde_json::to_value(e),
+/// An event's own fields (its kind's struct), serialized.
+struct Inner<'a>(&'a Event);
+
+impl Serialize for Inner<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Event::MessagePosted(e) => e.serialize(s),
+            Event::SessionOpened(e) => e.serialize(s),
+            Event::ContextDelivered(e) => e.serialize(s),
+            Event::TurnCompleted(e) => e.serialize(s),
+            Event::TurnFailed(e) => e.serialize(s),
+            Event::SessionSuspended(e) | Event::SessionClosed(e) => e.serialize(s),
+            Event::SummaryRecorded(e) => e.serialize(s),
+            Event::AgentFailed(e) => e.serialize(s),
+            Event::DirectivePublished(e) => e.serialize(s),
+            Event::DirectiveRevoked(e) => e.serialize(s),
+            Event::NoteWritten(e) => e.serialize(s),
+            Event::NotebookEntryAppended(e) => e.serialize(s),
+            Event::HeartbeatRan(e) => e.serialize(s),
+        }
     }
 }
 
@@ -48,10 +55,41 @@ pub fn record_to_json(record: &Record) -> Value {
     object.insert("seq".into(), Value::from(record.seq.get()));
     object.insert("kind".into(), Value::from(record.event.kind().as_str()));
     // Serializing plain data structs to JSON cannot fail.
-    if let Ok(Value::Object(fields)) = inner(&record.event) {
+    if let Ok(Value::Object(fields)) = serde_json::to_value(Inner(&record.event)) {
         object.extend(fields);
     }
     Value::Object(object)
+}
+
+/// Writes records as JSON straight into a buffer: byte for byte what serializing
+/// [`record_to_json`]'s value writes (keys sorted at every level, serde_json's numbers and
+/// escaping), without building that value. Reusing one writer, a record allocates nothing once
+/// the writer's stacks and the buffer have grown.
+#[derive(Debug, Default)]
+pub struct RecordJson {
+    json: SortedJson,
+}
+
+impl RecordJson {
+    /// Appends the JSON object of `record` to `out` (no newline).
+    pub fn write(&mut self, record: &Record, out: &mut Vec<u8>) {
+        let len = out.len();
+        let head = |object: &mut Object<'_, '_>| {
+            object.entry("seq", &record.seq.get())?;
+            object.entry("kind", record.event.kind().as_str())
+        };
+        if self
+            .json
+            .write_object(out, head, &Inner(&record.event))
+            .is_err()
+        {
+            // Not reached by plain data structs; the value's way is the reference.
+            out.truncate(len);
+            let value = record_to_json(record);
+            // Writing a `Value` into a vector cannot fail.
+            let _ = serde_json::to_writer(&mut *out, &value);
+        }
+    }
 }
 
 /// Reads a record back from its JSON object.

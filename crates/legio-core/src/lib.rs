@@ -18,6 +18,7 @@ mod message;
 mod name;
 mod seq;
 mod session;
+mod sorted_json;
 mod timestamp;
 mod tokens;
 mod tool_calls;
@@ -44,7 +45,7 @@ pub use event::{
     OpenReason, Record, SessionEnded, SessionId, SessionOpened, SessionStart, SummaryRecorded,
     TokenUsage, TurnCompleted, TurnFailed,
 };
-pub use event_json::{record_from_json, record_to_json, JsonEventError};
+pub use event_json::{record_from_json, record_to_json, JsonEventError, RecordJson};
 pub use lifecycle::{
     crash_cleanup, decide_session, manual_reset, restored_notice, stop_session, Delivery,
     EndSession, History, SessionDecision, SessionFacts, Start,
@@ -63,6 +64,7 @@ pub use name::{
 };
 pub use seq::{Seq, SeqRange};
 pub use session::{AgentSessionState, FailedInfo, SessionInfo, SessionStatus, SummaryRef};
+pub use sorted_json::{Object as JsonObject, SortedJson};
 pub use timestamp::Timestamp;
 pub use tokens::{
     estimate_message_tokens, estimate_tokens, estimate_tokens_for_model, exact_tokens_for_model,

@@ -234,13 +234,50 @@ macro_rules! convert_part {
     };
 }
 
+/// A part's fields, borrowed: serialized as [`StoredPart`] or [`ReadablePart`] (the same serde
+/// shapes, field for field) without copying its strings.
+#[derive(Serialize)]
+enum StoredPartRef<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    },
+    ToolResult {
+        call_id: &'a str,
+        content: &'a str,
+        is_error: &'a bool,
+    },
+}
+
+/// [`ReadablePart`] borrowed (see [`StoredPartRef`]).
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum ReadablePartRef<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+    },
+    ToolResult {
+        call_id: &'a str,
+        content: &'a str,
+        is_error: &'a bool,
+    },
+}
+
 impl Serialize for Part {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let part = self.clone();
         if serializer.is_human_readable() {
-            convert_part!(part, Part => ReadablePart).serialize(serializer)
+            convert_part!(self, Part => ReadablePartRef).serialize(serializer)
         } else {
-            convert_part!(part, Part => StoredPart).serialize(serializer)
+            convert_part!(self, Part => StoredPartRef).serialize(serializer)
         }
     }
 }

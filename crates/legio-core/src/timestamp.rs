@@ -50,20 +50,45 @@ impl Timestamp {
 
     /// Formats as RFC 3339 in UTC with microseconds, e.g. `2026-02-15T12:00:00.000000Z`.
     pub fn to_rfc3339(self) -> String {
-        match OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1000) {
-            Ok(t) => {
-                let (year, month, day) = (t.year(), u8::from(t.month()), t.day());
-                format!(
-                    "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-                    t.hour(),
-                    t.minute(),
-                    t.second(),
-                    t.microsecond()
-                )
-            }
+        self.with_rfc3339(str::to_owned)
+    }
+
+    /// Calls `f` with [`Timestamp::to_rfc3339`]'s text, built on the stack for the years 0 to
+    /// 9999 (no allocation: JSON export and replay format one per event).
+    pub fn with_rfc3339<R>(self, f: impl FnOnce(&str) -> R) -> R {
+        let Ok(t) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(self.0) * 1000) else {
             // Outside what RFC 3339 can say: show the raw number rather than failing.
-            Err(_) => format!("@{}us", self.0),
+            return f(&format!("@{}us", self.0));
+        };
+        let (year, month, day) = (t.year(), u8::from(t.month()), t.day());
+        let Ok(year @ 0..=9999) = u32::try_from(year) else {
+            return f(&format!(
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.microsecond()
+            ));
+        };
+        let mut text = *b"0000-00-00T00:00:00.000000Z";
+        let fields = [
+            (0, 4, year),
+            (5, 2, month.into()),
+            (8, 2, day.into()),
+            (11, 2, t.hour().into()),
+            (14, 2, t.minute().into()),
+            (17, 2, t.second().into()),
+            (20, 6, t.microsecond()),
+        ];
+        for (at, width, mut value) in fields {
+            for digit in text[at..at + width].iter_mut().rev() {
+                // A digit: `value % 10` is below 10.
+                *digit = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
         }
+        // Only ASCII digits and separators were written.
+        f(std::str::from_utf8(&text).unwrap_or_default())
     }
 }
 
@@ -82,7 +107,7 @@ impl fmt::Debug for Timestamp {
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         if serializer.is_human_readable() {
-            serializer.serialize_str(&self.to_rfc3339())
+            self.with_rfc3339(|text| serializer.serialize_str(text))
         } else {
             serializer.serialize_i64(self.0)
         }
@@ -124,5 +149,41 @@ mod tests {
         let json = serde_json::to_string(&t).unwrap();
         assert_eq!(json, "\"2023-11-14T22:13:20.000000Z\"");
         assert_eq!(serde_json::from_str::<Timestamp>(&json).unwrap(), t);
+    }
+
+    /// The text the stack-built formatting must match: `time`'s fields through `format!`.
+    fn reference(micros: i64) -> String {
+        match OffsetDateTime::from_unix_timestamp_nanos(i128::from(micros) * 1000) {
+            Ok(t) => format!(
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+                t.year(),
+                u8::from(t.month()),
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.microsecond()
+            ),
+            Err(_) => format!("@{micros}us"),
+        }
+    }
+
+    #[test]
+    fn rfc3339_text_matches_the_reference_formatting_at_every_kind_of_instant() {
+        let year = 31_556_952_000_000_i64;
+        let mut instants = vec![0, -1, 1, 999_999, 1_700_000_000_123_456, i64::MIN, i64::MAX];
+        instants.extend([-1970, 8029, 8030, 10_000].map(|years| years * year));
+        // A pseudo-random walk over ±300 years, to every microsecond digit.
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            instants.push((x % (600 * year as u64)) as i64 - 300 * year);
+        }
+        for micros in instants {
+            let t = Timestamp::from_unix_micros(micros);
+            assert_eq!(t.to_rfc3339(), reference(micros), "at {micros} µs");
+        }
     }
 }

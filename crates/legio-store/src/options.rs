@@ -46,6 +46,12 @@ pub struct StoreOptions {
     /// sled's page cache size in bytes (default 1 GiB, sled's own default). Reads of a log larger
     /// than the cache go to disk: restore and scan times grow with the log once it outgrows it.
     pub cache_capacity_bytes: u64,
+    /// Make everything already on disk durable when opening (default true): sled's flush, the
+    /// data file's fdatasync and an fsync of every blob file, then the folder's fsync. A command
+    /// that only reads may skip it (`false`): it leaves the log exactly as durable as it found
+    /// it, and the first commit of any writer still fsyncs every blob file it has not synced
+    /// (on a busy disk those hundreds of fsyncs took most of a read command's start).
+    pub sync_on_open: bool,
 }
 
 impl Default for StoreOptions {
@@ -55,6 +61,7 @@ impl Default for StoreOptions {
             max_message_bytes: 1024 * 1024,
             create_if_missing: true,
             cache_capacity_bytes: 1024 * 1024 * 1024,
+            sync_on_open: true,
         }
     }
 }

@@ -91,8 +91,10 @@ impl SledBackend {
             failure: Mutex::new(None),
         };
         // Make the files' directory entries durable once (a fresh database's `db` file).
-        backend.sync()?;
-        sync_dir(path)?;
+        if options.sync_on_open {
+            backend.sync()?;
+            sync_dir(path)?;
+        }
         Ok(backend)
     }
 

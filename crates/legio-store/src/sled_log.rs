@@ -43,8 +43,11 @@ struct Request {
 pub struct SledLog {
     engine: Arc<Engine<SledBackend>>,
     sender: Mutex<Option<mpsc::Sender<Request>>>,
-    committer: Mutex<Option<JoinHandle<()>>>,
+    /// The committer; it answers whether it applied any group.
+    committer: Mutex<Option<JoinHandle<bool>>>,
     durability: Durability,
+    /// `StoreOptions::sync_on_open`: whether closing syncs even when nothing was appended.
+    sync_on_close: bool,
     migration: Migration,
     /// Set when opened read-only: the private copy the log really is (removed on drop, after the
     /// engine: fields drop in order).
@@ -119,15 +122,19 @@ impl SledLog {
                 ),
             });
         }
-        // Recovery may have re-derived index entries: make them durable before serving.
-        engine.backend.sync()?;
+        // Recovery may have re-derived index entries: make them durable before serving (a
+        // reading command need not: they are re-derived again on the next open).
+        if options.sync_on_open {
+            engine.backend.sync()?;
+        }
         let (sender, receiver) = mpsc::channel();
         let committer = {
             let engine = Arc::clone(&engine);
             let durability = options.durability;
+            let sync_on_close = options.sync_on_open;
             std::thread::Builder::new()
                 .name("legio-committer".into())
-                .spawn(move || run_committer(&engine, &receiver, durability))
+                .spawn(move || run_committer(&engine, &receiver, durability, sync_on_close))
                 .map_err(|e| StoreError::io("starting the committer thread", e))?
         };
         tracing::info!(last_seq = %engine.committed(), "event log open");
@@ -136,6 +143,7 @@ impl SledLog {
             sender: Mutex::new(Some(sender)),
             committer: Mutex::new(Some(committer)),
             durability: options.durability,
+            sync_on_close: options.sync_on_open,
             migration,
             read_only: None,
         })
@@ -219,10 +227,15 @@ impl SledLog {
             sender.take();
         }
         let handle = self.committer.lock().ok().and_then(|mut h| h.take());
-        if let Some(handle) = handle {
-            handle
+        let applied = match handle {
+            Some(handle) => handle
                 .join()
-                .map_err(|_| StoreError::io("closing", "the committer thread panicked"))?;
+                .map_err(|_| StoreError::io("closing", "the committer thread panicked"))?,
+            None => false,
+        };
+        if !self.sync_on_close && !applied {
+            // A reading process: it leaves the log as durable as it found it.
+            return Ok(());
         }
         // After a commit failure there is nothing safe to flush: sync answers that failure.
         self.engine.backend.sync()
@@ -262,11 +275,15 @@ impl Drop for SledLog {
     }
 }
 
+/// Commits groups until the log closes, then flushes, unless this process only read
+/// (`sync_on_close` false and no group applied: nothing to make durable).
 fn run_committer(
     engine: &Engine<SledBackend>,
     receiver: &mpsc::Receiver<Request>,
     durability: Durability,
-) {
+    sync_on_close: bool,
+) -> bool {
+    let mut applied = false;
     // After a failed write or fsync the state on disk is unknown: refuse everything from then
     // on, and flush nothing (sled may wait forever in a flush after a failed write).
     while let Ok(first) = receiver.recv() {
@@ -287,6 +304,7 @@ fn run_committer(
             }
             continue;
         }
+        applied = true;
         let _span = tracing::debug_span!("commit", events, writers = group.len()).entered();
         let mut acks = Vec::with_capacity(group.len());
         let mut batches = Vec::with_capacity(group.len());
@@ -319,11 +337,12 @@ fn run_committer(
             }
         }
     }
-    if engine.backend.failure().is_none() {
+    if engine.backend.failure().is_none() && (sync_on_close || applied) {
         if let Err(e) = engine.backend.sync() {
             tracing::error!(error = %e, "final flush failed");
         }
     }
+    applied
 }
 
 /// Copies the database folder `original` and opens the copy with `open`; when that fails on
