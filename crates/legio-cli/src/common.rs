@@ -17,25 +17,23 @@ pub const CHUNK: usize = 10_000;
 /// Opens an existing log for an offline command: the sled database, or with `--nats` (or
 /// `store.backend = "nats"`) the cluster's stream, read-only.
 pub fn open_log(context: &Context) -> Result<Box<dyn EventLog>> {
-    if let Some(options) = nats_options(context)? {
-        return Ok(Box::new(NatsLog::open_read_only(&options)?));
-    }
-    let store = context.store()?;
-    let mut options = store.options.clone();
-    options.create_if_missing = false;
-    Ok(Box::new(SledLog::open(&store.path, &options)?))
+    open_existing(context, true)
 }
 
 /// Opens an existing log to read it through (`replay`, `export`): as [`open_log`], without the
 /// fsyncs of everything already on disk that a writer's open does (`StoreOptions::sync_on_open`).
 pub fn open_log_for_reading(context: &Context) -> Result<Box<dyn EventLog>> {
+    open_existing(context, false)
+}
+
+fn open_existing(context: &Context, sync_on_open: bool) -> Result<Box<dyn EventLog>> {
     if let Some(options) = nats_options(context)? {
         return Ok(Box::new(NatsLog::open_read_only(&options)?));
     }
     let store = context.store()?;
     let mut options = store.options.clone();
     options.create_if_missing = false;
-    options.sync_on_open = false;
+    options.sync_on_open = sync_on_open;
     Ok(Box::new(SledLog::open(&store.path, &options)?))
 }
 

@@ -184,34 +184,10 @@ fn main() -> ExitCode {
         server: cli.server,
         token: cli.token,
     };
-    let live = matches!(
-        cli.command,
-        Command::Replay(_)
-            | Command::Inspect(_)
-            | Command::Context(_)
-            | Command::Verify(_)
-            | Command::Reset(_)
-            | Command::Heartbeat(_)
-            | Command::Completions(_)
-    );
-    let reads_the_log = matches!(
-        cli.command,
-        Command::Replay(_)
-            | Command::Inspect(_)
-            | Command::Context(_)
-            | Command::Verify(_)
-            | Command::Export(_)
-            | Command::Stats(_)
-            | Command::Completions(_)
-    );
-    if context.nats.is_some() && !reads_the_log {
-        eprintln!("legio: --nats works with replay, inspect, context, verify, export and stats (it reads the cluster's log); other commands run through a legio node");
-        return ExitCode::from(2);
-    }
-    if context.server.is_some() && !live {
-        eprintln!("legio: --server works with replay, inspect, context, verify, reset and heartbeat; this command opens the log or the legion itself");
-        return ExitCode::from(2);
-    }
+    let live = match check_remote_flags(&cli.command, &context) {
+        Ok(live) => live,
+        Err(code) => return code,
+    };
     let result = match cli.command {
         #[cfg(feature = "runtime")]
         Command::Demo(args) => demo::run(&context, args),
@@ -247,6 +223,40 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Refuses `--nats` with a command that does not read the log and `--server` with one that has
+/// no live form (exit code 2, said on stderr); answers whether the command has a live form.
+fn check_remote_flags(command: &Command, context: &Context) -> Result<bool, ExitCode> {
+    let live = matches!(
+        command,
+        Command::Replay(_)
+            | Command::Inspect(_)
+            | Command::Context(_)
+            | Command::Verify(_)
+            | Command::Reset(_)
+            | Command::Heartbeat(_)
+            | Command::Completions(_)
+    );
+    let reads_the_log = matches!(
+        command,
+        Command::Replay(_)
+            | Command::Inspect(_)
+            | Command::Context(_)
+            | Command::Verify(_)
+            | Command::Export(_)
+            | Command::Stats(_)
+            | Command::Completions(_)
+    );
+    if context.nats.is_some() && !reads_the_log {
+        eprintln!("legio: --nats works with replay, inspect, context, verify, export and stats (it reads the cluster's log); other commands run through a legio node");
+        return Err(ExitCode::from(2));
+    }
+    if context.server.is_some() && !live {
+        eprintln!("legio: --server works with replay, inspect, context, verify, reset and heartbeat; this command opens the log or the legion itself");
+        return Err(ExitCode::from(2));
+    }
+    Ok(live)
 }
 
 /// Whether `error` is the log being held by another process (directly or through the runtime).

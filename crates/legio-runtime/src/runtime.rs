@@ -364,16 +364,17 @@ impl Runtime {
     /// its lease if nobody holds it; keep the guard until the request ended, so the conversation
     /// is not released under it), `Err` with the owner's answer (the request was carried there,
     /// unless it was `forwarded` here already: then it fails as moved).
+    /// `request` is built only on a cluster (a post copies its text into it).
     async fn elsewhere(
         &self,
-        request: Forwarded,
+        request: impl FnOnce() -> Forwarded,
         progress: Option<&ProgressSink>,
         forwarded: bool,
     ) -> Result<Option<InUse>, Result<Answered, RuntimeError>> {
         let Some(cluster) = &self.cluster else {
             return Ok(None);
         };
-        match cluster.elsewhere(&request, progress, forwarded).await {
+        match cluster.elsewhere(&request(), progress, forwarded).await {
             Routed::Here(in_use) => Ok(Some(in_use)),
             Routed::There(answer) => Err(answer),
         }
@@ -600,11 +601,13 @@ impl Runtime {
             Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
         };
         let _in_use = if host.is_plain() {
-            let post = Forwarded::Post(ForwardedPost {
-                conversation: key.clone(),
-                sender: sender.clone(),
-                text: text.to_owned(),
-            });
+            let post = || {
+                Forwarded::Post(ForwardedPost {
+                    conversation: key.clone(),
+                    sender: sender.clone(),
+                    text: text.to_owned(),
+                })
+            };
             match self.elsewhere(post, progress.as_ref(), forwarded).await {
                 Ok(in_use) => in_use,
                 Err(answer) => return answer.and_then(Answered::into_posted),
@@ -751,7 +754,7 @@ impl Runtime {
         if text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);
         }
-        let request = Forwarded::Heartbeat {
+        let request = || Forwarded::Heartbeat {
             conversation: key.clone(),
             agent: agent.clone(),
             text: text.to_owned(),
@@ -933,7 +936,7 @@ impl Runtime {
         forwarded: bool,
     ) -> Result<(), RuntimeError> {
         self.check_running()?;
-        let request = Forwarded::Reset {
+        let request = || Forwarded::Reset {
             conversation: key.clone(),
             agent: agent.clone(),
         };

@@ -261,8 +261,11 @@ async fn latest(store: &kv::Store, key: &str) -> Result<Option<(Lease, Duration)
     };
     // A put, not a delete, a purge or the server's marker of an expired key.
     let put = match message.headers.get("KV-Operation") {
-        Some(op) => op.as_str() == "PUT",
-        None => message.headers.get("Nats-Marker-Reason").is_none(),
+        Some(op) => matches!(op.as_str().parse(), Ok(kv::Operation::Put)),
+        None => message
+            .headers
+            .get(async_nats::header::NATS_MARKER_REASON)
+            .is_none(),
     };
     if !put {
         return Ok(None);

@@ -119,7 +119,9 @@ fn schedule(
             continue;
         }
         busy.extend(submit.conversations.iter().cloned());
-        open = submit.conversations.iter().cloned().collect();
+        if group {
+            open = submit.conversations.iter().cloned().collect();
+        }
         groups.push((vec![submit], size));
     }
     *queue = rest;
