@@ -214,6 +214,53 @@ fn a_writer_that_lost_the_conversation_is_refused_and_stores_nothing() {
     assert!(old_owner.verify(&mut |_| {}).unwrap().is_clean());
 }
 
+/// A node that stood down from a conversation (its lease lost) appends nothing more to it, even
+/// when nobody else wrote meanwhile (its expectation would still hold), until it takes it again.
+#[test]
+fn a_stood_down_conversation_is_refused_until_taken_again() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let node = NatsLog::open(&cluster.options(1)).unwrap();
+    node.append(vec![text_message(1, "t:d", "user", "lead", "before")])
+        .unwrap();
+    node.stand_down(&conv("t:d"));
+    let refused = node
+        .append(vec![text_message(2, "t:d", "user", "lead", "after")])
+        .unwrap_err();
+    assert_eq!(
+        refused,
+        StoreError::Fenced {
+            conversation: "t:d".into(),
+            expected: 1
+        }
+    );
+    // Other conversations are not held up, and a read reloads the conversation from the stream.
+    node.append(vec![text_message(3, "t:other", "user", "lead", "other")])
+        .unwrap();
+    let events = node
+        .conversation_events(&conv("t:d"), Seq::ZERO, 100)
+        .unwrap();
+    assert_eq!(events.len(), 1);
+    assert!(matches!(
+        node.append(vec![text_message(4, "t:d", "user", "lead", "still")]),
+        Err(StoreError::Fenced { .. })
+    ));
+    node.refresh(&conv("t:d")).unwrap();
+    let r = node
+        .append(vec![text_message(5, "t:d", "user", "lead", "taken again")])
+        .unwrap();
+    assert_eq!(r.first, Seq(3));
+    assert_eq!(
+        all_seqs_and_texts(&node),
+        vec![
+            (1, "before".to_owned()),
+            (2, "other".to_owned()),
+            (3, "taken again".to_owned())
+        ]
+    );
+}
+
 #[test]
 fn a_single_event_from_a_stale_writer_is_refused_too() {
     let Some(cluster) = NatsCluster::start(1) else {

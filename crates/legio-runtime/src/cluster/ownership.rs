@@ -344,13 +344,15 @@ impl Ownership {
         }
     }
 
-    /// The stand-down itself: forgets the lease, counts it, and asks the root to kill the
-    /// conversation's actors; the answer comes when they are stopped.
+    /// The stand-down itself: forgets the lease, counts it, makes the log refuse every append
+    /// to the conversation and drop its projection (until a take refreshes it), and asks the
+    /// root to kill the conversation's actors; the answer comes when they are stopped.
     fn forget(
         &self,
         conversation: &ConversationKey,
         why: &'static str,
     ) -> Option<oneshot::Receiver<()>> {
+        self.log.stand_down(conversation);
         {
             let mut held = lock(&self.held);
             if held.remove(conversation).is_some() {

@@ -7,12 +7,15 @@ use std::time::Duration;
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, kv};
-use futures_util::TryStreamExt;
+use futures_util::{stream, StreamExt, TryStreamExt};
 use thiserror::Error;
 
 use super::options::NatsOptions;
 use super::subject::{decode_token, encode_token};
 use crate::error::StoreError;
+
+/// How many leases a listing reads from the stream's leader at once.
+const LIST_READS_IN_FLIGHT: usize = 32;
 
 /// A lease held: what it guards, by whom, and the revision that proves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -229,15 +232,21 @@ impl Leases {
                 .try_collect()
                 .await
                 .map_err(|e| cluster("listing leases", e))?;
-            let mut out = Vec::new();
-            for (subject, _) in subjects {
-                let key = subject
-                    .strip_prefix(store.prefix.as_str())
-                    .unwrap_or(&subject);
-                if let Some(found) = latest(&store, key).await? {
-                    out.push(found);
-                }
-            }
+            // Each lease is one request to the leader: many at a time, not one after another.
+            let found: Vec<Option<(Lease, Duration)>> = stream::iter(subjects)
+                .map(|(subject, _)| {
+                    let store = &store;
+                    async move {
+                        let key = subject
+                            .strip_prefix(store.prefix.as_str())
+                            .unwrap_or(&subject);
+                        latest(store, key).await
+                    }
+                })
+                .buffer_unordered(LIST_READS_IN_FLIGHT)
+                .try_collect()
+                .await?;
+            let mut out: Vec<(Lease, Duration)> = found.into_iter().flatten().collect();
             out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
             Ok(out)
         })

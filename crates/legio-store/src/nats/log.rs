@@ -120,6 +120,15 @@ impl NatsLog {
         self.inner.forget(std::slice::from_ref(conversation));
     }
 
+    /// Lets go of `conversation` for a node that stood down from it (its lease lost or not
+    /// trusted): from now on every append to it is refused ([`StoreError::Fenced`], without
+    /// asking the cluster) and the projection is dropped, so a stood-down conversation keeps
+    /// nothing here but the refusal. Only [`NatsLog::refresh`] (a take) lifts it; a read reloads
+    /// the conversation from the stream as any non-owner's does.
+    pub fn stand_down(&self, conversation: &ConversationKey) {
+        self.inner.stand_down(conversation);
+    }
+
     /// Runs `future` on the log's runtime and waits for it on this thread.
     pub(super) fn block_on<F>(&self, future: F) -> F::Output
     where
@@ -368,6 +377,14 @@ impl Inner {
             guard.apply(record);
         }
         Ok(())
+    }
+
+    pub(super) fn stand_down(&self, conversation: &ConversationKey) {
+        let known = lock(&self.projections).remove(conversation);
+        let last = known.map_or(0, |p| lock(&p).last().0);
+        lock(&self.fenced)
+            .entry(conversation.clone())
+            .or_insert(last);
     }
 
     pub(super) fn forget(&self, conversations: &[ConversationKey]) {

@@ -133,6 +133,8 @@ fn schedule(
 /// get the refusal, and the others are appended again without them.
 async fn append_group(inner: &Inner, group: Vec<Submit>) -> Vec<ConversationKey> {
     let conversations = conversations_of(&group);
+    // The conversations of `pending`: all of them until a fenced conversation is dropped.
+    let mut involved = conversations.clone();
     let mut pending = group;
     while !pending.is_empty() {
         let started = Instant::now();
@@ -140,7 +142,7 @@ async fn append_group(inner: &Inner, group: Vec<Submit>) -> Vec<ConversationKey>
             .iter()
             .flat_map(|s| s.events.iter().cloned())
             .collect();
-        match append_events(inner, &conversations_of(&pending), events).await {
+        match append_events(inner, &involved, events).await {
             Ok(first) => {
                 m::ack_latency(started.elapsed());
                 let mut next = first.0;
@@ -166,6 +168,7 @@ async fn append_group(inner: &Inner, group: Vec<Submit>) -> Vec<ConversationKey>
                     let _ = submit.reply.send(Err(error.clone()));
                 }
                 pending = others;
+                involved = conversations_of(&pending);
                 if stuck {
                     for submit in pending.drain(..) {
                         let _ = submit.reply.send(Err(error.clone()));
@@ -185,15 +188,13 @@ async fn append_group(inner: &Inner, group: Vec<Submit>) -> Vec<ConversationKey>
 
 /// The conversations of `submits`, each once, in order.
 fn conversations_of(submits: &[Submit]) -> Vec<ConversationKey> {
-    let mut conversations: Vec<ConversationKey> = Vec::new();
-    for submit in submits {
-        for conversation in &submit.conversations {
-            if !conversations.contains(conversation) {
-                conversations.push(conversation.clone());
-            }
-        }
-    }
-    conversations
+    let mut seen: HashSet<&ConversationKey> = HashSet::new();
+    submits
+        .iter()
+        .flat_map(|s| &s.conversations)
+        .filter(|c| seen.insert(c))
+        .cloned()
+        .collect()
 }
 
 /// Publishes `events` (of `conversations`, all idle) and folds them into the projections;
