@@ -172,6 +172,7 @@ fn main() {
         "  (for reference, not a goal: durable vs SQLite with one shared connection: {:.1}x)",
         rate / shared
     );
+    print_disk_floor(duration);
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

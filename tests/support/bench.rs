@@ -162,3 +162,31 @@ pub fn load(
     }
     log.flush().expect("flush");
 }
+
+/// Prints the disk's own floor, measured now in a temporary folder (the folder kind the benches
+/// use): one 20 KB write (a commit group of 64 small messages) and `fdatasync`, back to back, for
+/// `duration`. No group can be durable faster than its fdatasync, so a latency goal below the
+/// p99 printed here is a goal for the disk, not for the code.
+pub fn print_disk_floor(duration: std::time::Duration) {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let mut file = std::fs::File::create(dir.path().join("probe")).expect("a probe file");
+    let block = vec![b'x'; 20 * 1024];
+    let mut latencies = Vec::new();
+    let started = std::time::Instant::now();
+    while started.elapsed() < duration {
+        let one = std::time::Instant::now();
+        file.write_all(&block).expect("writing the probe");
+        file.sync_data().expect("fdatasync of the probe");
+        latencies.push(one.elapsed().as_nanos() as u64);
+    }
+    latencies.sort_unstable();
+    let max = std::time::Duration::from_nanos(latencies.last().copied().unwrap_or(0));
+    println!(
+        "  the disk alone (20 KB write + fdatasync, {} times, one thread): p50 {}, p99 {}, max {}",
+        fmt_int(latencies.len() as u64),
+        fmt_dur(percentile(&latencies, 0.50)),
+        fmt_dur(percentile(&latencies, 0.99)),
+        fmt_dur(max)
+    );
+}
