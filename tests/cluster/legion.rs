@@ -144,10 +144,33 @@ impl Legion {
 
     /// Starts `legio serve --node name`, reads its address and waits for `/healthz`.
     pub fn spawn(&self, name: &str) -> Node {
+        self.spawn_with_config(name, &self.dir.path().join("legio.toml"))
+    }
+
+    /// Starts one more node that reaches the cluster only through `urls` (a proxy the test can
+    /// cut); its configuration is the others' but for `[store.nats] servers`. Returns its index.
+    pub fn spawn_through(&mut self, name: &str, urls: &[String]) -> usize {
+        let shared = std::fs::read_to_string(self.dir.path().join("legio.toml")).unwrap();
+        let servers: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+        let own: String = shared
+            .lines()
+            .map(|line| match line.starts_with("servers = ") {
+                true => format!("servers = [{}]\n", servers.join(", ")),
+                false => format!("{line}\n"),
+            })
+            .collect();
+        let path = self.dir.path().join(format!("{name}.toml"));
+        std::fs::write(&path, own).unwrap();
+        let node = self.spawn_with_config(name, &path);
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    fn spawn_with_config(&self, name: &str, config: &Path) -> Node {
         let log = std::fs::File::create(self.dir.path().join(format!("{name}.log"))).unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_legio"))
             .current_dir(self.dir.path())
-            .env("LEGIO_CONFIG", self.dir.path().join("legio.toml"))
+            .env("LEGIO_CONFIG", config)
             .env("LEGIO_SCRIPTED_SESSIONS_DIR", self.sessions_dir())
             .env("LEGIO_LOG", "info")
             .env_remove("LEGIO_API_TOKEN")

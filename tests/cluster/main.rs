@@ -6,6 +6,7 @@
 //! `crates/legio-cli/Cargo.toml`, so the test has the `legio` binary.)
 
 mod legion;
+mod proxy;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use legio_core::{ConversationKey, Event, Seq};
 use legio_store::EventLog;
 use legion::*;
+use proxy::Proxy;
 use serde_json::{json, Value};
 
 /// The cluster tests run one at a time: each starts three nats-servers and three legio nodes,
@@ -541,4 +543,90 @@ fn an_idle_conversation_is_released_once_its_actors_are_reaped() {
     );
     legion.verify();
     check_sessions(&legion.sessions_dir());
+}
+
+/// A node cut off from the cluster (a network partition between it and the nats-servers, both
+/// sides running) cannot renew its lease: it stands down, another node takes the conversation
+/// over after the TTL, and once the partition heals the cut-off node serves posts by carrying
+/// them to the new owner. Every acknowledged post is in the log once; verify is clean.
+#[test]
+fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
+    let _one_at_a_time = one_at_a_time();
+    let Some(mut legion) = Legion::start(0) else {
+        return;
+    };
+    const CONV: &str = "cut:1";
+    let target = legion.nats.urls()[0]
+        .trim_start_matches("nats://")
+        .to_owned();
+    let proxy = Proxy::start(target);
+    let cut = legion.spawn_through("n4", &[proxy.url()]);
+    let mut acked = vec!["hello from the node to be cut off".to_owned()];
+    post(&legion.nodes[cut].base, CONV, &acked[0]).expect("the node serves its first post");
+    assert_eq!(legion.owner(CONV).as_deref(), Some("n4"));
+
+    proxy.cut();
+    let cut_at = Instant::now();
+    acked.push(serve_by(&legion, &[0, 1, 2], CONV, "@ann after the cut"));
+    let moved_after = cut_at.elapsed();
+    let new_owner = legion.owner(CONV).expect("an owner");
+    assert_ne!(new_owner, "n4", "another node took the conversation over");
+    println!(
+        "served elsewhere {moved_after:?} after the cut (TTL {:?})",
+        legion.ttl
+    );
+    assert!(
+        moved_after < legion.ttl + Duration::from_secs(10),
+        "served elsewhere only after {moved_after:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while metric(&legion.nodes[cut], "legio_cluster_leases_lost_total", "") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cut-off node never stood down"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    proxy.heal();
+    acked.push(serve_by(
+        &legion,
+        &[cut],
+        CONV,
+        "@bob through the healed node",
+    ));
+    assert_eq!(
+        legion.owner(CONV).as_deref(),
+        Some(new_owner.as_str()),
+        "the healed node carried the post to the owner"
+    );
+    let texts = user_texts(&legion.log(), CONV);
+    for text in &acked {
+        let count = texts.iter().filter(|t| *t == text).count();
+        assert_eq!(count, 1, "{text:?} is in the log {count} times: {texts:?}");
+    }
+    legion.verify();
+    check_sessions(&legion.sessions_dir());
+}
+
+/// Posts `text` (numbered by attempt) to the nodes `via` in turn until one answers; the text
+/// that was answered.
+fn serve_by(legion: &Legion, via: &[usize], conversation: &str, text: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut errors = Vec::new();
+    for attempt in 0.. {
+        assert!(
+            Instant::now() < deadline,
+            "{text:?} was not served; the last errors: {:?}",
+            &errors[errors.len().saturating_sub(3)..]
+        );
+        let node = &legion.nodes[via[attempt % via.len()]];
+        let sent = format!("{text} (try {attempt})");
+        match post(&node.base, conversation, &sent) {
+            Ok(_) => return sent,
+            Err(e) => errors.push(format!("{}: {e}", node.name)),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unreachable!()
 }

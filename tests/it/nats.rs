@@ -7,7 +7,9 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use legio_core::Seq;
-use legio_store::{BusError, EventLog, LeaseError, Leases, NatsLog, NodeBus, StoreError};
+use legio_store::{
+    BusError, EventLog, LeaseError, Leases, NatsLog, NatsOptions, NodeBus, StoreError,
+};
 use legio_tests::nats::NatsCluster;
 use legio_tests::*;
 
@@ -429,6 +431,75 @@ fn a_three_server_cluster_keeps_appending_through_the_loss_of_a_server() {
         })
         .sum();
     assert_eq!(per_conversation, events);
+}
+
+/// Two servers of three lost (no quorum): an append fails after its deadline, stored or not (its
+/// outcome is unknown: the leader may commit it once a server returns); once one server is
+/// back, appends go on. Nothing acknowledged is lost or stored twice, and verify is clean.
+#[test]
+fn losing_two_servers_of_three_stops_appends_until_one_returns() {
+    let Some(mut cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let options = NatsOptions {
+        append_deadline: Duration::from_secs(3),
+        request_timeout: Duration::from_secs(1),
+        ..cluster.options(3)
+    };
+    let log = NatsLog::open(&options).unwrap();
+    for i in 0..5 {
+        log.append(vec![text_message(
+            i,
+            "q:1",
+            "user",
+            "lead",
+            &format!("before {i}"),
+        )])
+        .unwrap();
+    }
+    cluster.kill(1);
+    cluster.kill(2);
+    let started = Instant::now();
+    let failed = log.append(vec![text_message(10, "q:1", "user", "lead", "no quorum")]);
+    assert!(
+        failed.is_err(),
+        "an append without a quorum is not acknowledged: {failed:?}"
+    );
+    println!(
+        "refused after {:?}: {}",
+        started.elapsed(),
+        failed.unwrap_err()
+    );
+    cluster.restart(1);
+    // The conversation's next append reads it again (the failed one's outcome was unknown).
+    // A leader election on a loaded machine can take a while: up to 60 s.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let back = loop {
+        match log.append(vec![text_message(11, "q:1", "user", "lead", "quorum back")]) {
+            Ok(range) => break range,
+            Err(e) => {
+                assert!(Instant::now() < deadline, "appends never resumed: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    let texts: Vec<String> = all_seqs_and_texts(&log)
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    for i in 0..5 {
+        assert_eq!(
+            texts
+                .iter()
+                .filter(|t| **t == format!("before {i}"))
+                .count(),
+            1
+        );
+    }
+    assert_eq!(texts.iter().filter(|t| *t == "quorum back").count(), 1);
+    assert!(texts.iter().filter(|t| *t == "no quorum").count() <= 1);
+    assert_eq!(back.last, log.last_seq());
+    assert!(log.verify(&mut |_| {}).unwrap().is_clean());
 }
 
 #[test]

@@ -179,9 +179,11 @@ fn configure(dir: &Path, n: usize) -> Vec<Server> {
                 dir.display(),
                 dir.join(&name).display()
             );
+            // `no_advertise`: clients reach only the servers they were given (a test's proxy
+            // stays the only way to the cluster), not the others' addresses learnt on connect.
             if n > 1 {
                 text.push_str(&format!(
-                    "cluster {{ name: legio, listen: 127.0.0.1:{cluster}, routes: [{}] }}\n",
+                    "cluster {{ name: legio, listen: 127.0.0.1:{cluster}, routes: [{}], no_advertise: true }}\n",
                     routes.join(", ")
                 ));
             }

@@ -111,7 +111,11 @@ impl Publisher {
                 Attempt::Retry(reason) if started.elapsed() + backoff > self.deadline => {
                     return Err(StoreError::Cluster {
                         during: "appending",
-                        reason: format!("gave up after {attempt} attempts: {reason}"),
+                        reason: format!(
+                            "gave up after {attempt} attempts in {:.1} s (is a majority of the \
+                             stream's servers up and reachable?): {reason}",
+                            started.elapsed().as_secs_f64()
+                        ),
                     })
                 }
                 Attempt::Retry(reason) => {
