@@ -97,9 +97,13 @@ fn options(durability: &str) -> StoreOptions {
 }
 
 fn open_retrying(path: &Path, durability: &str) -> SledLog {
+    open_retrying_with(path, &options(durability))
+}
+
+fn open_retrying_with(path: &Path, options: &StoreOptions) -> SledLog {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match SledLog::open(path, &options(durability)) {
+        match SledLog::open(path, options) {
             Ok(log) => return log,
             Err(StoreError::Locked { .. }) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(10))
@@ -295,6 +299,18 @@ fn kill_rounds(
         let context = format!("seed {seed}, {durability}, round {round}");
         // The child ran until its first acknowledgement, then `run`: acks is never empty.
         let (acks, killed_at) = run_child(test, &path, durability, round, run(&mut rng));
+        // A reading open (as `legio replay` opens) after a kill: the writer left no clean-close
+        // mark, so it syncs everything before showing anything.
+        let reading = StoreOptions {
+            sync_on_open: false,
+            ..options(durability)
+        };
+        let reader = open_retrying_with(&path, &reading);
+        assert!(
+            reader.synced_on_open(),
+            "{context}: a reading open after a kill syncs"
+        );
+        drop(reader);
         let log = open_retrying(&path, durability);
         let last = log.last_seq();
         let records = log.read_range(Seq(1), last, usize::MAX).unwrap();

@@ -56,6 +56,10 @@ fn a_reading_open_without_the_open_sync_reads_appends_and_reopens_whole() {
     };
     {
         let log = SledLog::open(&path, &reading).unwrap();
+        assert!(
+            !log.synced_on_open(),
+            "the writer closed cleanly: nothing to sync"
+        );
         let back = log.read_range(Seq(1), Seq(300), 1000).unwrap();
         assert_eq!(
             back.into_iter().map(|r| r.event).collect::<Vec<_>>(),
@@ -71,7 +75,13 @@ fn a_reading_open_without_the_open_sync_reads_appends_and_reopens_whole() {
             .unwrap();
         assert_eq!(r.first, Seq(301));
     }
+    // The reading open that appended closed cleanly too: the next one need not sync.
+    let again = SledLog::open(&path, &reading).unwrap();
+    assert!(!again.synced_on_open());
+    assert_eq!(again.last_seq(), Seq(301));
+    drop(again);
     let log = open(&path);
+    assert!(log.synced_on_open(), "a writer's open always syncs");
     assert_eq!(log.last_seq(), Seq(301));
     assert!(log.verify(&mut |_| {}).unwrap().is_clean());
 }

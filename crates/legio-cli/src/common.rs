@@ -20,8 +20,10 @@ pub fn open_log(context: &Context) -> Result<Box<dyn EventLog>> {
     open_existing(context, true)
 }
 
-/// Opens an existing log to read it through (`replay`, `export`): as [`open_log`], without the
-/// fsyncs of everything already on disk that a writer's open does (`StoreOptions::sync_on_open`).
+/// Opens an existing log to read it (`replay`, `export`, `inspect`, `stats`, `context`): as
+/// [`open_log`], without the fsyncs of everything already on disk that a writer's open does
+/// (`StoreOptions::sync_on_open`) when the last writer closed the log cleanly; after a crash it
+/// syncs as a writer would, so it never shows what a power loss could take back.
 pub fn open_log_for_reading(context: &Context) -> Result<Box<dyn EventLog>> {
     open_existing(context, false)
 }

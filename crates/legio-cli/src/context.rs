@@ -87,7 +87,7 @@ fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
     let base = std::fs::read_to_string(&spec.prompt)
         .with_context(|| format!("cannot read {}", spec.prompt.display()))?;
     let (system_prompt, prompt_hash) = config.compose_prompt(&spec, base);
-    let log = common::open_log(context)?;
+    let log = common::open_log_for_reading(context)?;
     if log
         .conversation_events(&conversation, Seq::ZERO, 1)?
         .is_empty()

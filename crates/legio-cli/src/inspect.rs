@@ -120,7 +120,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             }
             let state: legio_core::MemoryState = match context.remote()? {
                 Some(remote) => serde_json::from_value(remote.get_json("/operator/memory", &[])?)?,
-                None => legio_ops::read_memory(&*common::open_log(context)?)?,
+                None => legio_ops::read_memory(&*common::open_log_for_reading(context)?)?,
             };
             if args.format == TableFormat::Json {
                 outln!("{}", serde_json::to_string_pretty(&state)?);
@@ -145,7 +145,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             )?
         }
         None => {
-            let log = common::open_log(context)?;
+            let log = common::open_log_for_reading(context)?;
             let only = args.conversation.map(ConversationKey::new).transpose()?;
             match kind {
                 // With the roster when there is a configuration; a bare `--db` without one (the

@@ -15,7 +15,7 @@ pub struct Args {}
 
 /// Runs the command.
 pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
-    let log = common::open_log(context)?;
+    let log = common::open_log_for_reading(context)?;
     let last = log.last_seq();
     let bar = common::progress(last.get(), "stats", true);
     let mut kinds: BTreeMap<EventKind, u64> = BTreeMap::new();

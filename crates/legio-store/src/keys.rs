@@ -7,7 +7,7 @@
 //! | `chunks`   | first seq                               | events of one chunk (`layout.rs`)  |
 //! | `lists`    | conv · list name · first seq            | seqs of one list in one group      |
 //! | `sessions` | conv · agent                            | versioned session state            |
-//! | `meta`     | `indexed_through`, `format`             | seq; the layout version            |
+//! | `meta`     | `indexed_through`, `format`, `closed`   | seq; the layout version; see below |
 //!
 //! The conversation list (every event, each flagged whether it is a message) has the empty name;
 //! a named list (`all`, a participant) holds the messages listed under that visibility key.
@@ -20,6 +20,10 @@ pub(crate) const META_INDEXED_THROUGH: &[u8] = b"indexed_through";
 
 /// The meta key holding the layout version (absent in layout v1).
 pub(crate) const META_FORMAT: &[u8] = b"format";
+
+/// The meta key a clean close leaves: `[layout version][last seq u64 LE]`, everything up to that
+/// seq durable. Removed before the next group is applied (see `SledBackend::clear_closed`).
+pub(crate) const META_CLOSED: &[u8] = b"closed";
 
 pub(crate) fn seq_key(seq: Seq) -> [u8; 8] {
     seq.0.to_be_bytes()

@@ -48,9 +48,13 @@ pub struct StoreOptions {
     pub cache_capacity_bytes: u64,
     /// Make everything already on disk durable when opening (default true): sled's flush, the
     /// data file's fdatasync and an fsync of every blob file, then the folder's fsync. A command
-    /// that only reads may skip it (`false`): it leaves the log exactly as durable as it found
-    /// it, and the first commit of any writer still fsyncs every blob file it has not synced
-    /// (on a busy disk those hundreds of fsyncs took most of a read command's start).
+    /// that only reads may skip it (`false`) when the last process that wrote the log closed it
+    /// cleanly (the `meta/closed` mark names the last seq; it is removed before any later group
+    /// is applied): everything was durable then. After a crash or a kill there is no mark and a
+    /// reading open syncs as a writer's does, so it never shows an event a power loss could
+    /// still take back (`SledLog::synced_on_open` says which it did). The first commit of any
+    /// writer still fsyncs every blob file it has not synced (on a busy disk those hundreds of
+    /// fsyncs took most of a read command's start).
     pub sync_on_open: bool,
 }
 

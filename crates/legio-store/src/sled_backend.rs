@@ -12,6 +12,8 @@ use legio_core::Seq;
 
 use crate::backend::{Backend, Direction, TreeId, Visitor, WriteSet};
 use crate::error::{Result, StoreError};
+use crate::keys;
+use crate::layout::LAYOUT_VERSION;
 use crate::metrics as m;
 use crate::options::{Durability, StoreOptions};
 
@@ -134,6 +136,38 @@ impl SledBackend {
 
     pub(crate) fn db(&self) -> &sled::Db {
         &self.sled().db
+    }
+
+    /// Whether the last process that wrote the log closed it cleanly at `last`: everything on
+    /// disk was made durable then, and no group was applied since (the mark is removed before
+    /// any), so a reading open need not sync. A mark naming another seq is not trusted.
+    pub(crate) fn closed_clean_at(&self, last: Seq) -> Result<bool> {
+        let Some(value) = self.get(TreeId::Meta, keys::META_CLOSED)? else {
+            return Ok(false);
+        };
+        let mut expected = vec![LAYOUT_VERSION];
+        expected.extend_from_slice(&last.0.to_le_bytes());
+        Ok(value[..] == expected[..])
+    }
+
+    /// Leaves the clean-close mark for `last`, durably. Call it only right after a sync of
+    /// everything, with no group applied since.
+    pub(crate) fn mark_closed(&self, last: Seq) -> Result<()> {
+        let mut value = vec![LAYOUT_VERSION];
+        value.extend_from_slice(&last.0.to_le_bytes());
+        self.tree(TreeId::Meta)
+            .insert(keys::META_CLOSED, value)
+            .map_err(sled_err("marking a clean close"))?;
+        self.sync()
+    }
+
+    /// Removes the clean-close mark before a group is applied. No sync: sled's log keeps writes
+    /// in order, so any state of the disk that holds the group's writes holds this removal too.
+    pub(crate) fn clear_closed(&self) -> Result<()> {
+        self.tree(TreeId::Meta)
+            .remove(keys::META_CLOSED)
+            .map_err(sled_err("removing the clean-close mark"))?;
+        Ok(())
     }
 
     /// Makes everything applied so far durable: sled's flush, then a real fdatasync of the data

@@ -46,7 +46,9 @@ pub struct SledLog {
     /// The committer; it answers whether it applied any group.
     committer: Mutex<Option<JoinHandle<bool>>>,
     durability: Durability,
-    /// `StoreOptions::sync_on_open`: whether closing syncs even when nothing was appended.
+    /// Whether the open synced everything (`StoreOptions::sync_on_open`, or a reading open of a
+    /// log not closed cleanly): then closing syncs and leaves the clean-close mark even when
+    /// nothing was appended.
     sync_on_close: bool,
     migration: Migration,
     /// Set when opened read-only: the private copy the log really is (removed on drop, after the
@@ -122,19 +124,22 @@ impl SledLog {
                 ),
             });
         }
-        // Recovery may have re-derived index entries: make them durable before serving (a
-        // reading command need not: they are re-derived again on the next open).
-        if options.sync_on_open {
+        // Recovery may have re-derived index entries: make them durable before serving. A
+        // reading open need not (they are re-derived again on the next open) when the last
+        // writer closed cleanly; after a crash it syncs too, so it never shows a group that a
+        // power loss could still take back.
+        let closed_clean = engine.backend.closed_clean_at(engine.committed())?;
+        let synced = options.sync_on_open || !closed_clean;
+        if synced {
             engine.backend.sync()?;
         }
         let (sender, receiver) = mpsc::channel();
         let committer = {
             let engine = Arc::clone(&engine);
             let durability = options.durability;
-            let sync_on_close = options.sync_on_open;
             std::thread::Builder::new()
                 .name("legio-committer".into())
-                .spawn(move || run_committer(&engine, &receiver, durability, sync_on_close))
+                .spawn(move || run_committer(&engine, &receiver, durability, synced, closed_clean))
                 .map_err(|e| StoreError::io("starting the committer thread", e))?
         };
         tracing::info!(last_seq = %engine.committed(), "event log open");
@@ -143,7 +148,7 @@ impl SledLog {
             sender: Mutex::new(Some(sender)),
             committer: Mutex::new(Some(committer)),
             durability: options.durability,
-            sync_on_close: options.sync_on_open,
+            sync_on_close: synced,
             migration,
             read_only: None,
         })
@@ -238,7 +243,16 @@ impl SledLog {
             return Ok(());
         }
         // After a commit failure there is nothing safe to flush: sync answers that failure.
-        self.engine.backend.sync()
+        self.engine.backend.sync()?;
+        self.engine.backend.mark_closed(self.engine.committed())
+    }
+
+    /// Whether this open made everything already on disk durable: a writer's open always
+    /// (`StoreOptions::sync_on_open`); a reading open only when the last process that wrote the
+    /// log did not close it cleanly (a crash, a kill), so that it never shows an event a power
+    /// loss could still take back.
+    pub fn synced_on_open(&self) -> bool {
+        self.sync_on_close
     }
 
     /// The backend, for the test-support damage helpers (`crate::testing`).
@@ -282,6 +296,7 @@ fn run_committer(
     receiver: &mpsc::Receiver<Request>,
     durability: Durability,
     sync_on_close: bool,
+    mut closed_mark: bool,
 ) -> bool {
     let mut applied = false;
     // After a failed write or fsync the state on disk is unknown: refuse everything from then
@@ -312,12 +327,14 @@ fn run_committer(
             acks.push((request.ack, request.submitted));
             batches.push(request.batch);
         }
-        let result = engine.apply_group(batches).and_then(|(ranges, bytes)| {
-            if durability == Durability::Sync {
-                engine.backend.sync()?;
-            }
-            Ok((ranges, bytes))
-        });
+        let result = clear_closed_mark(engine, &mut closed_mark)
+            .and_then(|()| engine.apply_group(batches))
+            .and_then(|(ranges, bytes)| {
+                if durability == Durability::Sync {
+                    engine.backend.sync()?;
+                }
+                Ok((ranges, bytes))
+            });
         match result {
             Ok((ranges, bytes)) => {
                 let last = ranges.last().map_or(Seq::ZERO, |r| r.last);
@@ -343,6 +360,15 @@ fn run_committer(
         }
     }
     applied
+}
+
+/// Before the first group this process applies: removes the clean-close mark it found.
+fn clear_closed_mark(engine: &Engine<SledBackend>, mark: &mut bool) -> Result<()> {
+    if *mark {
+        engine.backend.clear_closed()?;
+        *mark = false;
+    }
+    Ok(())
 }
 
 /// Copies the database folder `original` and opens the copy with `open`; when that fails on
