@@ -417,6 +417,20 @@ pub fn post_until_served(
     text: &str,
     deadline: Duration,
 ) -> (Duration, Vec<String>) {
+    let n = legion.nodes.len();
+    let order: Vec<usize> = (0..n).map(|k| (first + k) % n).collect();
+    post_until_served_by(legion, &order, conversation, text, deadline)
+}
+
+/// Posts `text` (numbered by attempt) until one of the nodes `via` answers it, trying them in
+/// turn; how long it took, and every text sent (the last one was answered).
+pub fn post_until_served_by(
+    legion: &Legion,
+    via: &[usize],
+    conversation: &str,
+    text: &str,
+    deadline: Duration,
+) -> (Duration, Vec<String>) {
     let started = Instant::now();
     let mut attempts = Vec::new();
     let mut errors = Vec::new();
@@ -426,7 +440,7 @@ pub fn post_until_served(
             "{text:?} was not served within {deadline:?}; the last errors: {:?}",
             &errors[errors.len().saturating_sub(3)..]
         );
-        let node = &legion.nodes[(first + attempt) % legion.nodes.len()];
+        let node = &legion.nodes[via[attempt % via.len()]];
         let sent = format!("{text} (try {attempt})");
         attempts.push(sent.clone());
         match post(&node.base, conversation, &sent) {

@@ -567,7 +567,7 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
 
     proxy.cut();
     let cut_at = Instant::now();
-    acked.push(serve_by(&legion, &[0, 1, 2], CONV, "@ann after the cut"));
+    acked.push(served_by(&legion, &[0, 1, 2], CONV, "@ann after the cut"));
     let moved_after = cut_at.elapsed();
     let new_owner = legion.owner(CONV).expect("an owner");
     assert_ne!(new_owner, "n4", "another node took the conversation over");
@@ -589,7 +589,7 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
     }
 
     proxy.heal();
-    acked.push(serve_by(
+    acked.push(served_by(
         &legion,
         &[cut],
         CONV,
@@ -609,24 +609,9 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
     check_sessions(&legion.sessions_dir());
 }
 
-/// Posts `text` (numbered by attempt) to the nodes `via` in turn until one answers; the text
-/// that was answered.
-fn serve_by(legion: &Legion, via: &[usize], conversation: &str, text: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(40);
-    let mut errors = Vec::new();
-    for attempt in 0.. {
-        assert!(
-            Instant::now() < deadline,
-            "{text:?} was not served; the last errors: {:?}",
-            &errors[errors.len().saturating_sub(3)..]
-        );
-        let node = &legion.nodes[via[attempt % via.len()]];
-        let sent = format!("{text} (try {attempt})");
-        match post(&node.base, conversation, &sent) {
-            Ok(_) => return sent,
-            Err(e) => errors.push(format!("{}: {e}", node.name)),
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    unreachable!()
+/// The text of `text` that one of the nodes `via` answered (see [`post_until_served_by`]).
+fn served_by(legion: &Legion, via: &[usize], conversation: &str, text: &str) -> String {
+    let (_, attempts) =
+        post_until_served_by(legion, via, conversation, text, Duration::from_secs(40));
+    attempts.last().expect("at least one attempt").clone()
 }
