@@ -43,6 +43,12 @@ impl Projection {
         self.records.push(record);
     }
 
+    /// The event at `seq`, if it is this conversation's.
+    pub(crate) fn record_at(&self, seq: Seq) -> Option<Record> {
+        let i = self.records.binary_search_by_key(&seq, |r| r.seq).ok()?;
+        Some(self.records[i].clone())
+    }
+
     /// Index of the first record with seq above `seq`.
     fn after_index(&self, seq: Seq) -> usize {
         self.records.partition_point(|r| r.seq <= seq)

@@ -243,12 +243,15 @@ async fn append_events(
     };
     let first = last + 1 - outgoing.len() as u64;
     let bytes: usize = outgoing.iter().map(|o| o.payload.len()).sum();
+    let mut recent = lock(&inner.recent);
     for (offset, (event, _)) in events.into_iter().enumerate() {
         let seq = Seq(first + offset as u64);
         if let Some((_, projection)) = projections.iter().find(|(c, _)| c == event.conversation()) {
             lock(projection).apply(Record { seq, event });
+            recent.insert(seq, projection);
         }
     }
+    drop(recent);
     inner.acknowledge(Seq(last));
     m::committed(outgoing.len() as u64, bytes as u64, last);
     Ok(Seq(first))
