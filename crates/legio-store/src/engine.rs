@@ -19,7 +19,7 @@ use crate::codec::{decode_event, decode_state, encode_event};
 use crate::error::{Result, StoreError};
 use crate::group::{self, GroupIndex, States};
 use crate::keys;
-use crate::layout::{decode_list, Chunk};
+use crate::layout::{decode_list_into, Chunk, ListItems};
 use crate::metrics as m;
 
 /// How many events before the watermark are re-indexed on open, as a margin against a recovered
@@ -366,6 +366,7 @@ impl<B: Backend> Engine<B> {
             direction,
             limit,
             out: Vec::new(),
+            items: ListItems::new(),
         };
         if limit == 0 || after.next() >= end_seq {
             return Ok(take.out);
@@ -523,7 +524,9 @@ impl<B: Backend> Engine<B> {
         limit: usize,
     ) -> Result<Vec<Seq>> {
         let mut seqs = Vec::new();
-        for key in VisibilityKey::for_viewer(viewer) {
+        let (mut after, before) = bounds;
+        // Backward, the `all` list (usually the denser one) first; see below.
+        for key in VisibilityKey::for_viewer(viewer).into_iter().rev() {
             let everything = key == VisibilityKey::Everything;
             let prefix = keys::list_prefix(conv, (!everything).then_some(&key));
             let list = ListRef {
@@ -531,10 +534,16 @@ impl<B: Backend> Engine<B> {
                 conversation: everything,
                 messages_only: everything,
             };
-            seqs.extend(self.list_seqs(list, bounds, direction, limit)?);
+            seqs.extend(self.list_seqs(list, (after, before), direction, limit)?);
+            seqs.sort_unstable();
+            seqs.dedup();
+            // Backward, nothing at or below the `limit`-th newest seq found so far can be in
+            // the window (those `limit` are newer), so the next list is read only down to it:
+            // the result is the same, with fewer list entries read.
+            if direction == Direction::Backward && seqs.len() >= limit {
+                after = after.max(seqs[seqs.len() - limit]);
+            }
         }
-        seqs.sort_unstable();
-        seqs.dedup();
         if direction == Direction::Backward {
             let skip = seqs.len().saturating_sub(limit);
             seqs.drain(..skip);
@@ -693,13 +702,16 @@ struct ListTake<'a> {
     direction: Direction,
     limit: usize,
     out: Vec<Seq>,
+    /// The entry being read, decoded into one buffer for every entry of the read.
+    items: ListItems,
 }
 
 impl ListTake<'_> {
     /// Takes the wanted seqs of the entry stored under a key naming `first`; `Break` once the
     /// read has all it wants.
     fn entry(&mut self, first: Seq, value: &[u8]) -> Result<ControlFlow<()>> {
-        let items = decode_list(first, value, self.list.conversation)?;
+        decode_list_into(first, value, self.list.conversation, &mut self.items)?;
+        let items = &self.items;
         let (after, end_seq, messages_only) = (self.after, self.end_seq, self.list.messages_only);
         let wanted = |&&(seq, is_message): &&(Seq, bool)| {
             seq > after && seq < end_seq && (is_message || !messages_only)
