@@ -7,6 +7,7 @@ mod golden;
 mod golden_log;
 mod json_lines;
 mod memory;
+mod message_codec;
 mod model;
 mod nats;
 mod runtime;

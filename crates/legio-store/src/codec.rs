@@ -112,7 +112,24 @@ pub fn encode_event(event: &Event) -> Result<Vec<u8>> {
 }
 
 /// Decodes a versioned event record stored at `seq`.
+///
+/// A version-1 message goes through the hand decoder (`message_codec.rs`), which accepts
+/// exactly what serde would and builds the same event with fewer copies; everything else, and
+/// any bytes it does not accept, through serde ([`decode_event_with_serde`]).
 pub fn decode_event(seq: legio_core::Seq, bytes: &[u8]) -> Result<Event> {
+    if let Some((&FORMAT_VERSION, payload)) = bytes.split_first() {
+        if payload.len() < DECODE_LIMIT {
+            if let Some(event) = crate::message_codec::decode_message_posted(payload) {
+                return Ok(event);
+            }
+        }
+    }
+    decode_event_with_serde(seq, bytes)
+}
+
+/// Decodes a versioned event record stored at `seq` through serde only: the reference the hand
+/// decoder is tested against, and the decoder of every record it does not take.
+pub(crate) fn decode_event_with_serde(seq: legio_core::Seq, bytes: &[u8]) -> Result<Event> {
     decode(bytes, || format!("at seq {seq}"), seq)
 }
 

@@ -19,7 +19,7 @@ use crate::codec::{decode_event, decode_state, encode_event};
 use crate::error::{Result, StoreError};
 use crate::group::{self, GroupIndex, States};
 use crate::keys;
-use crate::layout::{decode_list, Chunk};
+use crate::layout::{decode_list_into, Chunk, ListItems};
 use crate::metrics as m;
 
 /// How many events before the watermark are re-indexed on open, as a margin against a recovered
@@ -366,6 +366,7 @@ impl<B: Backend> Engine<B> {
             direction,
             limit,
             out: Vec::new(),
+            items: ListItems::new(),
         };
         if limit == 0 || after.next() >= end_seq {
             return Ok(take.out);
@@ -443,18 +444,17 @@ impl<B: Backend> Engine<B> {
         Ok(reached.then_some(entries))
     }
 
-    /// The records at `seqs` (ascending), reading each chunk once.
+    /// The records at `seqs` (ascending), reading each chunk once: the chunk of the first seq by
+    /// a floor lookup, and each later one by [`Engine::chunk_after`].
     fn records(&self, seqs: &[Seq]) -> Result<Vec<Record>> {
         let mut out = Vec::with_capacity(seqs.len());
         let mut current: Option<(Seq, B::Value)> = None;
-        for &seq in seqs {
-            let held = match &current {
-                Some((first, value)) => Chunk::parse(*first, value.as_ref())?.contains(seq),
-                None => false,
+        let mut rest = seqs;
+        while let Some(&seq) = rest.first() {
+            current = match current {
+                Some((first, value)) => self.chunk_after(first, value, seq)?,
+                None => self.chunk_at(seq)?,
             };
-            if !held {
-                current = self.chunk_at(seq)?;
-            }
             let missing = || StoreError::Corrupt {
                 what: format!("index entry for seq {seq}"),
                 reason: "the index names an event the log does not have".into(),
@@ -464,10 +464,36 @@ impl<B: Backend> Engine<B> {
             if !chunk.contains(seq) {
                 return Err(missing());
             }
-            let event = decode_event(seq, chunk.record(seq)?)?;
-            out.push(Record { seq, event });
+            let held = rest.partition_point(|s| chunk.contains(*s));
+            for &seq in &rest[..held] {
+                let event = decode_event(seq, chunk.record(seq)?)?;
+                out.push(Record { seq, event });
+            }
+            rest = &rest[held..];
         }
         Ok(out)
+    }
+
+    /// The chunk holding `seq`, which is past the chunk stored under `first`: when `seq` is in
+    /// the next chunk (the usual case in a window), that chunk is read by its key (its first
+    /// seq, the one after this chunk's last) with a point lookup, cheaper in sled than the
+    /// floor lookup (a backward iterator) used otherwise.
+    fn chunk_after(
+        &self,
+        first: Seq,
+        value: B::Value,
+        seq: Seq,
+    ) -> Result<Option<(Seq, B::Value)>> {
+        let next = Chunk::parse(first, value.as_ref())?.end_seq();
+        if next <= seq {
+            if let Some(value) = self.backend.get(TreeId::Chunks, &keys::seq_key(next))? {
+                // A chunk that does not parse is left to the floor lookup, as before.
+                if Chunk::parse(next, value.as_ref()).is_ok_and(|c| c.contains(seq)) {
+                    return Ok(Some((next, value)));
+                }
+            }
+        }
+        self.chunk_at(seq)
     }
 
     /// A conversation's events after `after`, in log order, at most `limit`.
@@ -498,7 +524,9 @@ impl<B: Backend> Engine<B> {
         limit: usize,
     ) -> Result<Vec<Seq>> {
         let mut seqs = Vec::new();
-        for key in VisibilityKey::for_viewer(viewer) {
+        let (mut after, before) = bounds;
+        // Backward, the `all` list (usually the denser one) first; see below.
+        for key in VisibilityKey::for_viewer(viewer).into_iter().rev() {
             let everything = key == VisibilityKey::Everything;
             let prefix = keys::list_prefix(conv, (!everything).then_some(&key));
             let list = ListRef {
@@ -506,10 +534,16 @@ impl<B: Backend> Engine<B> {
                 conversation: everything,
                 messages_only: everything,
             };
-            seqs.extend(self.list_seqs(list, bounds, direction, limit)?);
+            seqs.extend(self.list_seqs(list, (after, before), direction, limit)?);
+            seqs.sort_unstable();
+            seqs.dedup();
+            // Backward, nothing at or below the `limit`-th newest seq found so far can be in
+            // the window (those `limit` are newer), so the next list is read only down to it:
+            // the result is the same, with fewer list entries read.
+            if direction == Direction::Backward && seqs.len() >= limit {
+                after = after.max(seqs[seqs.len() - limit]);
+            }
         }
-        seqs.sort_unstable();
-        seqs.dedup();
         if direction == Direction::Backward {
             let skip = seqs.len().saturating_sub(limit);
             seqs.drain(..skip);
@@ -668,13 +702,16 @@ struct ListTake<'a> {
     direction: Direction,
     limit: usize,
     out: Vec<Seq>,
+    /// The entry being read, decoded into one buffer for every entry of the read.
+    items: ListItems,
 }
 
 impl ListTake<'_> {
     /// Takes the wanted seqs of the entry stored under a key naming `first`; `Break` once the
     /// read has all it wants.
     fn entry(&mut self, first: Seq, value: &[u8]) -> Result<ControlFlow<()>> {
-        let items = decode_list(first, value, self.list.conversation)?;
+        decode_list_into(first, value, self.list.conversation, &mut self.items)?;
+        let items = &self.items;
         let (after, end_seq, messages_only) = (self.after, self.end_seq, self.list.messages_only);
         let wanted = |&&(seq, is_message): &&(Seq, bool)| {
             seq > after && seq < end_seq && (is_message || !messages_only)

@@ -192,6 +192,19 @@ pub(crate) fn encode_list(items: &[(Seq, bool)], flagged: bool) -> Vec<u8> {
 
 /// Decodes a list entry stored under a key naming `first`.
 pub(crate) fn decode_list(first: Seq, bytes: &[u8], flagged: bool) -> Result<ListItems> {
+    let mut out = Vec::new();
+    decode_list_into(first, bytes, flagged, &mut out)?;
+    Ok(out)
+}
+
+/// [`decode_list`] into `out` (cleared first), so that a read of many entries reuses one buffer.
+pub(crate) fn decode_list_into(
+    first: Seq,
+    bytes: &[u8],
+    flagged: bool,
+    out: &mut ListItems,
+) -> Result<()> {
+    out.clear();
     let what = || format!("index list entry at seq {first}");
     let Some((&version, mut rest)) = bytes.split_first() else {
         return Err(corrupt(what(), "empty list entry"));
@@ -204,7 +217,7 @@ pub(crate) fn decode_list(first: Seq, bytes: &[u8], flagged: bool) -> Result<Lis
         });
     }
     let count = read_varint(&mut rest).ok_or_else(|| corrupt(what(), "truncated count"))?;
-    let mut out = Vec::with_capacity(count.min(1 << 16) as usize);
+    out.reserve(count.min(1 << 16) as usize);
     let mut seq = first.0;
     for _ in 0..count {
         let item = read_varint(&mut rest).ok_or_else(|| corrupt(what(), "truncated item"))?;
@@ -221,7 +234,7 @@ pub(crate) fn decode_list(first: Seq, bytes: &[u8], flagged: bool) -> Result<Lis
     if !rest.is_empty() || out.first().is_some_and(|(s, _)| *s != first) {
         return Err(corrupt(what(), "the entry disagrees with its key"));
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

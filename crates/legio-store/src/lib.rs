@@ -18,6 +18,7 @@ mod keys;
 mod layout;
 mod log;
 mod memory;
+mod message_codec;
 pub mod metrics;
 mod migrate;
 mod nats;

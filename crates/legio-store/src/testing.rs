@@ -229,3 +229,9 @@ pub fn decode_session_state(
 
 /// The session-state format version this build writes.
 pub const STATE_FORMAT_VERSION: u8 = codec::STATE_FORMAT_VERSION;
+
+/// Decodes an event record through serde only, as every record was decoded before the hand
+/// decoder of messages (`decode_event` takes it for messages): tests compare the two.
+pub fn decode_event_with_serde(seq: Seq, bytes: &[u8]) -> Result<Event> {
+    codec::decode_event_with_serde(seq, bytes)
+}
