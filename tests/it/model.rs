@@ -31,6 +31,9 @@ enum Op {
         limit: usize,
     },
     Reopen,
+    /// `flush`: on a log that keeps index items in memory between writes (sled, memory), writes
+    /// them, so reads cross from stored entries to pending ones.
+    Flush,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -47,6 +50,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3usize, proptest::option::of(1..4usize), 0..40u64, 1..12usize)
             .prop_map(|(conv, viewer, after, limit)| Op::After { conv, viewer, after, limit }),
         1 => Just(Op::Reopen),
+        1 => Just(Op::Flush),
     ]
 }
 
@@ -168,6 +172,7 @@ fn run(ops: Vec<Op>, mut open: impl FnMut(Option<Box<dyn EventLog>>) -> Box<dyn 
                 log = open(Some(log));
                 assert_eq!(log.last_seq().0, model.len() as u64);
             }
+            Op::Flush => log.flush().unwrap(),
         }
     }
     assert!(log.verify(&mut |_| {}).unwrap().is_clean());

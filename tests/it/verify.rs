@@ -1,7 +1,7 @@
 //! `verify` finds every kind of damage it names, and only that: each test damages a healthy log in
 //! one way through `legio_store::testing::damage` (the one helper a new storage layout ports) and
-//! checks the exact findings. Also: recovery on open re-derives the indexes past the watermark
-//! (and only from the margin below it).
+//! checks the exact findings. Also: recovery on open re-derives the indexes past the watermark,
+//! exactly those.
 
 use std::collections::HashMap;
 
@@ -282,16 +282,15 @@ fn a_watermark_behind_the_log_is_reported_and_nothing_else() {
     );
 }
 
-/// Recovery on open re-derives every index entry from `watermark - 1024` on: damage there is
-/// repaired by a reopen; damage further below is not (and verify still names it).
+/// Recovery on open re-derives exactly the list entries past the watermark (the list entries
+/// and the watermark are written together, all or none): a crash's lost entries are repaired by
+/// a reopen; damage below the watermark is not (and verify still names it).
 #[test]
-fn reopening_rebuilds_the_indexes_past_the_watermark_margin() {
+fn reopening_rebuilds_the_indexes_past_the_watermark() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("db");
     let log = open(&path);
     let total = 1_100u64;
-    // Two commit groups: recovery re-derives whole groups (layout v2), from the one holding
-    // `watermark - 1024`, so seq 10 sits in a group of its own below the margin.
     for range in [1..=60, 61..=total] {
         log.append(
             range
@@ -300,22 +299,20 @@ fn reopening_rebuilds_the_indexes_past_the_watermark_margin() {
         )
         .unwrap();
     }
-    // As if the process died after the events were written but before their indexes were.
-    for seq in [10, 1_090, 1_095] {
-        damage(&log, Damage::RemoveConversationIndexEntry(Seq(seq))).unwrap();
-        damage(&log, Damage::RemoveVisibleIndexEntries(Seq(seq))).unwrap();
-    }
-    damage(&log, Damage::RewindWatermark(Seq(1_085))).unwrap();
+    damage(&log, Damage::RemoveConversationIndexEntry(Seq(10))).unwrap();
+    damage(&log, Damage::RemoveVisibleIndexEntries(Seq(10))).unwrap();
+    // As if the process died after the events past 1,085 were written but before their list
+    // entries were (mid-group: recovery re-derives seqs, not whole groups).
+    damage(&log, Damage::DropIndexesAfter(Seq(1_085))).unwrap();
     let before = log.verify(&mut |_| {}).unwrap();
     // Per message: its seq in the conversation list (with the message flag that serves `*`)
-    // and in `ann`'s list.
-    assert_eq!(before.counts.get("missing_index_entry"), Some(&6));
+    // and in `ann`'s list; 1,086 to 1,100 and 10.
+    assert_eq!(before.counts.get("missing_index_entry"), Some(&(2 * 16)));
     assert_eq!(before.counts.get("watermark"), Some(&1));
     drop(log);
 
     let log = open(&path);
     let report = log.verify(&mut |_| {}).unwrap();
-    // 1,085 - 1,024 = 61: seq 10 lies below the margin, so its entries stay missing.
     assert_eq!(
         counts(&report),
         only("missing_index_entry", 2),
@@ -331,4 +328,55 @@ fn reopening_rebuilds_the_indexes_past_the_watermark_margin() {
         .unwrap();
     let seqs: Vec<u64> = window.iter().map(|r| r.seq.0).collect();
     assert_eq!(seqs, ((total - 19)..=total).collect::<Vec<_>>());
+}
+
+/// Appended one event at a time (a commit group each), a log's list entries hold the seqs of
+/// several groups (merged entries, written every few groups): damage to one group's seqs inside
+/// them is found exactly, and so is a stray entry among them.
+#[test]
+fn damage_inside_list_entries_of_several_groups_is_found_exactly() {
+    let cases = [
+        (
+            Damage::RemoveConversationIndexEntry(Seq(5)),
+            "missing_index_entry",
+            1,
+        ),
+        (
+            Damage::RemoveVisibleIndexEntries(Seq(5)),
+            "missing_index_entry",
+            2,
+        ),
+        (
+            Damage::StrayConversationIndexEntry {
+                conversation: conv("t:2"),
+                seq: Seq(5),
+            },
+            "stray_index_entry",
+            1,
+        ),
+    ];
+    for (what, kind, n) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let log = open(&dir.path().join("db"));
+        for n in 1..=10u64 {
+            let conversation = if n % 2 == 1 { "t:1" } else { "t:2" };
+            log.append(vec![text_message(n, conversation, "user", "ann", "hi")])
+                .unwrap();
+        }
+        // Verify writes a live log's pending list items first: none shows as missing.
+        assert!(log.verify(&mut |_| {}).unwrap().is_clean());
+        damage(&log, what.clone()).unwrap();
+        let report = log.verify(&mut |_| {}).unwrap();
+        assert_eq!(
+            counts(&report),
+            only(kind, n),
+            "{what:?}: {:?}",
+            report.findings
+        );
+        assert!(report.findings.iter().all(|f| match f {
+            Finding::MissingIndexEntry { seq, .. } | Finding::StrayIndexEntry { seq, .. } =>
+                *seq == Seq(5),
+            _ => false,
+        }));
+    }
 }

@@ -4,6 +4,8 @@
 
 use std::ops::ControlFlow;
 
+use legio_core::Seq;
+
 use crate::error::Result;
 
 /// The trees of the log (see `keys` for their layouts).
@@ -27,14 +29,24 @@ impl TreeId {
 }
 
 /// Writes for one commit. The backend applies `chunks` as one atomic batch first (a group's
-/// events are stored all or none), then `puts` and `removes` in order (the watermark is the last
-/// put).
+/// events are stored all or none), then `puts` and `removes` in order, then `indexed` (list
+/// entries and the watermark) as one atomic write.
 #[derive(Default, Debug)]
 pub(crate) struct WriteSet {
     pub(crate) chunks: Vec<(Vec<u8>, Vec<u8>)>,
     pub(crate) puts: Vec<(TreeId, Vec<u8>, Vec<u8>)>,
     pub(crate) removes: Vec<(TreeId, Vec<u8>)>,
+    pub(crate) indexed: Option<Indexed>,
     pub(crate) bytes: u64,
+}
+
+/// List entries and the watermark `meta/indexed_through` they bring the lists up to, stored
+/// together or not at all (one sled transaction over `lists` and `meta`): the stored entries
+/// then hold exactly the seqs up to the stored watermark, which recovery relies on.
+#[derive(Debug)]
+pub(crate) struct Indexed {
+    pub(crate) lists: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) through: Seq,
 }
 
 impl WriteSet {
@@ -46,6 +58,15 @@ impl WriteSet {
     pub(crate) fn put_chunk(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.bytes += (key.len() + value.len()) as u64;
         self.chunks.push((key, value));
+    }
+
+    /// Sets the list entries to store together with the watermark `through`.
+    pub(crate) fn index(&mut self, lists: Vec<(Vec<u8>, Vec<u8>)>, through: Seq) {
+        self.bytes += lists
+            .iter()
+            .map(|(k, v)| (k.len() + v.len()) as u64)
+            .sum::<u64>();
+        self.indexed = Some(Indexed { lists, through });
     }
 }
 

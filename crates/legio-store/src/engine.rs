@@ -1,12 +1,20 @@
 //! The log's logic over any [`Backend`] (layout v2): validating and encoding appends, assigning
-//! seqs, packing a group's events into chunks and its index entries into lists, re-deriving them
-//! from the watermark on open, and every read.
+//! seqs, packing a group's events into chunks and its seqs into lists, re-deriving them past the
+//! watermark on open, and every read.
 //!
 //! Readers never see an event that is not yet acknowledged: every read is capped at the
 //! `committed` seq, which only moves after a group is durable (or applied, in relaxed mode).
+//!
+//! **The list overlay.** A group's chunks and session states are written with the group; its
+//! list items go to an in-memory overlay ([`Pending`]), written every [`FLUSH_GROUPS`] groups
+//! or [`FLUSH_SEQS`] seqs (and when the committer idles, on flush and on close) as one merged
+//! entry per list, together with the watermark, atomically. The stored entries then hold exactly
+//! the seqs up to the stored watermark, the overlay those above it: reads take the stored ones
+//! up to the watermark and the overlay's above it, and recovery re-derives exactly the seqs
+//! past the watermark.
 
 use std::ops::ControlFlow;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use legio_core::{
     AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, SeqRange, Viewer,
@@ -22,9 +30,28 @@ use crate::keys;
 use crate::layout::{decode_list_into, Chunk, ListItems};
 use crate::metrics as m;
 
-/// How many events before the watermark are re-indexed on open, as a margin against a recovered
-/// state that is not an exact prefix of the writes (re-indexing is idempotent).
-const REINDEX_MARGIN: u64 = 1024;
+/// How many events before the watermark have their session states re-folded on open, as a
+/// margin against a recovered state that is not an exact prefix of the writes (a fold skips
+/// what a state already holds). List entries are re-derived only past the watermark.
+const REFOLD_MARGIN: u64 = 1024;
+
+/// The overlay's list items are written after this many groups...
+pub(crate) const FLUSH_GROUPS: u32 = 32;
+
+/// ... or this many seqs, whichever comes first.
+pub(crate) const FLUSH_SEQS: u64 = 4096;
+
+/// The list items of the groups applied since the last list write: per list, the seqs above
+/// `indexed`, the watermark the stored entries reach.
+#[derive(Debug, Default)]
+pub(crate) struct Pending {
+    pub(crate) index: GroupIndex,
+    /// The stored entries hold exactly the seqs up to here (the stored watermark).
+    pub(crate) indexed: Seq,
+    /// The last seq applied: the overlay holds the seqs in `(indexed, through]`.
+    through: Seq,
+    groups: u32,
+}
 
 /// Limits applied to every append.
 #[derive(Clone, Copy, Debug)]
@@ -88,6 +115,9 @@ pub(crate) struct Engine<B: Backend> {
     /// Seqs the watermark says were stored after the last one that reads (see
     /// [`Engine::hidden_events`]).
     hidden: Option<(Seq, Seq)>,
+    pending: RwLock<Pending>,
+    /// Held while the overlay is written (the committer, or a flush, or verify).
+    writing_lists: Mutex<()>,
 }
 
 impl<B: Backend> std::fmt::Debug for Engine<B> {
@@ -127,10 +157,16 @@ impl<B: Backend> Engine<B> {
             committed: watch::Sender::new(last),
             next_seq: Mutex::new(last.next()),
             hidden,
+            pending: RwLock::new(Pending {
+                indexed: watermark.max(last),
+                through: watermark.max(last),
+                ..Pending::default()
+            }),
+            writing_lists: Mutex::new(()),
         };
-        let from = Seq(watermark.0.saturating_sub(REINDEX_MARGIN).max(1));
+        let from = Seq(watermark.0.saturating_sub(REFOLD_MARGIN).max(1));
         if hidden.is_none() && last >= from {
-            let reindexed = engine.reindex(from, last)?;
+            let reindexed = engine.reindex(from, watermark, last)?;
             tracing::info!(from = %from, to = %last, watermark = %watermark, reindexed, "re-derived indexes past the watermark");
         }
         Ok(engine)
@@ -143,9 +179,13 @@ impl<B: Backend> Engine<B> {
         self.hidden
     }
 
-    /// Re-derives the list entries and session states of every group from the one holding
-    /// `from` to the one holding `to`; idempotent (a group's entries are rewritten identically).
-    fn reindex(&self, from: Seq, to: Seq) -> Result<u64> {
+    /// Re-derives the list entries of the seqs in `(watermark, to]` (one entry per list, stored
+    /// with the watermark `to` in one atomic write) and re-folds the session states of every
+    /// group from the one holding `from` to `to`. Exact, not merely idempotent: the stored
+    /// entries hold exactly the seqs up to the stored watermark (entries and watermark are
+    /// written together, all or none), so no seq past it is listed yet and none below it is
+    /// listed twice; a fold skips the events a state already holds.
+    fn reindex(&self, from: Seq, watermark: Seq, to: Seq) -> Result<u64> {
         let start = match self
             .backend
             .floor(TreeId::Chunks, &[], &keys::seq_key(from))?
@@ -159,7 +199,6 @@ impl<B: Backend> Engine<B> {
         let mut ws = WriteSet::default();
         let mut states = States::new();
         let mut index = GroupIndex::default();
-        let mut group = None;
         let mut count = 0;
         let mut failure = None;
         self.backend.scan(
@@ -173,16 +212,14 @@ impl<B: Backend> Engine<B> {
                 let Ok(chunk) = Chunk::parse(first, value) else {
                     return ControlFlow::Continue(());
                 };
-                if group != Some(chunk.group_first) {
-                    group::put_lists(&mut ws, &std::mem::take(&mut index));
-                    group = Some(chunk.group_first);
-                }
                 for (seq, record) in chunk.iter() {
                     // An undecodable record cannot be indexed; verify reports it.
                     let Ok(event) = record.and_then(|bytes| decode_event(seq, bytes)) else {
                         continue;
                     };
-                    index.add(seq, &event);
+                    if seq > watermark {
+                        index.add(seq, &event);
+                    }
                     let mut load = |key: &[u8]| self.load_state_key(key);
                     if let Err(e) = group::fold_state(&mut states, seq, &event, &mut load) {
                         failure = Some(e);
@@ -196,8 +233,10 @@ impl<B: Backend> Engine<B> {
         if let Some(e) = failure {
             return Err(e);
         }
-        group::put_lists(&mut ws, &index);
-        group::put_states_and_watermark(&mut ws, &states, to)?;
+        group::put_states(&mut ws, &states)?;
+        if to > watermark {
+            ws.index(index.entries().collect(), to);
+        }
         self.backend.apply(ws)?;
         Ok(count)
     }
@@ -234,12 +273,81 @@ impl<B: Backend> Engine<B> {
         let last = Seq(seq.0 - 1);
         let mut ws = WriteSet::default();
         group::put_chunks(&mut ws, start, &records);
-        group::put_lists(&mut ws, &index);
-        group::put_states_and_watermark(&mut ws, &states, last)?;
+        group::put_states(&mut ws, &states)?;
         let bytes = ws.bytes;
         self.backend.apply(ws)?;
+        // After the chunks: the overlay only ever names stored events.
+        let mut pending = self.pending.write().map_err(|_| StoreError::Closed)?;
+        pending.index.append(index);
+        pending.through = last;
+        pending.groups += 1;
+        drop(pending);
         *next = seq;
         Ok((ranges, bytes))
+    }
+
+    /// Writes the overlay's list items if [`FLUSH_GROUPS`] groups or [`FLUSH_SEQS`] seqs are
+    /// pending.
+    pub(crate) fn flush_lists_if_due(&self) -> Result<()> {
+        let due = {
+            let pending = self.pending.read().map_err(|_| StoreError::Closed)?;
+            pending.groups >= FLUSH_GROUPS || pending.through.0 - pending.indexed.0 >= FLUSH_SEQS
+        };
+        if due {
+            self.flush_lists()?;
+        }
+        Ok(())
+    }
+
+    /// Whether the overlay holds list items not yet written.
+    pub(crate) fn lists_pending(&self) -> bool {
+        self.pending
+            .read()
+            .is_ok_and(|pending| pending.through > pending.indexed)
+    }
+
+    /// Writes the overlay's list items as one merged entry per list, with the watermark, in
+    /// one atomic write; then drops them from the overlay. Not durable by itself (nothing needs
+    /// it to be: recovery re-derives them from the chunks).
+    ///
+    /// Readers stay exact throughout: until the overlay moves its watermark, a reader takes
+    /// stored entries only up to the old one (the new entries' keys are above it) and the
+    /// overlay's items above it.
+    pub(crate) fn flush_lists(&self) -> Result<()> {
+        let _writing = self.writing_lists.lock().map_err(|_| StoreError::Closed)?;
+        let (lists, through) = {
+            let pending = self.pending.read().map_err(|_| StoreError::Closed)?;
+            if pending.through <= pending.indexed {
+                return Ok(());
+            }
+            (pending.index.entries().collect(), pending.through)
+        };
+        let mut ws = WriteSet::default();
+        ws.index(lists, through);
+        self.backend.apply(ws)?;
+        let mut pending = self.pending.write().map_err(|_| StoreError::Closed)?;
+        // Groups applied meanwhile stay: only the seqs now stored leave the overlay.
+        pending.index.lists.retain(|_, (_, items)| {
+            items.retain(|(seq, _)| *seq > through);
+            !items.is_empty()
+        });
+        pending.indexed = through;
+        pending.groups = 0;
+        Ok(())
+    }
+
+    /// The stored watermark and the overlay's items of the list at `prefix` below `end_seq`.
+    fn pending_items(&self, prefix: &[u8], end_seq: Seq) -> Result<(Seq, ListItems)> {
+        let pending = self.pending.read().map_err(|_| StoreError::Closed)?;
+        let items = pending
+            .index
+            .lists
+            .get(prefix)
+            .map_or_else(Vec::new, |(_, items)| {
+                let end = items.partition_point(|(seq, _)| *seq < end_seq);
+                items[..end].to_vec()
+            });
+        Ok((pending.indexed, items))
     }
 
     /// Marks everything up to `seq` as acknowledged: readers and subscribers may now see it.
@@ -350,7 +458,8 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Seqs listed in `list` (only messages if `messages_only`), newest first when `direction`
-    /// is backward, at most `limit`, only those `> after`, `< before` and `<= committed`.
+    /// is backward, at most `limit`, only those `> after`, `< before` and `<= committed`: the
+    /// stored entries' up to the stored watermark, the overlay's above it.
     fn list_seqs(
         &self,
         list: ListRef<'_>,
@@ -366,13 +475,41 @@ impl<B: Backend> Engine<B> {
             direction,
             limit,
             out: Vec::new(),
-            items: ListItems::new(),
+            buffer: ListItems::new(),
         };
         if limit == 0 || after.next() >= end_seq {
             return Ok(take.out);
         }
+        // Read after `committed`: every seq up to it is stored (up to `indexed`) or in the
+        // overlay (above it).
+        let (indexed, pending) = self.pending_items(list.prefix, end_seq)?;
+        let stored_end = end_seq.min(indexed.next());
+        match direction {
+            Direction::Backward => {
+                if take.items(&pending).is_continue() && after.next() < stored_end {
+                    take.end_seq = stored_end;
+                    self.stored_list_seqs(&mut take)?;
+                }
+            }
+            Direction::Forward => {
+                if after.next() < stored_end {
+                    take.end_seq = stored_end;
+                    self.stored_list_seqs(&mut take)?;
+                    take.end_seq = end_seq;
+                }
+                if take.out.len() < limit {
+                    let _ = take.items(&pending);
+                }
+            }
+        }
+        Ok(take.out)
+    }
+
+    /// Takes the seqs `take` wants from the stored entries of its list (keys below its end).
+    fn stored_list_seqs(&self, take: &mut ListTake<'_>) -> Result<()> {
+        let (list, after, end_seq) = (take.list, take.after, take.end_seq);
         let end = keys::list_key(list.prefix, end_seq);
-        let start = match direction {
+        let start = match take.direction {
             Direction::Backward => keys::list_key(list.prefix, Seq::ZERO),
             Direction::Forward => match self.list_tail(list.prefix, after.next(), &end)? {
                 Some(entries) => {
@@ -381,7 +518,7 @@ impl<B: Backend> Engine<B> {
                             break;
                         }
                     }
-                    return Ok(take.out);
+                    return Ok(());
                 }
                 // The entry holding `after + 1` may start at or before it.
                 None => self
@@ -399,7 +536,7 @@ impl<B: Backend> Engine<B> {
             TreeId::Lists,
             &start,
             Some(&end),
-            direction,
+            take.direction,
             &mut |key, value| {
                 let first = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
                 take.entry(first, value).unwrap_or_else(|e| {
@@ -410,7 +547,7 @@ impl<B: Backend> Engine<B> {
         )?;
         match failure {
             Some(e) => Err(e),
-            None => Ok(take.out),
+            None => Ok(()),
         }
     }
 
@@ -639,7 +776,23 @@ impl<B: Backend> Engine<B> {
     /// Every conversation that has at least one event, sorted by key.
     pub(crate) fn conversations(&self) -> Result<Vec<ConversationKey>> {
         m::read("conversations");
+        let committed = self.committed();
+        // The overlay's first (its conversations may have no stored entry yet).
+        let mut pending: Vec<Vec<u8>> = {
+            let pending = self.pending.read().map_err(|_| StoreError::Closed)?;
+            pending
+                .index
+                .lists
+                .iter()
+                .filter(|(_, (_, items))| items.first().is_some_and(|(s, _)| *s <= committed))
+                .filter_map(|(prefix, _)| keys::split_str(prefix).map(|(conv, _)| conv.to_vec()))
+                .collect()
+        };
+        pending.dedup();
         let mut out = Vec::new();
+        for conv in pending {
+            out.push(conversation_key(&conv)?);
+        }
         let mut start: Vec<u8> = Vec::new();
         loop {
             let mut found = None;
@@ -654,16 +807,24 @@ impl<B: Backend> Engine<B> {
                 },
             )?;
             let Some(conv) = found else { break };
-            let text = String::from_utf8_lossy(&conv).into_owned();
-            let key = ConversationKey::new(text).map_err(|e| StoreError::Corrupt {
-                what: "conversation index key".into(),
-                reason: e.to_string(),
-            })?;
+            let key = conversation_key(&conv)?;
             start = keys::prefix_end(&keys::conv_prefix(&key));
             out.push(key);
         }
+        // In stored key order (length-prefixed names), as the stored entries alone give it.
+        out.sort_unstable_by_key(keys::conv_prefix);
+        out.dedup();
         Ok(out)
     }
+}
+
+/// The conversation a list key names.
+fn conversation_key(conv: &[u8]) -> Result<ConversationKey> {
+    let text = String::from_utf8_lossy(conv).into_owned();
+    ConversationKey::new(text).map_err(|e| StoreError::Corrupt {
+        what: "conversation index key".into(),
+        reason: e.to_string(),
+    })
 }
 
 /// Decodes the records of `chunk` with `from <= seq <= to` into `out` until it holds `limit`
@@ -703,15 +864,26 @@ struct ListTake<'a> {
     limit: usize,
     out: Vec<Seq>,
     /// The entry being read, decoded into one buffer for every entry of the read.
-    items: ListItems,
+    buffer: ListItems,
 }
 
 impl ListTake<'_> {
     /// Takes the wanted seqs of the entry stored under a key naming `first`; `Break` once the
     /// read has all it wants.
     fn entry(&mut self, first: Seq, value: &[u8]) -> Result<ControlFlow<()>> {
-        decode_list_into(first, value, self.list.conversation, &mut self.items)?;
-        let items = &self.items;
+        let mut buffer = std::mem::take(&mut self.buffer);
+        decode_list_into(first, value, self.list.conversation, &mut buffer)?;
+        let flow = self.items(&buffer);
+        self.buffer = buffer;
+        Ok(flow)
+    }
+
+    /// Takes the wanted seqs of `items` (one entry's, or the overlay's: ascending); `Break`
+    /// once the read has all it wants.
+    fn items(&mut self, items: &[(Seq, bool)]) -> ControlFlow<()> {
+        let Some(&(first, _)) = items.first() else {
+            return ControlFlow::Continue(());
+        };
         let (after, end_seq, messages_only) = (self.after, self.end_seq, self.list.messages_only);
         let wanted = |&&(seq, is_message): &&(Seq, bool)| {
             seq > after && seq < end_seq && (is_message || !messages_only)
@@ -727,11 +899,11 @@ impl ListTake<'_> {
                 .extend(items.iter().rev().filter(wanted).take(room).map(seqs)),
         }
         let below_after = self.direction == Direction::Backward && first <= after;
-        Ok(if self.out.len() >= self.limit || below_after {
+        if self.out.len() >= self.limit || below_after {
             ControlFlow::Break(())
         } else {
             ControlFlow::Continue(())
-        })
+        }
     }
 }
 

@@ -1,7 +1,7 @@
-//! One commit group's writes in layout v2: its events packed into chunks, one list entry per
-//! (conversation, list) the group touches, and the session states it changes. Appends, recovery,
-//! the migration from v1 and `verify` all derive a group's entries here, so they agree byte for
-//! byte: re-deriving a group rewrites exactly the keys and values it had.
+//! One commit group's writes in layout v2: its events packed into chunks, its seqs in every
+//! (conversation, list) it touches, and the session states it changes. Appends, recovery, the
+//! migration from v1 and `verify` all derive a group's list items here, so they agree. The log
+//! stores a list's items of several groups as one merged entry (`engine.rs`, the overlay).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -50,6 +50,18 @@ impl GroupIndex {
             .or_insert_with(|| (flagged, Vec::new()))
             .1
             .push(item);
+    }
+
+    /// Appends the items of `later` (whose seqs all follow this index's) list by list: the
+    /// index of several groups, each list one merged entry.
+    pub(crate) fn append(&mut self, later: Self) {
+        for (prefix, (flagged, items)) in later.lists {
+            self.lists
+                .entry(prefix)
+                .or_insert_with(|| (flagged, Vec::new()))
+                .1
+                .extend(items);
+        }
     }
 
     /// The stored entries: key (prefix · first seq) and value.
@@ -113,15 +125,22 @@ pub(crate) fn put_lists(ws: &mut WriteSet, index: &GroupIndex) {
     }
 }
 
-/// Writes `states`, then the watermark `last`: the index covers every event up to it.
+/// Writes `states`.
+pub(crate) fn put_states(ws: &mut WriteSet, states: &States) -> Result<()> {
+    for (key, state) in states {
+        ws.put(TreeId::Sessions, key.clone(), encode_state(state)?);
+    }
+    Ok(())
+}
+
+/// Writes `states`, then the watermark `last` as a plain write (the migration, whose lists are
+/// made visible by the layout marker written after them): the index covers every event up to it.
 pub(crate) fn put_states_and_watermark(
     ws: &mut WriteSet,
     states: &States,
     last: Seq,
 ) -> Result<()> {
-    for (key, state) in states {
-        ws.put(TreeId::Sessions, key.clone(), encode_state(state)?);
-    }
+    put_states(ws, states)?;
     ws.put(
         TreeId::Meta,
         keys::META_INDEXED_THROUGH.to_vec(),

@@ -5,7 +5,7 @@
 //! | tree       | key                                     | value                              |
 //! |------------|-----------------------------------------|------------------------------------|
 //! | `chunks`   | first seq                               | events of one chunk (`layout.rs`)  |
-//! | `lists`    | conv · list name · first seq            | seqs of one list in one group      |
+//! | `lists`    | conv · list name · first seq            | seqs of one list, some groups      |
 //! | `sessions` | conv · agent                            | versioned session state            |
 //! | `meta`     | `indexed_through`, `format`, `closed`   | seq; the layout version; see below |
 //!

@@ -1,6 +1,7 @@
 //! Layout v2's stored values: event **chunks** (many events in one sled value, with an offset
 //! table so one event is read without decoding the others) and index **lists** (the seqs of one
-//! conversation's list within one commit group, delta-encoded).
+//! conversation's list within the commit groups between two writes of the engine's list
+//! overlay, or within one group in logs of the previous build; delta-encoded).
 //!
 //! Chunk value: `[2][group first seq u64 LE][count u32 LE][count × end offset u32 LE][records]`;
 //! the chunk's key is the seq of its first event, record `i` is the event at key + `i`, and every

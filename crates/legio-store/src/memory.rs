@@ -106,6 +106,16 @@ impl Backend for MemoryBackend {
         for (tree, key) in writes.removes {
             trees[index(tree)].remove(&key);
         }
+        // Under the one lock: atomic, as the sled backend's transaction.
+        if let Some(indexed) = writes.indexed {
+            for (key, value) in indexed.lists {
+                trees[index(TreeId::Lists)].insert(key, value.into());
+            }
+            trees[index(TreeId::Meta)].insert(
+                crate::keys::META_INDEXED_THROUGH.to_vec(),
+                crate::keys::seq_key(indexed.through).to_vec().into(),
+            );
+        }
         Ok(())
     }
 
@@ -155,6 +165,7 @@ impl EventLog for MemoryLog {
     fn submit(&self, events: Vec<Event>) -> Result<AppendHandle> {
         let encoded = self.engine.encode_batch(events)?;
         let (mut ranges, bytes) = self.engine.apply_group(vec![encoded])?;
+        self.engine.flush_lists_if_due()?;
         let range = ranges.pop().ok_or(StoreError::EmptyBatch)?;
         crate::metrics::committed(range.len(), bytes, range.last.0);
         self.engine.publish(range.last);
@@ -230,7 +241,8 @@ impl EventLog for MemoryLog {
     }
 
     fn flush(&self) -> Result<()> {
-        Ok(())
+        // Nothing to make durable; the pending list items are written, as on sled.
+        self.engine.flush_lists()
     }
 
     fn size_on_disk(&self) -> Result<u64> {

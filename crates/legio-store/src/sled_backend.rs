@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use legio_core::Seq;
 
-use crate::backend::{Backend, Direction, TreeId, Visitor, WriteSet};
+use crate::backend::{Backend, Direction, Indexed, TreeId, Visitor, WriteSet};
 use crate::error::{Result, StoreError};
 use crate::keys;
 use crate::layout::LAYOUT_VERSION;
@@ -128,6 +128,29 @@ impl SledBackend {
             _ => None,
         };
         describe_failure(&self.origin, e, "reading", seq)
+    }
+
+    /// Stores list entries and the watermark in one sled transaction over `lists` and `meta`:
+    /// sled recovers the writes of a transaction all or none.
+    fn apply_indexed(&self, indexed: Indexed) -> Result<()> {
+        use sled::transaction::{TransactionError, Transactional};
+        let mut lists = sled::Batch::default();
+        for (key, value) in indexed.lists {
+            lists.insert(key, value);
+        }
+        let through = crate::keys::seq_key(indexed.through);
+        (self.tree(TreeId::Lists), self.tree(TreeId::Meta))
+            .transaction(|(tx_lists, tx_meta)| {
+                tx_lists.apply_batch(&lists)?;
+                tx_meta.insert(crate::keys::META_INDEXED_THROUGH, &through[..])?;
+                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
+            })
+            .map_err(|e| match e {
+                TransactionError::Storage(e) => sled_err("writing list entries")(e),
+                TransactionError::Abort(()) => {
+                    StoreError::io("writing list entries", "the transaction aborted")
+                }
+            })
     }
 
     pub(crate) fn tree(&self, id: TreeId) -> &sled::Tree {
@@ -461,10 +484,10 @@ impl Backend for SledBackend {
     }
 
     fn apply(&self, writes: WriteSet) -> Result<()> {
-        // One sled batch for the chunks: a group's events are stored all or none. List entries,
-        // session states and the watermark are plain writes after them, in that order: sled's
-        // log keeps writes in order, and recovery re-derives every group past the watermark, so
-        // they need no batch of their own (each sled batch costs a manifest and a transaction).
+        // One sled batch for the chunks: a group's events are stored all or none. Session states
+        // are plain writes after them (recovery re-folds every event past the watermark, and a
+        // fold skips what a state already holds); list entries and the watermark go last, in
+        // one transaction (`apply_indexed`), written every few groups, not per group.
         if !writes.chunks.is_empty() {
             let mut chunks = sled::Batch::default();
             for (key, value) in writes.chunks {
@@ -484,7 +507,10 @@ impl Backend for SledBackend {
                 .remove(key)
                 .map_err(sled_err("removing a key"))?;
         }
-        Ok(())
+        match writes.indexed {
+            Some(indexed) => self.apply_indexed(indexed),
+            None => Ok(()),
+        }
     }
 
     fn size_on_disk(&self) -> Result<u64> {

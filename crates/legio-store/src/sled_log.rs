@@ -31,6 +31,9 @@ use crate::verify::{self, VerifyProgress, VerifyReport};
 /// The most events one commit group takes.
 const MAX_GROUP_EVENTS: usize = 4096;
 
+/// The committer writes the pending list items when no append came for this long.
+const IDLE_LISTS: std::time::Duration = std::time::Duration::from_millis(50);
+
 struct Request {
     batch: Vec<Encoded>,
     ack: oneshot::Sender<Result<SeqRange>>,
@@ -276,6 +279,7 @@ impl SledLog {
         conversation: &ConversationKey,
         seq: Seq,
     ) -> Result<()> {
+        self.flush()?;
         crate::damage::remove_from_conversation_list(&self.engine, conversation, seq)?;
         self.engine.backend.sync()
     }
@@ -301,7 +305,7 @@ fn run_committer(
     let mut applied = false;
     // After a failed write or fsync the state on disk is unknown: refuse everything from then
     // on, and flush nothing (sled may wait forever in a flush after a failed write).
-    while let Ok(first) = receiver.recv() {
+    while let Some(first) = next_request(engine, receiver) {
         let mut events = first.batch.len();
         let mut group = vec![first];
         while events < MAX_GROUP_EVENTS {
@@ -344,6 +348,8 @@ fn run_committer(
                     m::ack_latency(submitted.elapsed());
                     let _ = ack.send(Ok(range));
                 }
+                // After the acks: the writers need not wait for their list entries.
+                write_lists(engine, Engine::flush_lists_if_due);
             }
             Err(error) => {
                 tracing::error!(error = %error, "commit failed; the log refuses further appends");
@@ -355,6 +361,7 @@ fn run_committer(
         }
     }
     if engine.backend.failure().is_none() && (sync_on_close || applied) {
+        write_lists(engine, Engine::flush_lists);
         if let Err(e) = engine.backend.sync() {
             tracing::error!(error = %e, "final flush failed");
         }
@@ -369,6 +376,31 @@ fn clear_closed_mark(engine: &Engine<SledBackend>, mark: &mut bool) -> Result<()
         *mark = false;
     }
     Ok(())
+}
+
+/// The next request; while list items are pending, waiting at most [`IDLE_LISTS`] before
+/// writing them. `None` once the log closes.
+fn next_request(
+    engine: &Engine<SledBackend>,
+    receiver: &mpsc::Receiver<Request>,
+) -> Option<Request> {
+    if engine.lists_pending() && engine.backend.failure().is_none() {
+        match receiver.recv_timeout(IDLE_LISTS) {
+            Ok(request) => return Some(request),
+            Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            Err(mpsc::RecvTimeoutError::Timeout) => write_lists(engine, Engine::flush_lists),
+        }
+    }
+    receiver.recv().ok()
+}
+
+/// Writes the overlay's list items with `write`; a failure is a commit failure (the state on
+/// disk is unknown): the log refuses every later append.
+fn write_lists(engine: &Engine<SledBackend>, write: fn(&Engine<SledBackend>) -> Result<()>) {
+    if let Err(error) = write(engine) {
+        tracing::error!(error = %error, "writing list entries failed; the log refuses further appends");
+        engine.backend.fail(&error);
+    }
 }
 
 /// Copies the database folder `original` and opens the copy with `open`; when that fails on
@@ -495,6 +527,9 @@ impl EventLog for SledLog {
     }
 
     fn flush(&self) -> Result<()> {
+        if self.engine.backend.failure().is_none() {
+            self.engine.flush_lists()?;
+        }
         self.engine.backend.sync()
     }
 

@@ -48,12 +48,18 @@ pub enum Damage {
         /// What to store instead.
         state: Box<AgentSessionState>,
     },
-    /// Sets the index watermark to `seq`, as if the indexes past it were never written.
+    /// Sets the index watermark to `seq` (and nothing else: the list entries past it stay).
     RewindWatermark(Seq),
+    /// Removes every seq above `seq` from the lists and sets the watermark to `seq`: what a
+    /// crash leaves when the list entries past `seq` were not yet written (they are written
+    /// with the watermark, all or none).
+    DropIndexesAfter(Seq),
 }
 
 /// Applies `damage` to the log's trees directly (no seq, no index, no check) and syncs it.
+/// The log's pending list items are written first, so that the damage meets them stored.
 pub fn damage(log: &SledLog, damage: Damage) -> Result<()> {
+    log.flush()?;
     match damage {
         Damage::RemoveEvent(seq) => remove_event(log, seq)?,
         Damage::OverwriteRecord { seq, bytes } => {
@@ -99,17 +105,55 @@ pub fn damage(log: &SledLog, damage: Damage) -> Result<()> {
             );
             log.backend().apply(ws)?;
         }
-        Damage::RewindWatermark(seq) => {
-            let mut ws = WriteSet::default();
-            ws.put(
-                TreeId::Meta,
-                keys::META_INDEXED_THROUGH.to_vec(),
-                keys::seq_key(seq).to_vec(),
-            );
-            log.backend().apply(ws)?;
+        Damage::DropIndexesAfter(seq) => {
+            drop_indexes_after(log, seq)?;
+            rewind_watermark(log, seq)?;
         }
+        Damage::RewindWatermark(seq) => rewind_watermark(log, seq)?,
     }
     log.flush()
+}
+
+fn rewind_watermark(log: &SledLog, seq: Seq) -> Result<()> {
+    let mut ws = WriteSet::default();
+    ws.put(
+        TreeId::Meta,
+        keys::META_INDEXED_THROUGH.to_vec(),
+        keys::seq_key(seq).to_vec(),
+    );
+    log.backend().apply(ws)
+}
+
+/// Removes every listed seq above `seq` (an entry left empty goes; one keeps its key, since
+/// its first seq stays).
+fn drop_indexes_after(log: &SledLog, seq: Seq) -> Result<()> {
+    let backend = log.backend();
+    let mut entries = Vec::new();
+    backend.scan(
+        TreeId::Lists,
+        &[],
+        None,
+        crate::backend::Direction::Forward,
+        &mut |key, value| {
+            entries.push((key.to_vec(), value.to_vec()));
+            std::ops::ControlFlow::Continue(())
+        },
+    )?;
+    for (key, value) in entries {
+        let first = keys::seq_suffix(&key).unwrap_or(Seq::ZERO);
+        let flagged = keys::is_conversation_list(&key);
+        let mut items = decode_list(first, &value, flagged)?;
+        let before = items.len();
+        items.retain(|(s, _)| *s <= seq);
+        let mut ws = WriteSet::default();
+        if items.is_empty() {
+            ws.removes.push((TreeId::Lists, key));
+        } else if items.len() < before {
+            ws.put(TreeId::Lists, key, encode_list(&items, flagged));
+        }
+        backend.apply(ws)?;
+    }
+    Ok(())
 }
 
 fn absent(seq: Seq, reason: &str) -> StoreError {

@@ -195,6 +195,15 @@ impl VerifyReport {
 const BY_CONV: &str = "by_conv";
 const VISIBLE: &str = "visible";
 
+/// One list's stored items read ahead of the walk.
+struct ListCursor {
+    conversation: bool,
+    /// The list's entries with keys below this seq were read.
+    read_to: Seq,
+    /// Items read, not yet compared (seqs of groups after the one that read them).
+    items: ListItems,
+}
+
 /// The walk's state between chunks.
 struct Walk<'a, B: Backend> {
     backend: &'a B,
@@ -211,6 +220,9 @@ struct Walk<'a, B: Backend> {
     undecodable: HashSet<Seq>,
     /// List keys accounted for by some group (the rest are strays).
     accounted: HashSet<Vec<u8>>,
+    /// Per list: the stored items read but not yet compared (a merged entry holds the seqs of
+    /// several groups), and where its entries were read up to.
+    cursors: HashMap<Vec<u8>, ListCursor>,
     /// Every undecodable seq (already reported; its list entries are not strays).
     all_undecodable: HashSet<Seq>,
 }
@@ -236,8 +248,13 @@ pub(crate) fn verify<B: Backend>(
         index: GroupIndex::default(),
         undecodable: HashSet::new(),
         accounted: HashSet::new(),
+        cursors: HashMap::new(),
         all_undecodable: HashSet::new(),
     };
+    // The overlay's items (a live log's groups applied since the last list write) are written
+    // first, so that the stored entries hold every seq up to `last`: entries written later have
+    // keys past it.
+    engine.flush_lists()?;
     let mut failure = None;
     engine.backend.scan(
         TreeId::Chunks,
@@ -359,7 +376,8 @@ impl<B: Backend> Walk<'_, B> {
         group::fold_state(&mut self.states, seq, event, &mut |_| Ok(None))
     }
 
-    /// Compares the walked group's lists with the stored entries in the group's seq range.
+    /// Compares the walked group's lists, list by list, with the stored items of the group's
+    /// seq range.
     fn finish_group(&mut self) -> Result<()> {
         let index = std::mem::take(&mut self.index);
         let undecodable = std::mem::take(&mut self.undecodable);
@@ -373,36 +391,65 @@ impl<B: Backend> Walk<'_, B> {
         Ok(())
     }
 
-    /// The items of the stored entries of one list whose keys fall in `[first, end)`.
+    /// The stored items of one list in `[first, end)`: those of its entries read before (a
+    /// merged entry) and of its entries whose keys fall below `end`, read now. Items read but
+    /// below `first` belong to no group that lists them: strays. Items from `end` on wait for
+    /// the groups after.
     fn stored_items(
         &mut self,
         prefix: &[u8],
         conversation: bool,
         (first, end): (Seq, Seq),
     ) -> Result<ListItems> {
-        let mut items = ListItems::new();
+        let mut cursor = self.cursors.remove(prefix).unwrap_or(ListCursor {
+            conversation,
+            read_to: first,
+            items: ListItems::new(),
+        });
         let mut keys_seen = Vec::new();
         let mut bad = Vec::new();
-        self.backend.scan(
-            TreeId::Lists,
-            &keys::list_key(prefix, first),
-            Some(&keys::list_key(prefix, end)),
-            Direction::Forward,
-            &mut |key, value| {
-                let at = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
-                match decode_list(at, value, conversation) {
-                    Ok(found) => items.extend(found),
-                    Err(e) => bad.push((at, e.to_string())),
-                }
-                keys_seen.push(key.to_vec());
-                ControlFlow::Continue(())
-            },
-        )?;
+        if cursor.read_to < end {
+            let items = &mut cursor.items;
+            self.backend.scan(
+                TreeId::Lists,
+                &keys::list_key(prefix, cursor.read_to),
+                Some(&keys::list_key(prefix, end)),
+                Direction::Forward,
+                &mut |key, value| {
+                    let at = keys::seq_suffix(key).unwrap_or(Seq::ZERO);
+                    match decode_list(at, value, conversation) {
+                        Ok(found) => items.extend(found),
+                        Err(e) => bad.push((at, e.to_string())),
+                    }
+                    keys_seen.push(key.to_vec());
+                    ControlFlow::Continue(())
+                },
+            )?;
+            cursor.read_to = end;
+        }
         self.accounted.extend(keys_seen);
         for (seq, reason) in bad {
             self.report.add(Finding::Undecodable { seq, reason });
         }
-        Ok(items)
+        let (before, rest): (ListItems, ListItems) =
+            cursor.items.drain(..).partition(|(seq, _)| *seq < first);
+        let (have, later): (ListItems, ListItems) =
+            rest.into_iter().partition(|(seq, _)| *seq < end);
+        cursor.items = later;
+        self.cursors.insert(prefix.to_vec(), cursor);
+        self.report_strays(conversation, before.into_iter().map(|(seq, _)| seq));
+        Ok(have)
+    }
+
+    /// Reports stored `seqs` no event calls for (up to the last seq walked; undecodable events'
+    /// seqs are already reported).
+    fn report_strays(&mut self, conversation: bool, seqs: impl IntoIterator<Item = Seq>) {
+        let index = if conversation { BY_CONV } else { VISIBLE };
+        for seq in seqs {
+            if seq <= self.last && !self.all_undecodable.contains(&seq) {
+                self.report.add(Finding::StrayIndexEntry { index, seq });
+            }
+        }
     }
 
     fn compare(
@@ -442,8 +489,14 @@ impl<B: Backend> Walk<'_, B> {
         }
     }
 
-    /// List entries up to the last seq that no group accounts for.
+    /// List items read but no group's (left in the cursors), and list entries up to the last
+    /// seq that no group accounts for.
     fn strays(&mut self) -> Result<()> {
+        let mut cursors: Vec<ListCursor> = self.cursors.drain().map(|(_, c)| c).collect();
+        for cursor in &mut cursors {
+            let seqs = cursor.items.drain(..).map(|(seq, _)| seq);
+            self.report_strays(cursor.conversation, seqs);
+        }
         let mut strays = Vec::new();
         self.backend.scan(
             TreeId::Lists,
@@ -465,15 +518,7 @@ impl<B: Backend> Walk<'_, B> {
             },
         )?;
         for (conversation, seqs) in strays {
-            let index = if conversation { BY_CONV } else { VISIBLE };
-            let (last, undecodable) = (self.last, &self.all_undecodable);
-            let seqs: Vec<Seq> = seqs
-                .into_iter()
-                .filter(|s| *s <= last && !undecodable.contains(s))
-                .collect();
-            for seq in seqs {
-                self.report.add(Finding::StrayIndexEntry { index, seq });
-            }
+            self.report_strays(conversation, seqs);
         }
         Ok(())
     }
