@@ -14,6 +14,22 @@ use legio_core::{
 };
 use legio_store::{EventLog, SledLog, StoreOptions};
 
+/// Every message of the real transcripts, as events, with at least 4,000 of them (`None`: the
+/// data is not there).
+pub(crate) fn transcript_messages() -> Option<Vec<legio_core::Event>> {
+    let messages: Vec<legio_core::Event> = conversations()?
+        .into_iter()
+        .flatten()
+        .map(legio_core::Event::MessagePosted)
+        .collect();
+    assert!(
+        messages.len() > 4000,
+        "the set has over 4,000 messages: {}",
+        messages.len()
+    );
+    Some(messages)
+}
+
 pub(crate) fn conversations() -> Option<Vec<Vec<Message>>> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/data/tau-bench-airline/gpt-4o-airline.json");
