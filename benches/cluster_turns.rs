@@ -62,10 +62,14 @@ struct Measured {
     latencies: Vec<u64>,
     /// CPU seconds over the window: this process, the nats-servers.
     cpu: (f64, f64),
+    /// On NATS: where the stream's leader and the clients were ([`NatsCluster::placement`]).
+    placement: Option<String>,
 }
 
-/// Turns through a runtime on `config` for `duration`; `servers`: the nats-servers' pids.
-async fn run(config: RuntimeConfig, duration: Duration, servers: &[u32]) -> Measured {
+/// Turns through a runtime on `config` for `duration`; `cluster`: the store's nats-servers.
+async fn run(config: RuntimeConfig, duration: Duration, cluster: Option<&NatsCluster>) -> Measured {
+    let servers = cluster.map(NatsCluster::pids).unwrap_or_default();
+    let servers = &servers[..];
     let runtime = Arc::new(
         Runtime::builder(config)
             .node("bench")
@@ -79,6 +83,7 @@ async fn run(config: RuntimeConfig, duration: Duration, servers: &[u32]) -> Meas
             .await
             .unwrap();
     }
+    let placement = cluster.map(|c| c.placement("turns"));
     let stop = Arc::new(AtomicBool::new(false));
     let cpu_before = cpu_of(servers);
     let started = Instant::now();
@@ -119,6 +124,7 @@ async fn run(config: RuntimeConfig, duration: Duration, servers: &[u32]) -> Meas
         elapsed,
         latencies,
         cpu,
+        placement,
     }
 }
 
@@ -139,7 +145,7 @@ fn main() {
     );
     let mut rows: Vec<(String, Measured)> = Vec::new();
     let dir = tempfile::tempdir().unwrap();
-    let sled = tokio.block_on(run(config(dir.path(), ""), duration, &[]));
+    let sled = tokio.block_on(run(config(dir.path(), ""), duration, None));
     rows.push(("sled (sync)".into(), sled));
     for (servers, replicas) in [(1, 1), (3, 3)] {
         let Some(cluster) = NatsCluster::start(servers) else {
@@ -149,7 +155,7 @@ fn main() {
         let config = config(dir.path(), &nats_store(&cluster, replicas));
         rows.push((
             format!("JetStream R{replicas}"),
-            tokio.block_on(run(config, duration, &cluster.pids())),
+            tokio.block_on(run(config, duration, Some(&cluster))),
         ));
     }
     let rate = |m: &Measured| m.latencies.len() as f64 / m.elapsed.as_secs_f64();
@@ -186,6 +192,11 @@ fn main() {
         ],
         &table,
     );
+    for (store, m) in &rows {
+        if let Some(placement) = &m.placement {
+            println!("  {store}: {placement}");
+        }
+    }
     println!();
     let goals: Vec<(String, String, bool)> = rows[1..]
         .iter()

@@ -334,8 +334,23 @@ fn a_fenced_append_grouped_with_others_refuses_only_itself() {
     let Some(cluster) = NatsCluster::start(3) else {
         return;
     };
-    let stale = NatsLog::open(&cluster.options(3)).unwrap();
-    let owner = NatsLog::open(&cluster.options(3)).unwrap();
+    fenced_append_grouped_with_others(&cluster, 3);
+}
+
+/// With replicas 1 only appends of several events are grouped (nats/grouping.rs).
+#[test]
+fn on_one_server_a_fenced_append_grouped_with_others_refuses_only_itself() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    fenced_append_grouped_with_others(&cluster, 1);
+}
+
+/// Bursts of two-event appends to six conversations and, in each burst, one from a writer that
+/// lost its conversation; see the two tests above.
+fn fenced_append_grouped_with_others(cluster: &NatsCluster, replicas: usize) {
+    let stale = NatsLog::open(&cluster.options(replicas)).unwrap();
+    let owner = NatsLog::open(&cluster.options(replicas)).unwrap();
     stale
         .append(vec![text_message(1, "g:f", "user", "lead", "first")])
         .unwrap();
@@ -348,24 +363,30 @@ fn a_fenced_append_grouped_with_others_refuses_only_itself() {
     for burst in 0..20 {
         let mut handles = Vec::new();
         for i in 0..12u64 {
-            n += 1;
             let (conversation, text) = match i {
                 5 => ("g:f".to_owned(), format!("stale {burst}")),
                 _ => (format!("g:{}", i % 6), format!("fresh {burst}.{i}")),
             };
-            let event = text_message(n, &conversation, "user", "lead", &text);
-            handles.push((text, stale.submit(vec![event]).unwrap()));
+            let texts = [text.clone(), format!("{text} (2)")];
+            let events = texts
+                .iter()
+                .map(|t| {
+                    n += 1;
+                    text_message(n, &conversation, "user", "lead", t)
+                })
+                .collect();
+            handles.push((texts, stale.submit(events).unwrap()));
         }
-        for (text, handle) in handles {
+        for (texts, handle) in handles {
             let outcome = handle.wait();
-            if text.starts_with("stale") {
+            if texts[0].starts_with("stale") {
                 assert!(
                     matches!(outcome, Err(StoreError::Fenced { .. })),
-                    "{text}: {outcome:?}"
+                    "{texts:?}: {outcome:?}"
                 );
             } else {
-                outcome.unwrap_or_else(|e| panic!("{text} refused: {e}"));
-                stored.push(text);
+                outcome.unwrap_or_else(|e| panic!("{texts:?} refused: {e}"));
+                stored.extend(texts);
             }
         }
     }

@@ -367,6 +367,34 @@ impl NatsCluster {
         digits.parse().expect("a consumer count")
     }
 
+    /// Where the clients and the leader of `stream` are, from the servers' monitoring pages:
+    /// `n1 leads; clients: n1 0, n2 3, n3 0` (a node's publishes to a server that does not lead
+    /// the stream travel one route further).
+    pub fn placement(&self, stream: &str) -> String {
+        let body = |i: usize, path: &str| -> serde_json::Value {
+            let response = monitor(self.servers[i].monitor_port, path).unwrap_or_default();
+            let json = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+            serde_json::from_str(json).unwrap_or_default()
+        };
+        let jsz = body(0, "/jsz?accounts=true&streams=true");
+        let leader = jsz["account_details"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+            .find(|s| s["name"] == stream)
+            .and_then(|s| s["cluster"]["leader"].as_str())
+            .unwrap_or("no server")
+            .to_owned();
+        let clients: Vec<String> = (0..self.servers.len())
+            .map(|i| {
+                let connections = body(i, "/varz")["connections"].as_u64().unwrap_or(0);
+                format!("{} {connections}", self.servers[i].name)
+            })
+            .collect();
+        format!("{leader} leads; clients: {}", clients.join(", "))
+    }
+
     /// Whether server `i` answers its health check now.
     pub fn is_healthy(&self, i: usize) -> bool {
         healthy(self.servers[i].monitor_port)

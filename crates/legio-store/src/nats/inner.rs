@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use super::grouping::Grouping;
 use super::options::NatsOptions;
 use super::projection::Projection;
 use super::publish::Publisher;
@@ -31,10 +32,8 @@ pub(super) struct Inner {
     pub(super) submits: Option<mpsc::UnboundedSender<Submit>>,
     pub(super) id_prefix: String,
     pub(super) next_id: AtomicU64,
-    /// Whether appends queued behind one in flight leave as one atomic batch: with replicas 3
-    /// (where it raised the append rate about 3x in `nats_append`), not with 1, where a single
-    /// server held every atomic batch for tens of milliseconds (nats-server 2.15.1).
-    pub(super) group_appends: bool,
+    /// Which appends leave together as one atomic batch (by the replica count).
+    pub(super) grouping: Grouping,
     pub(super) following: AtomicBool,
     /// The events this node appended lately, by seq (see [`Recent`]).
     pub(super) recent: Mutex<Recent>,

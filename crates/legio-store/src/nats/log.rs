@@ -15,6 +15,7 @@ use futures_util::TryStreamExt;
 use legio_core::{AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, Viewer};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
+use super::grouping::Grouping;
 use super::inner::{lock, Inner, Submit, READ_CHUNK};
 use super::options::NatsOptions;
 use super::projection::Projection;
@@ -224,7 +225,7 @@ impl Inner {
         };
         let (submits, receiver) = mpsc::unbounded_channel();
         let inner = Self {
-            group_appends: options.replicas > 1,
+            grouping: Grouping::for_replicas(options.replicas),
             publisher,
             subjects,
             options,

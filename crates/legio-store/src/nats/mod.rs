@@ -4,6 +4,7 @@
 //! request/reply). See `docs/cluster.md`.
 
 mod bus;
+mod grouping;
 mod inner;
 mod lease;
 mod log;

@@ -1,6 +1,6 @@
 //! The write path of [`NatsLog`](super::NatsLog): the dispatcher that lets one append per
-//! conversation leave at a time (with replicas 3, grouping every append queued meanwhile, of any
-//! conversation, into one atomic batch), the append of a group with each conversation's
+//! conversation leave at a time (grouping appends queued meanwhile, of any conversation, into one
+//! atomic batch, as [`Grouping`] says), the append of a group with each conversation's
 //! expectation, and fencing when an expectation fails.
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -10,6 +10,7 @@ use std::time::Instant;
 use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
 use tokio::sync::mpsc;
 
+use super::grouping::Grouping;
 use super::inner::{lock, Inner, Submit};
 use super::publish::{Outcome, Outgoing};
 use crate::error::{Result, StoreError};
@@ -19,22 +20,23 @@ use crate::metrics as m;
 /// batch.
 pub const MAX_BATCH_EVENTS: usize = 1000;
 
-/// With grouping, at most this many batches are in flight at once; the appends that come
-/// meanwhile queue and leave together as the next batch.
-const GROUPS_IN_FLIGHT: usize = 4;
+/// What the dispatcher sends on its way: appends that leave alone and groups (each taking one of
+/// [`Grouping::slots`]).
+#[derive(Default)]
+struct Scheduled {
+    alone: Vec<Submit>,
+    groups: Vec<Vec<Submit>>,
+}
 
 /// Appends of one conversation leave one at a time (the next one's expectation is the previous
-/// one's last seq); with grouping, the appends that queued meanwhile (of any conversations)
-/// leave together as one atomic batch, at most [`GROUPS_IN_FLIGHT`] batches at a time.
+/// one's last seq); the appends that queued meanwhile (of any conversations) leave as
+/// [`Grouping`] says.
 pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedReceiver<Submit>) {
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Vec<ConversationKey>>();
+    // A finished append or group: its conversations, and whether it held a slot.
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(Vec<ConversationKey>, bool)>();
     let mut queue: VecDeque<Submit> = VecDeque::new();
     let mut busy: HashSet<ConversationKey> = HashSet::new();
-    let slots = if inner.group_appends {
-        GROUPS_IN_FLIGHT
-    } else {
-        usize::MAX
-    };
+    let slots = inner.grouping.slots();
     let mut in_flight = 0usize;
     loop {
         tokio::select! {
@@ -42,8 +44,8 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
                 Some(submit) => queue.push_back(submit),
                 None => break,
             },
-            Some(done) = done_rx.recv() => {
-                in_flight -= 1;
+            Some((done, slot)) = done_rx.recv() => {
+                in_flight -= usize::from(slot);
                 for conversation in done {
                     busy.remove(&conversation);
                 }
@@ -52,49 +54,58 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
         while let Ok(submit) = submits.try_recv() {
             queue.push_back(submit);
         }
-        if in_flight >= slots {
-            continue;
-        }
-        let groups = schedule(
+        let scheduled = schedule(
             &mut queue,
             &mut busy,
-            inner.group_appends,
-            slots - in_flight,
+            inner.grouping,
+            slots.saturating_sub(in_flight),
         );
-        for group in groups {
-            in_flight += 1;
+        let alone = scheduled.alone.into_iter().map(|s| (vec![s], false));
+        let groups = scheduled.groups.into_iter().map(|g| (g, true));
+        for (group, slot) in alone.chain(groups) {
+            in_flight += usize::from(slot);
             let inner = inner.clone();
             let done = done_tx.clone();
             tokio::spawn(async move {
                 let conversations = append_group(&inner, group).await;
-                let _ = done.send(conversations);
+                let _ = done.send((conversations, slot));
             });
         }
     }
 }
 
-/// Takes from `queue` every append whose conversations are idle, in order, in at most `slots`
-/// groups. With `group`, the idle appends leave together as one batch (up to
-/// [`MAX_BATCH_EVENTS`]), whatever their conversations: one commit of the cluster for all of
-/// them; without, each leaves alone. An append behind a busy conversation (or one left for
-/// want of a slot) waits, and so does every later append of its conversations.
+/// Takes from `queue` every append whose conversations are idle, in order: those that leave
+/// alone ([`Grouping::alone`]), and the others together as one batch (up to
+/// [`MAX_BATCH_EVENTS`]), whatever their conversations, in at most `slots` groups. An append
+/// behind a busy conversation (or one left for want of a slot) waits, and so does every later
+/// append of its conversations.
 fn schedule(
     queue: &mut VecDeque<Submit>,
     busy: &mut HashSet<ConversationKey>,
-    group: bool,
+    grouping: Grouping,
     slots: usize,
-) -> Vec<Vec<Submit>> {
-    let mut groups: Vec<(Vec<Submit>, usize)> = Vec::new();
-    // The conversations of the group still open to more appends (the last one).
+) -> Scheduled {
+    let mut scheduled = Scheduled::default();
+    let mut events_in_last = 0;
+    // The conversations of the last group, still open to more appends.
     let mut open: HashSet<ConversationKey> = HashSet::new();
     let mut waiting: HashSet<ConversationKey> = HashSet::new();
     let mut rest = VecDeque::new();
     for submit in queue.drain(..) {
         let size = submit.events.len();
-        let joins = group
-            && groups
-                .last()
-                .is_some_and(|(_, events)| events + size <= MAX_BATCH_EVENTS)
+        let idle = |c: &ConversationKey| !busy.contains(c) && !waiting.contains(c);
+        if grouping.alone(size) {
+            if submit.conversations.iter().all(idle) {
+                busy.extend(submit.conversations.iter().cloned());
+                scheduled.alone.push(submit);
+            } else {
+                waiting.extend(submit.conversations.iter().cloned());
+                rest.push_back(submit);
+            }
+            continue;
+        }
+        let joins = !scheduled.groups.is_empty()
+            && events_in_last + size <= MAX_BATCH_EVENTS
             && submit
                 .conversations
                 .iter()
@@ -102,30 +113,24 @@ fn schedule(
         if joins {
             busy.extend(submit.conversations.iter().cloned());
             open.extend(submit.conversations.iter().cloned());
-            if let Some(last) = groups.last_mut() {
-                last.1 += size;
-                last.0.push(submit);
+            events_in_last += size;
+            if let Some(last) = scheduled.groups.last_mut() {
+                last.push(submit);
             }
             continue;
         }
-        let blocked = groups.len() >= slots
-            || submit
-                .conversations
-                .iter()
-                .any(|c| busy.contains(c) || waiting.contains(c));
-        if blocked {
+        if scheduled.groups.len() >= slots || !submit.conversations.iter().all(idle) {
             waiting.extend(submit.conversations.iter().cloned());
             rest.push_back(submit);
             continue;
         }
         busy.extend(submit.conversations.iter().cloned());
-        if group {
-            open = submit.conversations.iter().cloned().collect();
-        }
-        groups.push((vec![submit], size));
+        open = submit.conversations.iter().cloned().collect();
+        events_in_last = size;
+        scheduled.groups.push(vec![submit]);
     }
     *queue = rest;
-    groups.into_iter().map(|(group, _)| group).collect()
+    scheduled
 }
 
 /// Appends one group and answers each of its appends; returns its conversations to free. A
@@ -311,9 +316,20 @@ mod tests {
     use super::*;
     use tokio::sync::oneshot;
 
-    fn submit(conversations: &[&str]) -> Submit {
+    /// An append of `events` events to `conversations`.
+    fn submit(conversations: &[&str], events: usize) -> Submit {
+        use legio_core::{Audience, Message, MessageId, Participant, Timestamp};
+        let at = Timestamp::from_unix_micros(0);
+        let event = Event::MessagePosted(Message::text(
+            MessageId::from_parts(at, [0; 10]),
+            ConversationKey::new(conversations[0]).unwrap(),
+            Participant::parse("pullo").unwrap(),
+            Audience::All,
+            "hi",
+            at,
+        ));
         Submit {
-            events: Vec::new(),
+            events: vec![(event, Vec::new()); events],
             conversations: conversations
                 .iter()
                 .map(|c| ConversationKey::new(*c).unwrap())
@@ -322,73 +338,120 @@ mod tests {
         }
     }
 
-    fn keys(groups: &[Vec<Submit>]) -> Vec<Vec<Vec<String>>> {
-        groups
+    fn names(submits: &[Submit]) -> Vec<Vec<String>> {
+        submits
             .iter()
-            .map(|g| {
-                g.iter()
-                    .map(|s| s.conversations.iter().map(|c| c.to_string()).collect())
-                    .collect()
-            })
+            .map(|s| s.conversations.iter().map(|c| c.to_string()).collect())
             .collect()
     }
 
-    fn queue(of: &[&[&str]]) -> VecDeque<Submit> {
-        of.iter().map(|c| submit(c)).collect()
+    fn groups(scheduled: &Scheduled) -> Vec<Vec<Vec<String>>> {
+        scheduled.groups.iter().map(|g| names(g)).collect()
+    }
+
+    fn queue(of: &[(&[&str], usize)]) -> VecDeque<Submit> {
+        of.iter().map(|(c, n)| submit(c, *n)).collect()
+    }
+
+    fn owned(of: &[&[&str]]) -> Vec<Vec<String>> {
+        of.iter()
+            .map(|c| c.iter().map(|s| s.to_string()).collect())
+            .collect()
     }
 
     #[test]
     fn grouped_appends_of_idle_conversations_leave_as_one_batch_in_order() {
-        let mut q = queue(&[&["t:x"], &["t:y"], &["t:x"], &["t:y", "t:z"]]);
+        let mut q = queue(&[
+            (&["t:x"], 1),
+            (&["t:y"], 1),
+            (&["t:x"], 2),
+            (&["t:y", "t:z"], 1),
+        ]);
         let mut busy = HashSet::new();
-        let groups = schedule(&mut q, &mut busy, true, 4);
+        let scheduled = schedule(&mut q, &mut busy, Grouping::All, 4);
         assert_eq!(
-            keys(&groups),
-            vec![vec![
-                vec!["t:x".to_owned()],
-                vec!["t:y".to_owned()],
-                vec!["t:x".to_owned()],
-                vec!["t:y".to_owned(), "t:z".to_owned()],
-            ]]
+            groups(&scheduled),
+            vec![owned(&[&["t:x"], &["t:y"], &["t:x"], &["t:y", "t:z"]])]
         );
+        assert!(scheduled.alone.is_empty());
         assert!(q.is_empty());
         assert_eq!(busy.len(), 3);
     }
 
     #[test]
     fn an_append_behind_a_busy_conversation_waits_and_so_do_later_ones_of_it() {
-        let mut q = queue(&[&["t:x"], &["t:y"], &["t:x"], &["t:x", "t:z"], &["t:z"]]);
-        let mut busy: HashSet<ConversationKey> = [ConversationKey::new("t:x").unwrap()].into();
-        let groups = schedule(&mut q, &mut busy, true, 4);
-        assert_eq!(keys(&groups), vec![vec![vec!["t:y".to_owned()]]]);
-        let left: Vec<Vec<String>> = q
-            .iter()
-            .map(|s| s.conversations.iter().map(|c| c.to_string()).collect())
-            .collect();
-        assert_eq!(left.len(), 4, "t:z waits behind the append of t:x and t:z");
+        let of: &[(&[&str], usize)] = &[
+            (&["t:x"], 1),
+            (&["t:y"], 1),
+            (&["t:x"], 1),
+            (&["t:x", "t:z"], 1),
+            (&["t:z"], 1),
+        ];
+        for grouping in [Grouping::All, Grouping::Batches] {
+            let mut q = queue(of);
+            let mut busy: HashSet<ConversationKey> = [ConversationKey::new("t:x").unwrap()].into();
+            let scheduled = schedule(&mut q, &mut busy, grouping, 4);
+            let left: Vec<_> = scheduled
+                .alone
+                .iter()
+                .chain(scheduled.groups.iter().flatten())
+                .collect();
+            assert_eq!(left.len(), 1, "{grouping:?}: only t:y leaves");
+            assert_eq!(left[0].conversations[0].to_string(), "t:y");
+            assert_eq!(
+                q.len(),
+                4,
+                "{grouping:?}: t:z waits behind the append of t:x and t:z"
+            );
+        }
     }
 
     #[test]
-    fn without_grouping_each_append_leaves_alone_within_the_free_slots() {
-        let mut q = queue(&[&["t:x"], &["t:y"], &["t:x"], &["t:w"]]);
+    fn batches_group_appends_of_several_events_and_let_single_events_leave_alone() {
+        let mut q = queue(&[
+            (&["t:a"], 3),
+            (&["t:b"], 1),
+            (&["t:c"], 3),
+            (&["t:a"], 1),
+            (&["t:d"], 2),
+        ]);
         let mut busy = HashSet::new();
-        let groups = schedule(&mut q, &mut busy, false, usize::MAX);
+        let scheduled = schedule(&mut q, &mut busy, Grouping::Batches, 1);
         assert_eq!(
-            keys(&groups),
-            vec![
-                vec![vec!["t:x".to_owned()]],
-                vec![vec!["t:y".to_owned()]],
-                vec![vec!["t:w".to_owned()]],
-            ]
+            groups(&scheduled),
+            vec![owned(&[&["t:a"], &["t:c"], &["t:d"]])]
         );
-        assert_eq!(q.len(), 1);
-        let mut q = queue(&[&["t:a"], &["t:b"], &["t:a"]]);
-        let groups = schedule(&mut q, &mut HashSet::new(), false, 1);
-        assert_eq!(keys(&groups), vec![vec![vec!["t:a".to_owned()]]]);
+        assert_eq!(names(&scheduled.alone), owned(&[&["t:b"]]));
         assert_eq!(
-            q.len(),
-            2,
-            "no slot for t:b; the second t:a waits behind the first"
+            names(q.make_contiguous()),
+            owned(&[&["t:a"]]),
+            "t:a's single event waits behind its batch"
+        );
+    }
+
+    #[test]
+    fn batches_wait_for_a_free_slot_while_single_events_still_leave() {
+        let mut q = queue(&[(&["t:a"], 3), (&["t:b"], 1), (&["t:c"], 1)]);
+        let scheduled = schedule(&mut q, &mut HashSet::new(), Grouping::Batches, 0);
+        assert!(scheduled.groups.is_empty());
+        assert_eq!(names(&scheduled.alone), owned(&[&["t:b"], &["t:c"]]));
+        assert_eq!(names(q.make_contiguous()), owned(&[&["t:a"]]));
+        let mut q = queue(&[(&["t:a"], 2), (&["t:b"], 2), (&["t:a"], 2)]);
+        let scheduled = schedule(&mut q, &mut HashSet::new(), Grouping::All, 1);
+        assert_eq!(
+            groups(&scheduled),
+            vec![owned(&[&["t:a"], &["t:b"], &["t:a"]])]
+        );
+    }
+
+    #[test]
+    fn a_group_holds_at_most_an_atomic_batch_of_events() {
+        let mut q = queue(&[(&["t:a"], 600), (&["t:b"], 600), (&["t:c"], 400)]);
+        let scheduled = schedule(&mut q, &mut HashSet::new(), Grouping::All, 4);
+        assert_eq!(
+            groups(&scheduled),
+            vec![owned(&[&["t:a"]]), owned(&[&["t:b"], &["t:c"]])],
+            "only the last group takes more appends"
         );
     }
 }
