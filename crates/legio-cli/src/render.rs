@@ -8,7 +8,9 @@ use legio_core::{Event, Message, Part, Record, SessionOpened, SessionStart};
 const TEXT_CUT: usize = 72;
 
 /// `text` on one line, cut to `TEXT_CUT` characters, its control characters escaped visibly
-/// (message text must not reach the operator's terminal as escape sequences).
+/// (message text must not reach the operator's terminal as escape sequences). Used by the
+/// runtime's commands only (`agents.rs`).
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 pub fn cut(text: &str) -> String {
     let mut out = String::new();
     push_cut(&mut out, &[text]);
@@ -52,7 +54,8 @@ fn push_cut(out: &mut String, pieces: &[&str]) {
     }
 }
 
-/// The line for `record`.
+/// The line for `record` (`chat` and `demo`; `replay` appends lines into one buffer instead).
+#[cfg_attr(not(feature = "runtime"), allow(dead_code))]
 pub fn line(record: &Record) -> String {
     let mut out = String::new();
     push_line(&mut out, record);
