@@ -168,7 +168,8 @@ fn frame(records: &[Vec<u8>]) -> Vec<u8> {
     out
 }
 
-fn unframe(mut bytes: &[u8]) -> Vec<Vec<u8>> {
+/// The records of a golden file: each one a u32 LE length, then its bytes.
+pub(crate) fn unframe(mut bytes: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     while bytes.len() >= 4 {
         let len = u32::from_le_bytes(bytes[..4].try_into().unwrap()) as usize;

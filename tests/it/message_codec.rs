@@ -48,15 +48,7 @@ fn check_events(events: impl IntoIterator<Item = Event>) -> usize {
 }
 
 fn golden_records(path: &str) -> Vec<Vec<u8>> {
-    let bytes = std::fs::read(path).unwrap();
-    let mut rest = &bytes[..];
-    let mut out = Vec::new();
-    while rest.len() >= 4 {
-        let len = u32::from_le_bytes(rest[..4].try_into().unwrap()) as usize;
-        out.push(rest[4..4 + len].to_vec());
-        rest = &rest[4 + len..];
-    }
-    out
+    crate::golden::unframe(&std::fs::read(path).unwrap())
 }
 
 /// Messages the generator and samples do not make: texts long enough for 2- and 4-byte length
