@@ -567,6 +567,24 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
 
     proxy.cut();
     let cut_at = Instant::now();
+    let deadline = cut_at + Duration::from_secs(20);
+    while metric(&legion.nodes[cut], "legio_cluster_leases_lost_total", "") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cut-off node never stood down"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // It stood down once its lease was no longer trusted (3/4 of the TTL after its last
+    // renewal), not when its pending renewal timed out (`request_timeout`, 5 s): before the
+    // lease could expire at the servers, the TTL after the cut at the earliest (1 s of slack
+    // for a loaded machine).
+    let stood_down_after = cut_at.elapsed();
+    println!("stood down {stood_down_after:?} after the cut");
+    assert!(
+        stood_down_after < legion.ttl + Duration::from_secs(1),
+        "the cut-off node stood down only {stood_down_after:?} after the cut"
+    );
     acked.push(served_by(&legion, &[0, 1, 2], CONV, "@ann after the cut"));
     let moved_after = cut_at.elapsed();
     let new_owner = legion.owner(CONV).expect("an owner");
@@ -579,14 +597,6 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
         moved_after < legion.ttl + Duration::from_secs(10),
         "served elsewhere only after {moved_after:?}"
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while metric(&legion.nodes[cut], "legio_cluster_leases_lost_total", "") < 1.0 {
-        assert!(
-            Instant::now() < deadline,
-            "the cut-off node never stood down"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
 
     proxy.heal();
     acked.push(served_by(
@@ -604,6 +614,77 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
     for text in &acked {
         let count = texts.iter().filter(|t| *t == text).count();
         assert_eq!(count, 1, "{text:?} is in the log {count} times: {texts:?}");
+    }
+    legion.verify();
+    check_sessions(&legion.sessions_dir());
+}
+
+/// Every nats-server lost at once (the whole cluster unreachable from every node): a post
+/// fails as 503 `cluster_unavailable` within seconds, not at the append deadline, and once the servers are back on their data the
+/// conversation goes on from its log: every acknowledged post is in it once, the failed one at
+/// most once, verify is clean and every provider session was sent each message once.
+#[test]
+fn with_the_whole_cluster_down_posts_fail_and_the_conversation_goes_on_once_it_returns() {
+    let _one_at_a_time = one_at_a_time();
+    let Some(mut legion) = Legion::start(0) else {
+        return;
+    };
+    const CONV: &str = "dark:1";
+    let mut acked = Vec::new();
+    for i in 0..3 {
+        let text = format!("@ann before the dark {i}");
+        post(&legion.nodes[i].base, CONV, &text).expect("served while the cluster is up");
+        acked.push(text);
+    }
+    let owner = legion.node_index(&legion.owner(CONV).expect("an owner"));
+    for i in 0..3 {
+        legion.nats.kill(i);
+    }
+    let started = Instant::now();
+    let failed = post(&legion.nodes[owner].base, CONV, "@ann in the dark");
+    let took = started.elapsed();
+    println!("a post with every server down: {failed:?} after {took:?}");
+    let unavailable = |failed: &Result<Vec<Value>, String>| {
+        let error = failed.as_ref().expect_err("acknowledged with no server up");
+        assert!(
+            error.starts_with("503") && error.contains("cluster_unavailable"),
+            "{error}"
+        );
+    };
+    unavailable(&failed);
+    // The owner stands down once its lease is no longer trusted (3/4 of the TTL) and its
+    // append stops retrying then, after the attempt in flight (`request_timeout`, 5 s): not at
+    // the append deadline (30 s).
+    assert!(
+        took < legion.ttl + Duration::from_secs(10),
+        "the post failed only after {took:?}"
+    );
+    let other = (owner + 1) % 3;
+    let failed = post(
+        &legion.nodes[other].base,
+        CONV,
+        "@ann in the dark elsewhere",
+    );
+    println!("through a non-owner: {failed:?}");
+    unavailable(&failed);
+
+    legion.nats.restart_all();
+    let back = Instant::now();
+    acked.push(served_by(
+        &legion,
+        &[owner, other],
+        CONV,
+        "@bob after the dark",
+    ));
+    println!("served {:?} after the servers were back", back.elapsed());
+    let texts = user_texts(&legion.log(), CONV);
+    for text in &acked {
+        let count = texts.iter().filter(|t| *t == text).count();
+        assert_eq!(count, 1, "{text:?} is in the log {count} times: {texts:?}");
+    }
+    for text in ["@ann in the dark", "@ann in the dark elsewhere"] {
+        let count = texts.iter().filter(|t| *t == text).count();
+        assert!(count <= 1, "{text:?} is in the log {count} times");
     }
     legion.verify();
     check_sessions(&legion.sessions_dir());

@@ -352,6 +352,23 @@ impl NatsCluster {
         }
     }
 
+    /// Starts every server again on its ports and data (after they were all killed: the whole
+    /// cluster back), and waits until each is healthy. A server alone cannot become healthy
+    /// (JetStream needs a quorum), so all are spawned before any is awaited.
+    pub fn restart_all(&mut self) {
+        for i in 0..self.servers.len() {
+            self.kill(i);
+            self.spawn(i);
+        }
+        for i in 0..self.servers.len() {
+            if let Err(StartFailure::PortTaken(what) | StartFailure::Other(what)) =
+                self.wait_healthy(i)
+            {
+                self.fail(&what);
+            }
+        }
+    }
+
     /// How many JetStream consumers server `i` counts now (its `/jsz` monitoring page).
     pub fn consumers(&self, i: usize) -> u64 {
         let response = monitor(self.servers[i].monitor_port, "/jsz").unwrap_or_default();

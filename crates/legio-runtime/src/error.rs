@@ -184,6 +184,8 @@ pub enum ErrorCode {
     TooManyOpenFiles,
     /// The log failed on another I/O error.
     StorageFailed,
+    /// The NATS cluster could not be reached, or had no quorum, in time; retry.
+    ClusterUnavailable,
     /// An agent is restarting; retry.
     Unavailable,
     /// A provider cannot be built or is not available.
@@ -236,6 +238,7 @@ impl RuntimeError {
             Self::NoPendingToolCall { .. } => C::NoPendingToolCall,
             Self::AgentRestarting { .. } | Self::Moved { .. } | Self::Bus(_) => C::Unavailable,
             Self::Remote { code, .. } => *code,
+            Self::Lease(legio_store::LeaseError::Store(e)) => store_code(e),
             Self::Lease(_) => C::Internal,
             Self::SupervisorStart { .. }
             | Self::PromptUnreadable { .. }
@@ -257,6 +260,9 @@ fn store_code(e: &StoreError) -> ErrorCode {
             IoCause::TooManyOpenFiles => ErrorCode::TooManyOpenFiles,
             _ => ErrorCode::StorageFailed,
         },
+        StoreError::Cluster { .. } | StoreError::Unreachable { .. } => {
+            ErrorCode::ClusterUnavailable
+        }
         _ => ErrorCode::Internal,
     }
 }

@@ -84,6 +84,7 @@ impl ApiError {
             | "storage_full"
             | "too_many_open_files"
             | "storage_failed"
+            | "cluster_unavailable"
             | "agent_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
             "provider_unavailable" | "agent_failed" => StatusCode::BAD_GATEWAY,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -118,6 +119,7 @@ impl From<RuntimeError> for ApiError {
             C::StorageFull => "storage_full",
             C::TooManyOpenFiles => "too_many_open_files",
             C::StorageFailed => "storage_failed",
+            C::ClusterUnavailable => "cluster_unavailable",
             C::Unavailable => "agent_unavailable",
             C::ProviderUnavailable => "provider_unavailable",
             C::InvalidTool => "invalid_tool",
@@ -291,6 +293,19 @@ mod tests {
         })
         .into();
         assert_eq!((damaged.code, damaged.status().as_u16()), ("internal", 500));
+        // The cluster out of reach (appending, or taking a lease) is a 503 to retry.
+        let cluster = || StoreError::Cluster {
+            during: "appending",
+            reason: "gave up after 6 attempts".into(),
+        };
+        let unreachable: ApiError = RuntimeError::Store(cluster()).into();
+        let no_lease: ApiError = RuntimeError::Lease(cluster().into()).into();
+        for e in [unreachable, no_lease] {
+            assert_eq!((e.code, e.status().as_u16()), ("cluster_unavailable", 503));
+        }
+        let bad_key: ApiError =
+            RuntimeError::Lease(legio_store::LeaseError::BadKey { key: "k".into() }).into();
+        assert_eq!(bad_key.code, "internal");
         let restarting: ApiError = RuntimeError::AgentRestarting {
             agent: "ann".into(),
         }

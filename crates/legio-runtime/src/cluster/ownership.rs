@@ -1,9 +1,10 @@
 //! Ownership: which conversations this node runs, by lease. Before a conversation's actors start
 //! here the node takes the conversation's lease (create-if-absent; its revision is the fencing
 //! token) and reads the conversation again from the stream (`NatsLog::refresh`), so its agents
-//! start from the log with the usual crash boundaries. One task renews every lease at TTL/3. A
-//! node that cannot renew for 3/4 of the TTL, whose lease was taken, or whose append the log
-//! refused as fenced, stands down: the conversation's actors are killed (nothing more is
+//! start from the log with the usual crash boundaries. One task renews every lease at TTL/3 and
+//! watches, at TTL/8, for leases no longer trusted. A node that cannot renew for 3/4 of the TTL
+//! (even while a renewal still waits on the cluster), whose lease was taken, or whose append
+//! the log refused as fenced, stands down: the conversation's actors are killed (nothing more is
 //! appended; turns in flight fail as moved) before the lease can expire. A conversation whose
 //! actors were all reaped (idle), with no request of this node on it, is released: its lease
 //! deleted by revision and its projection dropped, so any node may take it at the next post.
@@ -283,17 +284,43 @@ impl Ownership {
         Ok(())
     }
 
-    /// Starts the task that renews every lease at TTL/3.
+    /// Starts the task that renews every lease at TTL/3 and, beside it, stands down at TTL/8
+    /// from every lease no longer trusted: a renewal can wait for the cluster longer than the
+    /// lease lives (`request_timeout`, 5 s, against a TTL of 2 s; or several conversations
+    /// renewed one after another), and the actors must stop before the lease can expire.
     pub(crate) fn start_renewing(self: &Arc<Self>) {
         let ownership = Arc::clone(self);
         let period = self.leases.ttl() / 3;
+        let watch = self.leases.ttl() / 8;
         let task = tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(period).await;
-                ownership.renew_all().await;
-            }
+            let renewing = async {
+                loop {
+                    tokio::time::sleep(period).await;
+                    ownership.renew_all().await;
+                }
+            };
+            let watching = async {
+                loop {
+                    tokio::time::sleep(watch).await;
+                    ownership.stand_down_untrusted().await;
+                }
+            };
+            tokio::join!(renewing, watching);
         });
         *lock(&self.renewer) = Some(task);
+    }
+
+    /// Stands down from every held conversation whose lease was not renewed within its trust
+    /// (3/4 of the TTL), without waiting for a renewal still pending on the cluster.
+    async fn stand_down_untrusted(&self) {
+        let stale: Vec<ConversationKey> = lock(&self.held)
+            .iter()
+            .filter(|(_, h)| !h.releasing && h.renewed.elapsed() >= self.trust())
+            .map(|(conversation, _)| conversation.clone())
+            .collect();
+        for conversation in stale {
+            self.stand_down(&conversation, "unrenewed").await;
+        }
     }
 
     async fn renew_all(&self) {

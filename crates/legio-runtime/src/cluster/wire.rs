@@ -137,7 +137,7 @@ const TURN_KINDS: [(TurnErrorKind, &str); 10] = [
     (TurnErrorKind::Moved, "moved"),
 ];
 
-const CODES: [(ErrorCode, &str); 18] = [
+const CODES: [(ErrorCode, &str); 19] = [
     (ErrorCode::Config, "config"),
     (ErrorCode::BadName, "bad_name"),
     (ErrorCode::ReservedConversation, "reserved_conversation"),
@@ -151,6 +151,7 @@ const CODES: [(ErrorCode, &str); 18] = [
     (ErrorCode::StorageFull, "storage_full"),
     (ErrorCode::TooManyOpenFiles, "too_many_open_files"),
     (ErrorCode::StorageFailed, "storage_failed"),
+    (ErrorCode::ClusterUnavailable, "cluster_unavailable"),
     (ErrorCode::Unavailable, "unavailable"),
     (ErrorCode::ProviderUnavailable, "provider_unavailable"),
     (ErrorCode::InvalidTool, "invalid_tool"),
@@ -422,6 +423,7 @@ mod tests {
             ErrorCode::StorageFull,
             ErrorCode::TooManyOpenFiles,
             ErrorCode::StorageFailed,
+            ErrorCode::ClusterUnavailable,
         ] {
             assert_eq!(code_of(code_name(code)), code);
             assert_ne!(code_name(code), "internal");

@@ -76,8 +76,15 @@ struct BatchAck {
 }
 
 impl Publisher {
-    /// Publishes `messages` (one append) under the append id `id`, retrying transient failures.
-    pub(crate) async fn publish(&self, id: &str, messages: &[Outgoing]) -> Result<Outcome> {
+    /// Publishes `messages` (one append) under the append id `id`, retrying transient failures
+    /// until the deadline, or until `abandoned` says the append is no longer wanted (its node
+    /// stood down from every conversation in it while the cluster was out of reach).
+    pub(crate) async fn publish(
+        &self,
+        id: &str,
+        messages: &[Outgoing],
+        abandoned: impl Fn() -> bool,
+    ) -> Result<Outcome> {
         let _permit = if messages.len() > 1 {
             Some(
                 self.batches
@@ -108,6 +115,18 @@ impl Publisher {
                 }
                 Attempt::Done(outcome) => return Ok(outcome),
                 Attempt::Fail(error) => return Err(error),
+                Attempt::Retry(reason) if abandoned() => {
+                    return Err(StoreError::Cluster {
+                        during: "appending",
+                        reason: format!(
+                            "stopped after {attempt} attempt{} in {:.1} s: this node stood \
+                             down from the conversation (it could not renew its lease); the \
+                             append may or may not be stored: {reason}",
+                            if attempt == 1 { "" } else { "s" },
+                            started.elapsed().as_secs_f64()
+                        ),
+                    })
+                }
                 Attempt::Retry(reason) if started.elapsed() + backoff > self.deadline => {
                     return Err(StoreError::Cluster {
                         during: "appending",

@@ -236,7 +236,11 @@ async fn append_events(
         })
         .collect();
     let id = inner.next_append_id();
-    let outcome = inner.publisher.publish(&id, &outgoing).await;
+    let stood_down = || {
+        let fenced = lock(&inner.fenced);
+        conversations.iter().all(|c| fenced.contains_key(c))
+    };
+    let outcome = inner.publisher.publish(&id, &outgoing, stood_down).await;
     let last = match outcome {
         Ok(Outcome::Stored { last }) => last,
         Ok(Outcome::WrongLast) => return Err(fence(inner, conversations, &expected).await),
