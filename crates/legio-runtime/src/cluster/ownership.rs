@@ -62,7 +62,8 @@ pub(crate) struct Ownership {
     renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
-/// How often taking a lease is tried before the post fails, and the pause after a cluster error.
+/// How often taking a lease is tried before the post fails (within a TTL after a cluster error),
+/// and the pause after a cluster error.
 const ACQUIRE_ATTEMPTS: u32 = 5;
 const ACQUIRE_PAUSE: Duration = Duration::from_millis(200);
 
@@ -211,6 +212,7 @@ impl Ownership {
         if lock(&self.held).contains_key(conversation) && self.renew(conversation).await? {
             return Ok(Owner::Here);
         }
+        let started = Instant::now();
         for attempt in 1..=ACQUIRE_ATTEMPTS {
             let (leases, name, node) = (
                 Arc::clone(&self.leases),
@@ -241,8 +243,11 @@ impl Ownership {
                 // Expired between the refused create and the read: try again.
                 Err(LeaseError::Held { holder, .. }) if holder.is_empty() => continue,
                 Err(LeaseError::Held { holder, .. }) => return Ok(Owner::Node(holder)),
-                // A replica of the bucket not ready yet (a server restarting, a leader moving).
-                Err(LeaseError::Store(e)) if attempt < ACQUIRE_ATTEMPTS => {
+                // A replica of the bucket not ready yet (a server restarting, a leader moving);
+                // for up to a TTL, not for five timeouts with the cluster out of reach.
+                Err(LeaseError::Store(e))
+                    if attempt < ACQUIRE_ATTEMPTS && started.elapsed() < self.ttl() =>
+                {
                     tracing::info!(conversation = %conversation, error = %e, "taking a lease failed; trying again");
                     tokio::time::sleep(ACQUIRE_PAUSE).await;
                     continue;

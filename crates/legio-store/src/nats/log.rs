@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
 use futures_util::TryStreamExt;
@@ -396,9 +396,44 @@ impl Inner {
         }
     }
 
-    /// A scan of the stream (reader.rs), with its own consumer name should it need one.
+    /// A scan of the stream (reader.rs), with its own consumer name should it need one (a fresh
+    /// one for each attempt), [retried](Self::retried).
     pub(super) async fn scan(&self, next: Scan) -> Result<Vec<Stored>> {
-        scan(&self.publisher.stream, next, self.options.request_timeout).await
+        let mut reader = Some(next.reader.clone());
+        self.retried(|| {
+            let attempt = Scan {
+                reader: reader.take().unwrap_or_else(|| self.next_reader()),
+                ..next.clone()
+            };
+            scan(
+                &self.publisher.stream,
+                attempt,
+                self.options.request_timeout,
+            )
+        })
+        .await
+    }
+
+    /// Runs `read` again after a cluster error (a leader election, a lost connection, a server
+    /// catching up after a partition healed: reads are idempotent) until `append_deadline`.
+    pub(super) async fn retried<T, F: Future<Output = Result<T>>>(
+        &self,
+        mut read: impl FnMut() -> F,
+    ) -> Result<T> {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match read().await {
+                Err(StoreError::Cluster { during, reason })
+                    if started.elapsed() + backoff < self.options.append_deadline =>
+                {
+                    tracing::debug!(during, %reason, "a read failed, retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// A fresh consumer name for a scan: this connection's prefix and a counter.
@@ -429,11 +464,14 @@ impl Inner {
 impl Inner {
     async fn stream_last(&self) -> Result<Seq> {
         let info = self
-            .publisher
-            .stream
-            .get_info()
-            .await
-            .map_err(|e| StoreError::cluster("reading the stream's state", e))?;
+            .retried(|| async {
+                self.publisher
+                    .stream
+                    .get_info()
+                    .await
+                    .map_err(|e| StoreError::cluster("reading the stream's state", e))
+            })
+            .await?;
         let last = Seq(info.state.last_sequence);
         self.acknowledge(last);
         Ok(last)

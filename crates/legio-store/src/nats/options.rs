@@ -58,8 +58,8 @@ pub struct NatsOptions {
     pub max_message_bytes: usize,
     /// How long one request to the cluster may take before it is retried (default 5 s).
     pub request_timeout: Duration,
-    /// How long an append keeps retrying through a leader election or a lost connection before it
-    /// fails (default 30 s).
+    /// How long an append, or a read of the stream, keeps retrying through a leader election or a
+    /// lost connection before it fails (default 30 s).
     pub append_deadline: Duration,
 }
 

@@ -55,7 +55,7 @@ const SUBJECT_PROBES: usize = 16;
 /// What to scan: messages with `from <= seq <= to`, on `filter` (a subject) or all, at most
 /// `limit`. The caller caps `to` at a seq known to exist, so the scan knows when it is done.
 /// `reader` names the consumer a long scan uses (unique per scan).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Scan {
     pub(crate) from: u64,
     pub(crate) to: u64,

@@ -1,6 +1,8 @@
-//! A TCP proxy between one legio node and one nats-server that the test can cut and heal: a
-//! network partition of that node from the cluster, with both processes running. While cut,
-//! every connection through it is closed and new ones are closed as soon as they are accepted.
+//! A TCP proxy the test can cut and heal: a network partition with both sides running. While
+//! cut, every connection through it is closed and new ones are closed as soon as they are
+//! accepted. The cluster tests put one between a legio node and its nats-server, and
+//! [`NatsCluster::start_partitionable`](crate::nats::NatsCluster::start_partitionable) one in
+//! front of a nats-server's route port, the only way the other servers reach it.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -8,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The proxy: connections accepted on `port` go to the server at `target`.
+#[derive(Debug)]
 pub struct Proxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
