@@ -3,7 +3,7 @@
 //! revision is the fencing token), release deletes by revision, and a lease nobody renews
 //! disappears after the bucket's max age (the lease TTL).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, kv};
@@ -66,6 +66,8 @@ pub enum LeaseError {
 pub struct Leases {
     store: kv::Store,
     ttl: Duration,
+    /// How long a listing keeps retrying through a leader election (`append_deadline`).
+    retry_for: Duration,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -99,6 +101,7 @@ impl Leases {
         Ok(Self {
             store,
             ttl: options.lease_ttl,
+            retry_for: options.append_deadline,
             runtime: Some(runtime),
         })
     }
@@ -220,8 +223,27 @@ impl Leases {
     /// (took or renewed it; by the servers' clock against this machine's). Keys come from the
     /// stream's state and each lease from its leader, so a lease taken a moment ago is listed
     /// (a key watcher can miss a key renewed while it runs, and a replica answering a direct
-    /// read can lag behind the leader).
+    /// read can lag behind the leader). A listing the cluster fails (a leader election, a
+    /// server that just rejoined) is tried again, as the log's reads are, until
+    /// `append_deadline`: it writes nothing.
     pub fn list_with_age(&self) -> Result<Vec<(Lease, Duration)>, LeaseError> {
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            match self.list_once() {
+                Err(LeaseError::Store(StoreError::Cluster { during, reason }))
+                    if started.elapsed() + backoff < self.retry_for =>
+                {
+                    tracing::debug!(during, %reason, "listing the leases failed, retrying");
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn list_once(&self) -> Result<Vec<(Lease, Duration)>, LeaseError> {
         let store = self.store.clone();
         self.block_on(async move {
             let subjects: Vec<(String, usize)> = store
