@@ -566,24 +566,8 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
 
     proxy.cut();
     let cut_at = Instant::now();
-    let deadline = cut_at + Duration::from_secs(20);
-    while metric(&legion.nodes[cut], "legio_cluster_leases_lost_total", "") < 1.0 {
-        assert!(
-            Instant::now() < deadline,
-            "the cut-off node never stood down"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // It stood down once its lease was no longer trusted (3/4 of the TTL after its last
-    // renewal), not when its pending renewal timed out (`request_timeout`, 5 s): before the
-    // lease could expire at the servers, the TTL after the cut at the earliest (1 s of slack
-    // for a loaded machine).
-    let stood_down_after = cut_at.elapsed();
+    let stood_down_after = stands_down_in_time(&legion, cut, cut_at);
     println!("stood down {stood_down_after:?} after the cut");
-    assert!(
-        stood_down_after < legion.ttl + Duration::from_secs(1),
-        "the cut-off node stood down only {stood_down_after:?} after the cut"
-    );
     acked.push(served_by(&legion, &[0, 1, 2], CONV, "@ann after the cut"));
     let moved_after = cut_at.elapsed();
     let new_owner = legion.owner(CONV).expect("an owner");
@@ -701,8 +685,8 @@ fn with_the_whole_cluster_down_posts_fail_and_the_conversation_goes_on_once_it_r
 /// stands down before its lease can expire, and its conversation is served on the majority side
 /// after the TTL; a conversation owned there goes on meanwhile; a post to the cut-off node
 /// fails. Once healed, the cut-off server catches up and that node serves posts again. Every
-/// acknowledged post is in the log once, verify is clean
-/// and every provider session was sent each message once.
+/// acknowledged post is in the log once, verify is clean and every provider session was sent
+/// each message once.
 #[test]
 fn a_partition_between_servers_moves_the_minority_sides_conversations_to_the_majority() {
     let _one_at_a_time = one_at_a_time();
@@ -724,20 +708,8 @@ fn a_partition_between_servers_moves_the_minority_sides_conversations_to_the_maj
 
     legion.nats.cut_off();
     let cut_at = Instant::now();
-    let deadline = cut_at + Duration::from_secs(20);
-    while metric(&legion.nodes[cut], "legio_cluster_leases_lost_total", "") < 1.0 {
-        assert!(
-            Instant::now() < deadline,
-            "the minority's node never stood down"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let stood_down_after = cut_at.elapsed();
+    let stood_down_after = stands_down_in_time(&legion, cut, cut_at);
     println!("n4 stood down {stood_down_after:?} after the partition");
-    assert!(
-        stood_down_after < legion.ttl + Duration::from_secs(1),
-        "n4 stood down only {stood_down_after:?} after the partition"
-    );
     acked.push(served_by(
         &legion,
         &[0],
@@ -807,6 +779,28 @@ fn a_partition_between_servers_moves_the_minority_sides_conversations_to_the_maj
     }
     legion.verify();
     check_sessions(&legion.sessions_dir());
+}
+
+/// Waits until node `i`, cut off from the cluster at `cut_at`, stands down, and asserts that it
+/// did once its lease was no longer trusted (3/4 of the TTL after its last renewal), not when
+/// its pending renewal timed out (`request_timeout`, 5 s): before the lease could expire at the
+/// servers, the TTL after the cut at the earliest (1 s of slack for a loaded machine). Returns
+/// how long after the cut.
+fn stands_down_in_time(legion: &Legion, i: usize, cut_at: Instant) -> Duration {
+    let deadline = cut_at + Duration::from_secs(20);
+    while metric(&legion.nodes[i], "legio_cluster_leases_lost_total", "") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the cut-off node never stood down"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let after = cut_at.elapsed();
+    assert!(
+        after < legion.ttl + Duration::from_secs(1),
+        "the cut-off node stood down only {after:?} after the cut"
+    );
+    after
 }
 
 /// The text of `text` that one of the nodes `via` answered (see [`post_until_served_by`]).
