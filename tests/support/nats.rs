@@ -60,8 +60,8 @@ pub struct NatsCluster {
     binary: PathBuf,
     servers: Vec<Server>,
     dir: Option<tempfile::TempDir>,
-    /// The server that can be cut off from the others, and the proxy in front of its route port.
-    partition: Option<(usize, Proxy)>,
+    /// The proxy in front of the route port of the server that can be cut off from the others.
+    partition: Option<Proxy>,
 }
 
 /// Why a server did not come up.
@@ -152,6 +152,12 @@ fn monitor(monitor_port: u16, path: &str) -> Option<String> {
     let mut response = String::new();
     let _ = stream.read_to_string(&mut response);
     Some(response)
+}
+
+/// The JSON body of the monitoring endpoint `path` (`None`: no answer, or not JSON).
+fn monitor_json(monitor_port: u16, path: &str) -> Option<serde_json::Value> {
+    let response = monitor(monitor_port, path)?;
+    serde_json::from_str(response.split_once("\r\n\r\n")?.1).ok()
 }
 
 /// The last `n` lines of the file at `path` (or why it cannot be read).
@@ -263,7 +269,7 @@ impl NatsCluster {
                 binary: binary.clone(),
                 servers,
                 dir: Some(dir),
-                partition: isolable.zip(proxy),
+                partition: proxy,
             };
             match cluster.start_all() {
                 Ok(()) => return Some(cluster),
@@ -437,9 +443,7 @@ impl NatsCluster {
     /// the stream travel one route further).
     pub fn placement(&self, stream: &str) -> String {
         let body = |i: usize, path: &str| -> serde_json::Value {
-            let response = monitor(self.servers[i].monitor_port, path).unwrap_or_default();
-            let json = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-            serde_json::from_str(json).unwrap_or_default()
+            monitor_json(self.servers[i].monitor_port, path).unwrap_or_default()
         };
         let jsz = body(0, "/jsz?accounts=true&streams=true");
         let leader = jsz["account_details"]
@@ -467,7 +471,6 @@ impl NatsCluster {
         self.partition
             .as_ref()
             .expect("a partitionable cluster")
-            .1
             .cut();
     }
 
@@ -476,23 +479,18 @@ impl NatsCluster {
         self.partition
             .as_ref()
             .expect("a partitionable cluster")
-            .1
             .heal();
     }
 
     /// How many route connections server `i` has now (its `/routez`), or `None` when it does not
     /// answer.
     pub fn routes(&self, i: usize) -> Option<u64> {
-        let response = monitor(self.servers[i].monitor_port, "/routez")?;
-        let json = response.split_once("\r\n\r\n")?.1;
-        serde_json::from_str::<serde_json::Value>(json).ok()?["num_routes"].as_u64()
+        monitor_json(self.servers[i].monitor_port, "/routez")?["num_routes"].as_u64()
     }
 
     /// The names of the peers server `i`'s routes lead to (its `/routez`), each once.
     pub fn route_peers(&self, i: usize) -> Vec<String> {
-        let response = monitor(self.servers[i].monitor_port, "/routez").unwrap_or_default();
-        let json = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
-        let routes: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+        let routes = monitor_json(self.servers[i].monitor_port, "/routez").unwrap_or_default();
         let mut peers: Vec<String> = routes["routes"]
             .as_array()
             .into_iter()

@@ -3,13 +3,14 @@
 //! revision is the fencing token), release deletes by revision, and a lease nobody renews
 //! disappears after the bucket's max age (the lease TTL).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream::stream::LastRawMessageErrorKind;
 use async_nats::jetstream::{self, kv};
 use futures_util::{stream, StreamExt, TryStreamExt};
 use thiserror::Error;
 
+use super::backoff::Backoff;
 use super::options::NatsOptions;
 use super::subject::{decode_token, encode_token};
 use crate::error::StoreError;
@@ -227,16 +228,15 @@ impl Leases {
     /// server that just rejoined) is tried again, as the log's reads are, until
     /// `append_deadline`: it writes nothing.
     pub fn list_with_age(&self) -> Result<Vec<(Lease, Duration)>, LeaseError> {
-        let started = Instant::now();
-        let mut backoff = Duration::from_millis(20);
+        let mut backoff = Backoff::new(self.retry_for);
         loop {
             match self.list_once() {
-                Err(LeaseError::Store(StoreError::Cluster { during, reason }))
-                    if started.elapsed() + backoff < self.retry_for =>
-                {
+                Err(LeaseError::Store(StoreError::Cluster { during, reason })) => {
+                    let Some(pause) = backoff.next() else {
+                        return Err(LeaseError::Store(StoreError::Cluster { during, reason }));
+                    };
                     tracing::debug!(during, %reason, "listing the leases failed, retrying");
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    std::thread::sleep(pause);
                 }
                 other => return other,
             }

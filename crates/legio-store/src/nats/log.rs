@@ -8,13 +8,14 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream::{self, stream::LastRawMessageErrorKind};
 use futures_util::TryStreamExt;
 use legio_core::{AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, Viewer};
 use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
+use super::backoff::Backoff;
 use super::grouping::Grouping;
 use super::inner::{lock, Inner, Submit, READ_CHUNK};
 use super::options::NatsOptions;
@@ -420,17 +421,16 @@ impl Inner {
         &self,
         mut read: impl FnMut() -> F,
     ) -> Result<T> {
-        let started = Instant::now();
-        let mut backoff = Duration::from_millis(20);
+        let mut backoff = Backoff::new(self.options.append_deadline);
         loop {
             match read().await {
-                Err(StoreError::Cluster { during, reason })
-                    if started.elapsed() + backoff < self.options.append_deadline =>
-                {
-                    tracing::debug!(during, %reason, "a read failed, retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
-                }
+                Err(StoreError::Cluster { during, reason }) => match backoff.next() {
+                    Some(pause) => {
+                        tracing::debug!(during, %reason, "a read failed, retrying");
+                        tokio::time::sleep(pause).await;
+                    }
+                    None => return Err(StoreError::Cluster { during, reason }),
+                },
                 other => return other,
             }
         }

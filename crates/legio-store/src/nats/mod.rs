@@ -3,6 +3,7 @@
 //! that names a storage engine. [`NodeBus`] carries requests between nodes (core NATS
 //! request/reply). See `docs/cluster.md`.
 
+mod backoff;
 mod bus;
 mod grouping;
 mod inner;

@@ -3,7 +3,7 @@
 //! it expects. Retries through leader elections and reconnects until the append deadline, and
 //! recognizes its own earlier attempt when a retry finds it stored.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::header::{
     HeaderMap, NATS_BATCH_COMMIT, NATS_BATCH_ID, NATS_BATCH_SEQUENCE,
@@ -18,6 +18,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use tokio::sync::Semaphore;
 
+use super::backoff::Backoff;
 use crate::error::{Result, StoreError};
 
 /// Our own header: the id of the append a message belongs to, on every message, so that a retry
@@ -95,8 +96,7 @@ impl Publisher {
         } else {
             None
         };
-        let started = Instant::now();
-        let mut backoff = Duration::from_millis(20);
+        let mut backoff = Backoff::new(self.deadline);
         for attempt in 1u32.. {
             let result = if messages.len() == 1 {
                 self.publish_one(id, &messages[0]).await
@@ -123,24 +123,23 @@ impl Publisher {
                              down from the conversation (it could not renew its lease); the \
                              append may or may not be stored: {reason}",
                             if attempt == 1 { "" } else { "s" },
-                            started.elapsed().as_secs_f64()
-                        ),
-                    })
-                }
-                Attempt::Retry(reason) if started.elapsed() + backoff > self.deadline => {
-                    return Err(StoreError::Cluster {
-                        during: "appending",
-                        reason: format!(
-                            "gave up after {attempt} attempts in {:.1} s (is a majority of the \
-                             stream's servers up and reachable?): {reason}",
-                            started.elapsed().as_secs_f64()
+                            backoff.elapsed().as_secs_f64()
                         ),
                     })
                 }
                 Attempt::Retry(reason) => {
+                    let Some(pause) = backoff.next() else {
+                        return Err(StoreError::Cluster {
+                            during: "appending",
+                            reason: format!(
+                                "gave up after {attempt} attempts in {:.1} s (is a majority of \
+                                 the stream's servers up and reachable?): {reason}",
+                                backoff.elapsed().as_secs_f64()
+                            ),
+                        });
+                    };
                     tracing::debug!(attempt, %reason, "append failed, retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(1));
+                    tokio::time::sleep(pause).await;
                 }
             }
         }
