@@ -185,9 +185,10 @@ fn error_code(body: &str) -> String {
         .to_owned()
 }
 
-/// A 200 KiB message (sled writes it to a blob file of its own) starting with `marker`.
+/// A message of the largest size accepted (1 MiB: over a quarter of sled's 4 MiB segment, so
+/// sled writes it to a blob file of its own) starting with `marker`.
 fn big(marker: &str) -> String {
-    format!("{marker} {}", "x".repeat(200 * 1024))
+    format!("{marker} {}", "x".repeat(1024 * 1024 - marker.len() - 1))
 }
 
 /// Restarts serve on `db`: every acknowledged turn is in its conversation's history and a new

@@ -140,6 +140,32 @@ fn the_v2_golden_log_still_reads() {
     let log = SledLog::open(dir.path(), &StoreOptions::default()).unwrap();
     assert_eq!(log.migration().from, LAYOUT_VERSION);
     check_contents(&log);
+    // Written with sled's 512 KiB segments (new logs get 4 MiB): it keeps them, takes appends
+    // and reopens.
+    assert!(segment_line(dir.path()).ends_with(": 524288"));
+    let last = log.last_seq();
+    log.append(golden_batches().remove(0)).unwrap();
+    drop(log);
+    let log = SledLog::open(dir.path(), &StoreOptions::default()).unwrap();
+    assert!(log.last_seq() > last);
+    assert!(segment_line(dir.path()).ends_with(": 524288"));
+}
+
+#[test]
+fn a_new_log_gets_4_mib_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(SledLog::open(dir.path(), &StoreOptions::default()).unwrap());
+    assert!(segment_line(dir.path()).ends_with(": 4194304"));
+}
+
+/// The segment size sled recorded in its `conf` file.
+fn segment_line(path: &Path) -> String {
+    let conf = std::fs::read(path.join("conf")).unwrap();
+    String::from_utf8_lossy(&conf)
+        .lines()
+        .find(|l| l.starts_with("segment_size"))
+        .unwrap()
+        .to_owned()
 }
 
 /// `log-v1.sled.gz` was written by the last v1 build (commit e7338d8's `SledLog`, appending

@@ -314,9 +314,10 @@ fn a_failed_commit_refuses_every_later_append() {
     let size_kib = std::fs::metadata(path.join("db")).unwrap().len() / 1024;
     // bash: ignore SIGXFSZ (so a write past the limit fails with EFBIG instead of killing the
     // process; an ignored signal stays ignored across exec), limit file sizes, run the child.
+    // The limit leaves room for two of sled's 4 MiB segments: an open may start a new one.
     let script = format!(
         "trap '' XFSZ; ulimit -f {}; exec \"$0\" --exact sled_log::a_failed_commit_refuses_every_later_append --nocapture --test-threads=1",
-        size_kib + 1024
+        size_kib + 9 * 1024
     );
     let out = std::process::Command::new("bash")
         .args(["-c", &script])

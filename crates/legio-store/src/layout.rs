@@ -19,8 +19,9 @@ use crate::error::{Result, StoreError};
 pub const LAYOUT_VERSION: u8 = 2;
 
 /// Records are packed into one chunk up to this many bytes (a larger record gets a chunk of its
-/// own). sled writes values over a quarter of its 512 KiB segment to separate blob files, which
-/// it never fsyncs; chunks stay well below that.
+/// own). sled writes values over a quarter of a segment to separate blob files, which it never
+/// fsyncs; chunks stay well below that, and so does a leaf of 17 chunks in the 4 MiB segments of
+/// a new log (`sled_backend.rs`).
 pub(crate) const CHUNK_BYTES: usize = 48 * 1024;
 
 const CHUNK_HEADER: usize = 1 + 8 + 4;

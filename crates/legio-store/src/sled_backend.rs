@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use legio_core::Seq;
 
@@ -24,11 +24,25 @@ pub(crate) struct SledBackend {
     /// The folder errors name: `path`, or the original of a read-only copy.
     origin: PathBuf,
     data_file: File,
-    synced_blobs: Mutex<HashSet<OsString>>,
+    blobs: Mutex<BlobsSeen>,
     /// The first commit failure: from then on nothing is flushed (after a failed write sled may
     /// wait forever in its flush) and every append is refused with it.
     failure: Mutex<Option<StoreError>>,
 }
+
+/// What the last listing of sled's blob folder found.
+#[derive(Default)]
+struct BlobsSeen {
+    /// The blob files present then (each fsynced).
+    synced: HashSet<OsString>,
+    /// The folder's mtime, when the listing came at least [`BLOBS_QUIET`] after it.
+    settled: Option<SystemTime>,
+}
+
+/// How long the blob folder must have been unchanged before a listing trusts its mtime: more
+/// than the granularity of a file system's timestamps (a coarse clock tick, or seconds on some
+/// file systems), so an entry added after the listing cannot leave the mtime as it was.
+const BLOBS_QUIET: Duration = Duration::from_secs(3);
 
 /// sled's database and the log's trees in it.
 struct Sled {
@@ -66,15 +80,26 @@ impl SledBackend {
                 path: path.to_owned(),
             });
         }
-        let config = sled::Config::new()
-            .path(path)
-            .cache_capacity(options.cache_capacity_bytes)
-            .flush_every_ms(match options.durability {
-                // The committer flushes every group itself.
-                Durability::Sync => None,
-                Durability::Relaxed { flush_every } => Some(flush_every.as_millis().max(1) as u64),
-            });
-        let db = open_with_lock_grace(&config, path, origin)?;
+        let config = |segment_size: usize| {
+            sled::Config::new()
+                .path(path)
+                .cache_capacity(options.cache_capacity_bytes)
+                .segment_size(segment_size)
+                .flush_every_ms(match options.durability {
+                    // The committer flushes every group itself.
+                    Durability::Sync => None,
+                    Durability::Relaxed { flush_every } => {
+                        Some(flush_every.as_millis().max(1) as u64)
+                    }
+                })
+        };
+        let db = match open_with_lock_grace(&config(SEGMENT_BYTES), path, origin) {
+            Err(OpenError::OtherSegmentSize) => {
+                open_with_lock_grace(&config(OLD_SEGMENT_BYTES), path, origin)
+                    .map_err(OpenError::into_store_error)?
+            }
+            opened => opened.map_err(OpenError::into_store_error)?,
+        };
         let tree = |id: TreeId| db.open_tree(id.name()).map_err(sled_err("opening a tree"));
         let trees = [
             tree(TreeId::Chunks)?,
@@ -89,7 +114,7 @@ impl SledBackend {
             path: path.to_owned(),
             origin: origin.to_owned(),
             data_file,
-            synced_blobs: Mutex::new(HashSet::new()),
+            blobs: Mutex::new(BlobsSeen::default()),
             failure: Mutex::new(None),
         };
         // Make the files' directory entries durable once (a fresh database's `db` file).
@@ -203,50 +228,111 @@ impl SledBackend {
         self.data_file
             .sync_data()
             .map_err(|e| StoreError::io("fdatasync of the data file", e))?;
-        let mut fsyncs = 1;
-        let blob_dir = self.path.join("blobs");
-        if let Ok(entries) = std::fs::read_dir(&blob_dir) {
-            let mut synced = self
-                .synced_blobs
-                .lock()
-                .map_err(|_| StoreError::io("syncing blobs", "lock poisoned"))?;
-            let mut present = HashSet::new();
-            let mut new_blobs = false;
-            for entry in entries.flatten() {
-                let name = entry.file_name();
-                if !synced.contains(&name) {
-                    // A blob may be removed by sled's GC between listing and opening: skip it.
-                    if let Ok(file) = File::open(entry.path()) {
-                        file.sync_all()
-                            .map_err(|e| StoreError::io("fsync of a blob file", e))?;
-                        fsyncs += 1;
-                        new_blobs = true;
-                    }
-                }
-                present.insert(name);
-            }
-            if new_blobs {
-                sync_dir(&blob_dir)?;
-                fsyncs += 1;
-            }
-            *synced = present;
-        }
+        let fsyncs = 1 + self.sync_new_blobs()?;
         m::fsyncs(fsyncs);
         Ok(())
+    }
+
+    /// Fsyncs the blob files sled wrote since the last sync, then the blob folder; returns how
+    /// many fsyncs that took. The folder is listed only when its mtime moved since a listing
+    /// that came [`BLOBS_QUIET`] after its last change (any entry added later moves the mtime
+    /// past the one remembered), so a sync with no new blob costs one `stat`.
+    fn sync_new_blobs(&self) -> Result<u64> {
+        let blob_dir = self.path.join("blobs");
+        let Ok(mtime) = std::fs::metadata(&blob_dir).and_then(|m| m.modified()) else {
+            return Ok(0);
+        };
+        let mut seen = self
+            .blobs
+            .lock()
+            .map_err(|_| StoreError::io("syncing blobs", "lock poisoned"))?;
+        if seen.settled == Some(mtime) {
+            return Ok(0);
+        }
+        let Ok(entries) = std::fs::read_dir(&blob_dir) else {
+            return Ok(0);
+        };
+        let mut fsyncs = 0;
+        let mut present = HashSet::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            // A blob may be removed by sled's GC between listing and opening: skip it.
+            if !seen.synced.contains(&name) {
+                if let Ok(file) = File::open(entry.path()) {
+                    file.sync_all()
+                        .map_err(|e| StoreError::io("fsync of a blob file", e))?;
+                    fsyncs += 1;
+                }
+            }
+            present.insert(name);
+        }
+        if fsyncs > 0 {
+            sync_dir(&blob_dir)?;
+            fsyncs += 1;
+        }
+        seen.synced = present;
+        seen.settled = SystemTime::now()
+            .duration_since(mtime)
+            .is_ok_and(|age| age >= BLOBS_QUIET)
+            .then_some(mtime);
+        Ok(fsyncs)
     }
 }
 
 /// How long `open` keeps retrying a held lock. sled hands some writes to its own thread pool,
 /// which can hold the file (and its lock) for a moment after the last handle in this process is
 /// dropped; a lock held by another live process is still reported within this time.
-const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
+const LOCK_GRACE: Duration = Duration::from_millis(500);
 
-fn open_with_lock_grace(config: &sled::Config, path: &Path, origin: &Path) -> Result<sled::Db> {
+/// The size of sled's log segments (and io buffers) in a database this build creates. sled
+/// writes a page whose serialized size is over a quarter of a segment to a blob file of its own,
+/// which a sync must then fsync with the blob folder; a leaf of 17 chunks of
+/// [`crate::layout::CHUNK_BYTES`] (sled splits leaves above 16 items) is about 840 KB, which
+/// 4 MiB segments keep in the log (sled's default of 512 KiB did not). sled refuses to open a
+/// database with another segment size than the one it was created with (its `conf` file).
+const SEGMENT_BYTES: usize = 4 << 20;
+
+/// The segment size of databases created by earlier builds (sled's default).
+const OLD_SEGMENT_BYTES: usize = 512 << 10;
+
+/// Why [`open_with_lock_grace`] failed.
+enum OpenError {
+    /// The database was created with another segment size: open it with that one.
+    OtherSegmentSize,
+    Store(StoreError),
+}
+
+impl OpenError {
+    fn into_store_error(self) -> StoreError {
+        match self {
+            Self::OtherSegmentSize => StoreError::io(
+                "opening the database",
+                "its segment size is neither 4 MiB nor 512 KiB (sled's conf file)",
+            ),
+            Self::Store(e) => e,
+        }
+    }
+}
+
+impl From<StoreError> for OpenError {
+    fn from(e: StoreError) -> Self {
+        Self::Store(e)
+    }
+}
+
+fn open_with_lock_grace(
+    config: &sled::Config,
+    path: &Path,
+    origin: &Path,
+) -> std::result::Result<sled::Db, OpenError> {
     let deadline = Instant::now() + LOCK_GRACE;
     let mut cleared = false;
     loop {
         match config.open() {
             Ok(db) => return Ok(db),
+            Err(sled::Error::Unsupported(why)) if why.contains("io buffer size") => {
+                return Err(OpenError::OtherSegmentSize);
+            }
             Err(sled::Error::Corruption { .. })
                 if !cleared && remove_unfinished_snapshots(path)? =>
             {
@@ -255,7 +341,7 @@ fn open_with_lock_grace(config: &sled::Config, path: &Path, origin: &Path) -> Re
             Err(e) => {
                 let text = e.to_string();
                 if !text.contains("could not acquire lock") {
-                    return Err(
+                    return Err(OpenError::Store(
                         match describe_failure(origin, e, "opening the database", None) {
                             StoreError::Io {
                                 during,
@@ -270,14 +356,14 @@ fn open_with_lock_grace(config: &sled::Config, path: &Path, origin: &Path) -> Re
                             },
                             damaged => damaged,
                         },
-                    );
+                    ));
                 }
                 if Instant::now() >= deadline {
-                    return Err(StoreError::Locked {
+                    return Err(OpenError::Store(StoreError::Locked {
                         path: path.to_owned(),
-                    });
+                    }));
                 }
-                std::thread::sleep(std::time::Duration::from_millis(10));
+                std::thread::sleep(Duration::from_millis(10));
             }
         }
     }
@@ -518,5 +604,39 @@ impl Backend for SledBackend {
             .db
             .size_on_disk()
             .map_err(sled_err("measuring size"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A blob sled writes after the folder's mtime was trusted moves the mtime, and the next
+    /// sync finds and fsyncs it (with the folder).
+    #[test]
+    fn a_blob_written_after_the_folder_settled_is_fsynced() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = SledBackend::open(dir.path(), dir.path(), &StoreOptions::default()).unwrap();
+        let blobs = dir.path().join("blobs");
+        let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        File::open(&blobs)
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+        assert_eq!(backend.sync_new_blobs().unwrap(), 0, "an empty folder");
+        assert_eq!(backend.blobs.lock().unwrap().settled, Some(an_hour_ago));
+        // Over a quarter of a 4 MiB segment: sled writes it to a blob file.
+        backend
+            .tree(TreeId::Chunks)
+            .insert(b"big", vec![7u8; 2 << 20])
+            .unwrap();
+        backend.db().flush().unwrap();
+        assert_eq!(std::fs::read_dir(&blobs).unwrap().count(), 1);
+        assert_eq!(
+            backend.sync_new_blobs().unwrap(),
+            2,
+            "the blob and the folder"
+        );
+        assert_eq!(backend.sync_new_blobs().unwrap(), 0, "nothing new");
     }
 }
