@@ -93,13 +93,7 @@ impl SledBackend {
                     }
                 })
         };
-        let db = match open_with_lock_grace(&config(SEGMENT_BYTES), path, origin) {
-            Err(OpenError::OtherSegmentSize) => {
-                open_with_lock_grace(&config(OLD_SEGMENT_BYTES), path, origin)
-                    .map_err(OpenError::into_store_error)?
-            }
-            opened => opened.map_err(OpenError::into_store_error)?,
-        };
+        let db = open_with_lock_grace(config, path, origin)?;
         let tree = |id: TreeId| db.open_tree(id.name()).map_err(sled_err("opening a tree"));
         let trees = [
             tree(TreeId::Chunks)?,
@@ -295,43 +289,24 @@ const SEGMENT_BYTES: usize = 4 << 20;
 /// The segment size of databases created by earlier builds (sled's default).
 const OLD_SEGMENT_BYTES: usize = 512 << 10;
 
-/// Why [`open_with_lock_grace`] failed.
-enum OpenError {
-    /// The database was created with another segment size: open it with that one.
-    OtherSegmentSize,
-    Store(StoreError),
-}
-
-impl OpenError {
-    fn into_store_error(self) -> StoreError {
-        match self {
-            Self::OtherSegmentSize => StoreError::io(
-                "opening the database",
-                "its segment size is neither 4 MiB nor 512 KiB (sled's conf file)",
-            ),
-            Self::Store(e) => e,
-        }
-    }
-}
-
-impl From<StoreError> for OpenError {
-    fn from(e: StoreError) -> Self {
-        Self::Store(e)
-    }
-}
-
+/// Opens the database, waiting up to [`LOCK_GRACE`] for a held lock; a database sled created
+/// with [`OLD_SEGMENT_BYTES`] is opened again with that size (`config` builds sled's
+/// configuration for a segment size).
 fn open_with_lock_grace(
-    config: &sled::Config,
+    config: impl Fn(usize) -> sled::Config,
     path: &Path,
     origin: &Path,
-) -> std::result::Result<sled::Db, OpenError> {
+) -> Result<sled::Db> {
     let deadline = Instant::now() + LOCK_GRACE;
     let mut cleared = false;
+    let mut segment_size = SEGMENT_BYTES;
     loop {
-        match config.open() {
+        match config(segment_size).open() {
             Ok(db) => return Ok(db),
-            Err(sled::Error::Unsupported(why)) if why.contains("io buffer size") => {
-                return Err(OpenError::OtherSegmentSize);
+            Err(sled::Error::Unsupported(why))
+                if why.contains("io buffer size") && segment_size != OLD_SEGMENT_BYTES =>
+            {
+                segment_size = OLD_SEGMENT_BYTES;
             }
             Err(sled::Error::Corruption { .. })
                 if !cleared && remove_unfinished_snapshots(path)? =>
@@ -341,7 +316,7 @@ fn open_with_lock_grace(
             Err(e) => {
                 let text = e.to_string();
                 if !text.contains("could not acquire lock") {
-                    return Err(OpenError::Store(
+                    return Err(
                         match describe_failure(origin, e, "opening the database", None) {
                             StoreError::Io {
                                 during,
@@ -356,12 +331,12 @@ fn open_with_lock_grace(
                             },
                             damaged => damaged,
                         },
-                    ));
+                    );
                 }
                 if Instant::now() >= deadline {
-                    return Err(OpenError::Store(StoreError::Locked {
+                    return Err(StoreError::Locked {
                         path: path.to_owned(),
-                    }));
+                    });
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
