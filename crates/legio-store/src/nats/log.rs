@@ -20,7 +20,7 @@ use super::grouping::Grouping;
 use super::inner::{lock, Inner, Submit, READ_CHUNK};
 use super::options::NatsOptions;
 use super::projection::Projection;
-use super::publish::{Publisher, MAX_BATCHES_IN_FLIGHT};
+use super::publish::{Publisher, LEGIO_APPEND, MAX_BATCHES_IN_FLIGHT};
 use super::reader::{scan, Scan, Stored};
 use super::runtime::block_on;
 use super::subject::Subjects;
@@ -311,6 +311,28 @@ impl Inner {
             Ok(message) => Ok(message.sequence),
             Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
             Err(e) => Err(StoreError::cluster("reading a conversation's last seq", e)),
+        }
+    }
+
+    /// Whether the last message on `subject` belongs to an append of this log (its
+    /// `Legio-Append` id carries this log's prefix).
+    pub(super) async fn last_is_own_append(&self, subject: &str) -> Result<bool> {
+        match self
+            .publisher
+            .stream
+            .get_last_raw_message_by_subject(subject)
+            .await
+        {
+            Ok(message) => Ok(message.headers.get(LEGIO_APPEND).is_some_and(|id| {
+                id.as_str()
+                    .strip_prefix(self.id_prefix.as_str())
+                    .is_some_and(|rest| rest.starts_with('-'))
+            })),
+            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
+            Err(e) => Err(StoreError::cluster(
+                "reading a conversation's last message",
+                e,
+            )),
         }
     }
 

@@ -267,21 +267,40 @@ async fn append_events(
 }
 
 /// An expectation failed: finds the conversations another writer appended to, refuses them from
-/// now on, and says which.
+/// now on, and says which. A conversation whose last message is this log's own (an earlier
+/// append whose outcome was unknown, stored late: it expected the same last seq, so nothing else
+/// came between) is not refused, only read again; when no other writer was found, the append
+/// fails as one to retry.
 async fn fence(
     inner: &Inner,
     conversations: &[ConversationKey],
     expected: &HashMap<ConversationKey, u64>,
 ) -> StoreError {
     let mut refused = Vec::new();
+    let mut own = Vec::new();
     for conversation in conversations {
-        let actual = inner
-            .subject_last(&inner.subjects.of(conversation))
-            .await
-            .unwrap_or(u64::MAX);
-        if actual != expected[conversation] {
+        let subject = inner.subjects.of(conversation);
+        let actual = inner.subject_last(&subject).await.unwrap_or(u64::MAX);
+        if actual == expected[conversation] {
+            continue;
+        }
+        if inner.last_is_own_append(&subject).await.unwrap_or(false) {
+            own.push(conversation.clone());
+        } else {
             refused.push(conversation.clone());
         }
+    }
+    inner.forget(&own);
+    if refused.is_empty() && !own.is_empty() {
+        tracing::warn!(conversations = ?own, "append refused: an earlier append of this log was stored late");
+        return StoreError::Cluster {
+            during: "appending",
+            reason: format!(
+                "an earlier append to {} whose outcome was unknown was stored after all; \
+                 nothing of this append was stored: append again",
+                own[0]
+            ),
+        };
     }
     if refused.is_empty() {
         refused = conversations.to_vec();
