@@ -40,9 +40,10 @@ pub(crate) struct WriteSet {
     pub(crate) bytes: u64,
 }
 
-/// List entries and the watermark `meta/indexed_through` they bring the lists up to, stored
-/// together or not at all (one sled transaction over `lists` and `meta`): the stored entries
-/// then hold exactly the seqs up to the stored watermark, which recovery relies on.
+/// List entries and the watermark `meta/indexed_through` they bring the lists up to, the
+/// watermark stored last: the stored entries at or below the stored watermark then hold exactly
+/// the seqs up to it. Entries above it (a write cut short) are ignored by readers and written
+/// again, under the same keys, by recovery.
 #[derive(Debug)]
 pub(crate) struct Indexed {
     pub(crate) lists: Vec<(Vec<u8>, Vec<u8>)>,

@@ -8,10 +8,11 @@
 //! **The list overlay.** A group's chunks and session states are written with the group; its
 //! list items go to an in-memory overlay ([`Pending`]), written every [`FLUSH_GROUPS`] groups
 //! or [`FLUSH_SEQS`] seqs (and when the committer idles, on flush and on close) as one merged
-//! entry per list, together with the watermark, atomically. The stored entries then hold exactly
-//! the seqs up to the stored watermark, the overlay those above it: reads take the stored ones
-//! up to the watermark and the overlay's above it, and recovery re-derives exactly the seqs
-//! past the watermark.
+//! entry per list, keyed by the list's first seq past the watermark, then the watermark. The
+//! stored entries up to the stored watermark then hold exactly the seqs up to it, the overlay
+//! those above it: reads take the stored ones up to the watermark and the overlay's above it,
+//! and recovery re-derives exactly the seqs past the watermark (writing again, under the same
+//! keys, any entry a crash left stored without its watermark).
 
 use std::ops::ControlFlow;
 use std::sync::{Mutex, RwLock};
@@ -36,10 +37,10 @@ use crate::metrics as m;
 const REFOLD_MARGIN: u64 = 1024;
 
 /// The overlay's list items are written after this many groups...
-pub(crate) const FLUSH_GROUPS: u32 = 32;
+pub(crate) const FLUSH_GROUPS: u32 = 128;
 
 /// ... or this many seqs, whichever comes first.
-pub(crate) const FLUSH_SEQS: u64 = 4096;
+pub(crate) const FLUSH_SEQS: u64 = 16384;
 
 /// The list items of the groups applied since the last list write: per list, the seqs above
 /// `indexed`, the watermark the stored entries reach.
@@ -286,17 +287,12 @@ impl<B: Backend> Engine<B> {
         Ok((ranges, bytes))
     }
 
-    /// Writes the overlay's list items if [`FLUSH_GROUPS`] groups or [`FLUSH_SEQS`] seqs are
-    /// pending.
-    pub(crate) fn flush_lists_if_due(&self) -> Result<()> {
-        let due = {
-            let pending = self.pending.read().map_err(|_| StoreError::Closed)?;
+    /// Whether the overlay's list items are due to be written: [`FLUSH_GROUPS`] groups or
+    /// [`FLUSH_SEQS`] seqs are pending.
+    pub(crate) fn lists_due(&self) -> bool {
+        self.pending.read().is_ok_and(|pending| {
             pending.groups >= FLUSH_GROUPS || pending.through.0 - pending.indexed.0 >= FLUSH_SEQS
-        };
-        if due {
-            self.flush_lists()?;
-        }
-        Ok(())
+        })
     }
 
     /// Whether the overlay holds list items not yet written.

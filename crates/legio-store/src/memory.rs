@@ -106,7 +106,7 @@ impl Backend for MemoryBackend {
         for (tree, key) in writes.removes {
             trees[index(tree)].remove(&key);
         }
-        // Under the one lock: atomic, as the sled backend's transaction.
+        // The entries, then the watermark, as the sled backend writes them (here under one lock).
         if let Some(indexed) = writes.indexed {
             for (key, value) in indexed.lists {
                 trees[index(TreeId::Lists)].insert(key, value.into());
@@ -165,7 +165,9 @@ impl EventLog for MemoryLog {
     fn submit(&self, events: Vec<Event>) -> Result<AppendHandle> {
         let encoded = self.engine.encode_batch(events)?;
         let (mut ranges, bytes) = self.engine.apply_group(vec![encoded])?;
-        self.engine.flush_lists_if_due()?;
+        if self.engine.lists_due() {
+            self.engine.flush_lists()?;
+        }
         let range = ranges.pop().ok_or(StoreError::EmptyBatch)?;
         crate::metrics::committed(range.len(), bytes, range.last.0);
         self.engine.publish(range.last);

@@ -149,27 +149,25 @@ impl SledBackend {
         describe_failure(&self.origin, e, "reading", seq)
     }
 
-    /// Stores list entries and the watermark in one sled transaction over `lists` and `meta`:
-    /// sled recovers the writes of a transaction all or none.
+    /// Stores list entries, then the watermark, as plain sled writes (each takes sled's global
+    /// lock only shared, so groups and reads go on meanwhile; a batch or a transaction would hold
+    /// it exclusively for the whole write). Every entry's key is its list's first seq past the
+    /// stored watermark and readers take stored entries only up to the watermark they hold, so
+    /// entries written before a crash without their watermark are ignored, and recovery writes
+    /// them again under the same keys. sled's log keeps writes in order: a recovered watermark
+    /// comes with every entry written before it.
     fn apply_indexed(&self, indexed: Indexed) -> Result<()> {
-        use sled::transaction::{TransactionError, Transactional};
-        let mut lists = sled::Batch::default();
+        let lists = self.tree(TreeId::Lists);
         for (key, value) in indexed.lists {
-            lists.insert(key, value);
+            lists
+                .insert(key, value)
+                .map_err(sled_err("writing list entries"))?;
         }
         let through = crate::keys::seq_key(indexed.through);
-        (self.tree(TreeId::Lists), self.tree(TreeId::Meta))
-            .transaction(|(tx_lists, tx_meta)| {
-                tx_lists.apply_batch(&lists)?;
-                tx_meta.insert(crate::keys::META_INDEXED_THROUGH, &through[..])?;
-                Ok::<(), sled::transaction::ConflictableTransactionError<()>>(())
-            })
-            .map_err(|e| match e {
-                TransactionError::Storage(e) => sled_err("writing list entries")(e),
-                TransactionError::Abort(()) => {
-                    StoreError::io("writing list entries", "the transaction aborted")
-                }
-            })
+        self.tree(TreeId::Meta)
+            .insert(crate::keys::META_INDEXED_THROUGH, &through[..])
+            .map_err(sled_err("writing the index watermark"))?;
+        Ok(())
     }
 
     pub(crate) fn tree(&self, id: TreeId) -> &sled::Tree {
@@ -548,7 +546,7 @@ impl Backend for SledBackend {
         // One sled batch for the chunks: a group's events are stored all or none. Session states
         // are plain writes after them (recovery re-folds every event past the watermark, and a
         // fold skips what a state already holds); list entries and the watermark go last, in
-        // one transaction (`apply_indexed`), written every few groups, not per group.
+        // plain writes (`apply_indexed`), written every few groups, not per group.
         if !writes.chunks.is_empty() {
             let mut chunks = sled::Batch::default();
             for (key, value) in writes.chunks {

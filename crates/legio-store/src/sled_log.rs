@@ -4,7 +4,8 @@
 //! thread, then send the batch to the committer; the committer drains every waiting batch, applies
 //! them in one pass (events, then indexes, then the watermark), calls sled's `flush` (which on
 //! Linux only issues `sync_file_range`), then `fdatasync`s sled's data file and any new blob file
-//! itself, and only then acknowledges every writer of the group.
+//! itself, and only then acknowledges every writer of the group. The list entries (the indexes)
+//! are written by a second thread, the lists writer, so that their write never delays a group.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -294,13 +295,51 @@ impl Drop for SledLog {
 }
 
 /// Commits groups until the log closes, then flushes, unless this process only read
-/// (`sync_on_close` false and no group applied: nothing to make durable).
+/// (`sync_on_close` false and no group applied: nothing to make durable). The lists writer runs
+/// beside it for as long.
 fn run_committer(
     engine: &Engine<SledBackend>,
     receiver: &mpsc::Receiver<Request>,
     durability: Durability,
     sync_on_close: bool,
+    closed_mark: bool,
+) -> bool {
+    let (lists_due, due) = mpsc::sync_channel(1);
+    let applied = std::thread::scope(|scope| {
+        let lists_writer = std::thread::Builder::new()
+            .name("legio-lists".into())
+            .spawn_scoped(scope, move || {
+                // Each signal: write what is pending then (one write may cover several).
+                while due.recv().is_ok() {
+                    write_lists(engine, Engine::flush_lists);
+                }
+            });
+        if let Err(e) = lists_writer {
+            // Without it the committer writes the lists itself (between groups).
+            tracing::warn!(error = %e, "no lists writer thread; the committer writes the lists");
+        }
+        let applied = commit_groups(engine, receiver, durability, closed_mark, &lists_due);
+        drop(lists_due);
+        applied
+    });
+    if engine.backend.failure().is_none() && (sync_on_close || applied) {
+        write_lists(engine, Engine::flush_lists);
+        if let Err(e) = engine.backend.sync() {
+            tracing::error!(error = %e, "final flush failed");
+        }
+    }
+    applied
+}
+
+/// The committer's loop: takes every waiting request as one group, applies and syncs it,
+/// acknowledges its writers, and signals `lists_due` when the list items are due. Answers
+/// whether it applied any group.
+fn commit_groups(
+    engine: &Engine<SledBackend>,
+    receiver: &mpsc::Receiver<Request>,
+    durability: Durability,
     mut closed_mark: bool,
+    lists_due: &mpsc::SyncSender<()>,
 ) -> bool {
     let mut applied = false;
     // After a failed write or fsync the state on disk is unknown: refuse everything from then
@@ -348,8 +387,7 @@ fn run_committer(
                     m::ack_latency(submitted.elapsed());
                     let _ = ack.send(Ok(range));
                 }
-                // After the acks: the writers need not wait for their list entries.
-                write_lists(engine, Engine::flush_lists_if_due);
+                signal_lists(engine, lists_due);
             }
             Err(error) => {
                 tracing::error!(error = %error, "commit failed; the log refuses further appends");
@@ -360,13 +398,18 @@ fn run_committer(
             }
         }
     }
-    if engine.backend.failure().is_none() && (sync_on_close || applied) {
-        write_lists(engine, Engine::flush_lists);
-        if let Err(e) = engine.backend.sync() {
-            tracing::error!(error = %e, "final flush failed");
-        }
-    }
     applied
+}
+
+/// When the list items are due: wakes the lists writer (a signal already waiting covers this
+/// one too), or writes them here when there is no lists writer.
+fn signal_lists(engine: &Engine<SledBackend>, lists_due: &mpsc::SyncSender<()>) {
+    if !engine.lists_due() {
+        return;
+    }
+    if let Err(mpsc::TrySendError::Disconnected(())) = lists_due.try_send(()) {
+        write_lists(engine, Engine::flush_lists);
+    }
 }
 
 /// Before the first group this process applies: removes the clean-close mark it found.
