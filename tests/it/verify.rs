@@ -283,7 +283,7 @@ fn a_watermark_behind_the_log_is_reported_and_nothing_else() {
 }
 
 /// Recovery on open re-derives exactly the list entries past the watermark (the list entries
-/// and the watermark are written together, all or none): a crash's lost entries are repaired by
+/// are written before their watermark): a crash's lost entries are repaired by
 /// a reopen; damage below the watermark is not (and verify still names it).
 #[test]
 fn reopening_rebuilds_the_indexes_past_the_watermark() {

@@ -30,7 +30,7 @@ impl TreeId {
 
 /// Writes for one commit. The backend applies `chunks` as one atomic batch first (a group's
 /// events are stored all or none), then `puts` and `removes` in order, then `indexed` (list
-/// entries and the watermark) as one atomic write.
+/// entries, then the watermark).
 #[derive(Default, Debug)]
 pub(crate) struct WriteSet {
     pub(crate) chunks: Vec<(Vec<u8>, Vec<u8>)>,

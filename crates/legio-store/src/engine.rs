@@ -180,12 +180,13 @@ impl<B: Backend> Engine<B> {
         self.hidden
     }
 
-    /// Re-derives the list entries of the seqs in `(watermark, to]` (one entry per list, stored
-    /// with the watermark `to` in one atomic write) and re-folds the session states of every
-    /// group from the one holding `from` to `to`. Exact, not merely idempotent: the stored
-    /// entries hold exactly the seqs up to the stored watermark (entries and watermark are
-    /// written together, all or none), so no seq past it is listed yet and none below it is
-    /// listed twice; a fold skips the events a state already holds.
+    /// Re-derives the list entries of the seqs in `(watermark, to]` (one entry per list, keyed
+    /// by its first seq past the watermark, then the watermark `to`) and re-folds the session
+    /// states of every group from the one holding `from` to `to`. Exact: the stored entries at
+    /// or below the stored watermark hold exactly the seqs up to it (the watermark is written
+    /// after its entries), and an entry a crash left past it has the key of the re-derived one,
+    /// which replaces it; so no seq is listed twice. A fold skips the events a state already
+    /// holds.
     fn reindex(&self, from: Seq, watermark: Seq, to: Seq) -> Result<u64> {
         let start = match self
             .backend

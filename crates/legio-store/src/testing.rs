@@ -51,8 +51,8 @@ pub enum Damage {
     /// Sets the index watermark to `seq` (and nothing else: the list entries past it stay).
     RewindWatermark(Seq),
     /// Removes every seq above `seq` from the lists and sets the watermark to `seq`: what a
-    /// crash leaves when the list entries past `seq` were not yet written (they are written
-    /// with the watermark, all or none).
+    /// crash leaves when the list entries past `seq` were not yet written (nor, since it is
+    /// written after them, their watermark).
     DropIndexesAfter(Seq),
 }
 
