@@ -310,8 +310,11 @@ fn run_committer(
             .name("legio-lists".into())
             .spawn_scoped(scope, move || {
                 // Each signal: write what is pending then (one write may cover several).
+                // After a commit failure nothing more is written (the state on disk is unknown).
                 while due.recv().is_ok() {
-                    write_lists(engine, Engine::flush_lists);
+                    if engine.backend.failure().is_none() {
+                        write_lists(engine, Engine::flush_lists);
+                    }
                 }
             });
         if let Err(e) = lists_writer {
