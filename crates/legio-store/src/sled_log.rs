@@ -32,7 +32,7 @@ use crate::verify::{self, VerifyProgress, VerifyReport};
 /// The most events one commit group takes.
 const MAX_GROUP_EVENTS: usize = 4096;
 
-/// The committer writes the pending list items when no append came for this long.
+/// The pending list items are written (by the lists writer) when no append came for this long.
 const IDLE_LISTS: std::time::Duration = std::time::Duration::from_millis(50);
 
 struct Request {
@@ -347,7 +347,7 @@ fn commit_groups(
     let mut applied = false;
     // After a failed write or fsync the state on disk is unknown: refuse everything from then
     // on, and flush nothing (sled may wait forever in a flush after a failed write).
-    while let Some(first) = next_request(engine, receiver) {
+    while let Some(first) = next_request(engine, receiver, lists_due) {
         let mut events = first.batch.len();
         let mut group = vec![first];
         while events < MAX_GROUP_EVENTS {
@@ -404,12 +404,16 @@ fn commit_groups(
     applied
 }
 
-/// When the list items are due: wakes the lists writer (a signal already waiting covers this
-/// one too), or writes them here when there is no lists writer.
+/// When the list items are due: has them written ([`wake_lists_writer`]).
 fn signal_lists(engine: &Engine<SledBackend>, lists_due: &mpsc::SyncSender<()>) {
-    if !engine.lists_due() {
-        return;
+    if engine.lists_due() {
+        wake_lists_writer(engine, lists_due);
     }
+}
+
+/// Wakes the lists writer (a signal already waiting covers this one too), or writes the list
+/// items here when there is no lists writer.
+fn wake_lists_writer(engine: &Engine<SledBackend>, lists_due: &mpsc::SyncSender<()>) {
     if let Err(mpsc::TrySendError::Disconnected(())) = lists_due.try_send(()) {
         write_lists(engine, Engine::flush_lists);
     }
@@ -425,16 +429,18 @@ fn clear_closed_mark(engine: &Engine<SledBackend>, mark: &mut bool) -> Result<()
 }
 
 /// The next request; while list items are pending, waiting at most [`IDLE_LISTS`] before
-/// writing them. `None` once the log closes.
+/// having the lists writer write them (a group arriving meanwhile need not wait for that
+/// write). `None` once the log closes.
 fn next_request(
     engine: &Engine<SledBackend>,
     receiver: &mpsc::Receiver<Request>,
+    lists_due: &mpsc::SyncSender<()>,
 ) -> Option<Request> {
     if engine.lists_pending() && engine.backend.failure().is_none() {
         match receiver.recv_timeout(IDLE_LISTS) {
             Ok(request) => return Some(request),
             Err(mpsc::RecvTimeoutError::Disconnected) => return None,
-            Err(mpsc::RecvTimeoutError::Timeout) => write_lists(engine, Engine::flush_lists),
+            Err(mpsc::RecvTimeoutError::Timeout) => wake_lists_writer(engine, lists_due),
         }
     }
     receiver.recv().ok()
