@@ -1232,6 +1232,9 @@ async fn metrics_and_dashboard() {
         "legio_turn_latency_seconds_bucket{",
         "le=\"0.001\"",
         "legio_store_append_latency_seconds_bucket{le=\"0.00005\"}",
+        "legio_store_commit_step_seconds_bucket{step=\"apply\",le=\"0.00005\"}",
+        "legio_store_commit_step_seconds_bucket{step=\"flush\",le=\"0.00005\"}",
+        "legio_store_commit_step_seconds_bucket{step=\"fdatasync\",le=\"0.00005\"}",
         "legio_context_tokens_sent_total",
         "legio_sessions_opened_total{",
         "legio_live_actors",
@@ -1240,6 +1243,20 @@ async fn metrics_and_dashboard() {
             text.contains(needle),
             "{needle} missing from /metrics:\n{text}"
         );
+    }
+    // The list overlay is written once the log idles (50 ms without appends).
+    let list_write = "legio_store_list_write_seconds_bucket{le=\"0.00005\"}";
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, body) = h.call("get", "/metrics", h.get("/metrics")).await;
+        if body.as_str().unwrap().contains(list_write) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{list_write} missing from /metrics 10 s after the turn"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let (status, page) = h.call("get", "/dashboard", h.get("/dashboard")).await;
     assert_eq!(status, StatusCode::OK);

@@ -36,9 +36,9 @@ function groupBy(samples, name, label) {
   }
   return out;
 }
-function buckets(samples, name) {
+function buckets(samples, name, filter) {
   const out = {};
-  for (const s of samples) if (s.name === name + "_bucket") {
+  for (const s of samples) if (s.name === name + "_bucket" && (!filter || filter(s.labels))) {
     const le = s.labels.le === "+Inf" ? Infinity : parseFloat(s.labels.le);
     out[le] = (out[le] || 0) + s.value;
   }
@@ -211,7 +211,19 @@ function update(samples, t) {
   const app = buckets(samples, "legio_store_append_latency_seconds");
   const a50 = quantile(app, prev && prev.app, 0.5), a99 = quantile(app, prev && prev.app, 0.99);
   if (prev) { push("append", "p50", t, a50); push("append", "p99", t, a99); }
-  text("now-append", "p50 " + fmt(a50, "s") + ", p99 " + fmt(a99, "s") + "; " + fmt(sum(samples, "legio_store_fsyncs_total")) + " fsyncs since start");
+  // What the commit waits on (sled's flush, the fdatasync) and the list overlay's writes, whose
+  // p99 shows when a slow append came from the store's own work (docs/storage.md, metrics).
+  const step = name => buckets(samples, "legio_store_commit_step_seconds", l => l.step === name);
+  const parts = { flush: step("flush"), fsync: step("fdatasync"), lists: buckets(samples, "legio_store_list_write_seconds") };
+  const p99s = {};
+  for (const [key, now] of Object.entries(parts)) p99s[key] = quantile(now, prev && prev.parts[key], 0.99);
+  if (prev) {
+    push("append", "sled flush p99", t, p99s.flush);
+    push("append", "fdatasync p99", t, p99s.fsync);
+    push("append", "list write p99", t, p99s.lists);
+  }
+  text("now-append", "p50 " + fmt(a50, "s") + ", p99 " + fmt(a99, "s") + "; " + fmt(sum(samples, "legio_store_fsyncs_total")) + " fsyncs since start"
+    + "; p99 of sled flush " + fmt(p99s.flush, "s") + ", fdatasync " + fmt(p99s.fsync, "s") + ", list writes " + fmt(p99s.lists, "s"));
 
   const actors = sum(samples, "legio_live_actors");
   push("actors", "live actors", t, actors);
@@ -232,7 +244,7 @@ function update(samples, t) {
   const beatAgents = Object.keys(groupBy(samples, "legio_heartbeats_total", "agent"));
   text("now-heartbeats", fmt(beats.ok || 0) + " answered, " + fmt(beats.failed || 0) + " failed since start" + (beatAgents.length ? " (" + beatAgents.join(", ") + ")" : ""));
 
-  previous = { t, turns, lat, sent, avoided, app };
+  previous = { t, turns, lat, sent, avoided, app, parts };
   drawLines("turns"); drawLines("latency", "s"); drawLines("tokens"); drawLines("restarts");
   drawLines("log"); drawLines("append", "s"); drawLines("actors"); drawLines("compactions");
   drawLines("heartbeats");

@@ -35,6 +35,14 @@ pub fn install_metrics() -> Result<MetricsHandle, ServeError> {
                     &legio_store::metrics::APPEND_LATENCY_BUCKETS[..],
                 ),
                 (
+                    legio_store::metrics::COMMIT_STEP,
+                    &legio_store::metrics::APPEND_LATENCY_BUCKETS[..],
+                ),
+                (
+                    legio_store::metrics::LIST_WRITE,
+                    &legio_store::metrics::APPEND_LATENCY_BUCKETS[..],
+                ),
+                (
                     legio_store::metrics::COMMIT_GROUP_EVENTS,
                     &legio_store::metrics::COMMIT_GROUP_BUCKETS[..],
                 ),

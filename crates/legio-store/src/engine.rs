@@ -16,6 +16,7 @@
 
 use std::ops::ControlFlow;
 use std::sync::{Mutex, RwLock};
+use std::time::Instant;
 
 use legio_core::{
     AgentName, AgentSessionState, ConversationKey, Event, Record, Seq, SeqRange, Viewer,
@@ -319,9 +320,11 @@ impl<B: Backend> Engine<B> {
             }
             (pending.index.entries().collect(), pending.through)
         };
+        let started = Instant::now();
         let mut ws = WriteSet::default();
         ws.index(lists, through);
         self.backend.apply(ws)?;
+        m::list_write(started.elapsed());
         let mut pending = self.pending.write().map_err(|_| StoreError::Closed)?;
         // Groups applied meanwhile stay: only the seqs now stored leave the overlay.
         pending.index.lists.retain(|_, (_, items)| {

@@ -18,8 +18,15 @@ pub const READS: &str = "legio_store_reads_total";
 pub const VERIFY_FINDINGS: &str = "legio_store_verify_findings_total";
 /// The last acknowledged seq (gauge).
 pub const LAST_SEQ: &str = "legio_store_last_seq";
+/// Seconds each step of a commit cycle took (histogram), labelled by `step`: `apply` (the
+/// group's events and state into sled), `flush` (sled's flush), `fdatasync` (of sled's data file).
+pub const COMMIT_STEP: &str = "legio_store_commit_step_seconds";
+/// Seconds each write of the list overlay took (histogram): the lists writer's, or a flush's or
+/// close's.
+pub const LIST_WRITE: &str = "legio_store_list_write_seconds";
 
-/// Explicit buckets for [`APPEND_LATENCY`], in seconds (50 µs to 1 s), for the exporter.
+/// Explicit buckets for [`APPEND_LATENCY`] (and [`COMMIT_STEP`] and [`LIST_WRITE`]), in
+/// seconds (50 µs to 1 s), for the exporter.
 pub const APPEND_LATENCY_BUCKETS: [f64; 14] = [
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 ];
@@ -45,6 +52,16 @@ pub fn describe() {
     metrics::describe_counter!(READS, "Reads of the log, by kind");
     metrics::describe_counter!(VERIFY_FINDINGS, "Problems found by verify, by kind");
     metrics::describe_gauge!(LAST_SEQ, "The last acknowledged seq");
+    metrics::describe_histogram!(
+        COMMIT_STEP,
+        metrics::Unit::Seconds,
+        "Time each step of a commit cycle took, by step (apply, flush, fdatasync)"
+    );
+    metrics::describe_histogram!(
+        LIST_WRITE,
+        metrics::Unit::Seconds,
+        "Time each write of the list overlay took"
+    );
 }
 
 pub(crate) fn read(kind: &'static str) {
@@ -56,6 +73,15 @@ pub(crate) fn committed(events: u64, bytes: u64, last_seq: u64) {
     metrics::counter!(BYTES_WRITTEN).increment(bytes);
     metrics::histogram!(COMMIT_GROUP_EVENTS).record(events as f64);
     metrics::gauge!(LAST_SEQ).set(last_seq as f64);
+}
+
+/// A commit step (`apply`, `flush`, `fdatasync`) took `took`.
+pub(crate) fn commit_step(step: &'static str, took: Duration) {
+    metrics::histogram!(COMMIT_STEP, "step" => step).record(took.as_secs_f64());
+}
+
+pub(crate) fn list_write(took: Duration) {
+    metrics::histogram!(LIST_WRITE).record(took.as_secs_f64());
 }
 
 pub(crate) fn fsyncs(n: u64) {

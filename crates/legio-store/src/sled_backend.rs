@@ -216,10 +216,14 @@ impl SledBackend {
         if let Some(failure) = self.failure() {
             return Err(failure);
         }
+        let started = Instant::now();
         self.sled().db.flush().map_err(sled_err("flushing"))?;
+        let flushed = Instant::now();
+        m::commit_step("flush", flushed - started);
         self.data_file
             .sync_data()
             .map_err(|e| StoreError::io("fdatasync of the data file", e))?;
+        m::commit_step("fdatasync", flushed.elapsed());
         let fsyncs = 1 + self.sync_new_blobs()?;
         m::fsyncs(fsyncs);
         Ok(())

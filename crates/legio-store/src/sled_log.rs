@@ -374,7 +374,12 @@ fn commit_groups(
             batches.push(request.batch);
         }
         let result = clear_closed_mark(engine, &mut closed_mark)
-            .and_then(|()| engine.apply_group(batches))
+            .and_then(|()| {
+                let started = Instant::now();
+                let applied = engine.apply_group(batches);
+                m::commit_step("apply", started.elapsed());
+                applied
+            })
             .and_then(|(ranges, bytes)| {
                 if durability == Durability::Sync {
                     engine.backend.sync()?;
