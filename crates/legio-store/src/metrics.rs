@@ -20,6 +20,7 @@ pub const VERIFY_FINDINGS: &str = "legio_store_verify_findings_total";
 pub const LAST_SEQ: &str = "legio_store_last_seq";
 /// Seconds each step of a commit cycle took (histogram), labelled by `step`: `apply` (the
 /// group's events and state into sled), `flush` (sled's flush), `fdatasync` (of sled's data file).
+/// `flush` and `fdatasync` are also recorded for the log's other syncs (open, flush, close).
 pub const COMMIT_STEP: &str = "legio_store_commit_step_seconds";
 /// Seconds each write of the list overlay took (histogram): the lists writer's, or a flush's or
 /// close's.
