@@ -15,7 +15,7 @@
 //! keys, any entry a crash left stored without its watermark).
 
 use std::ops::ControlFlow;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use legio_core::{
@@ -44,15 +44,28 @@ pub(crate) const FLUSH_GROUPS: u32 = 128;
 pub(crate) const FLUSH_SEQS: u64 = 16384;
 
 /// The list items of the groups applied since the last list write: per list, the seqs above
-/// `indexed`, the watermark the stored entries reach.
+/// `indexed`, the watermark the stored entries reach. A list write takes `index` out whole into
+/// `writing` (a pointer move), so neither its snapshot nor its cleanup holds the lock for longer
+/// than that: the committer's next group and every reader wait for the lock, and copying or
+/// pruning thousands of lists under it stalled them for milliseconds.
 #[derive(Debug, Default)]
 pub(crate) struct Pending {
+    /// The items of the list write in progress (the seqs in `(indexed, its watermark]`).
+    writing: Option<Arc<GroupIndex>>,
+    /// The items of the groups applied since (all above `writing`'s).
     pub(crate) index: GroupIndex,
     /// The stored entries hold exactly the seqs up to here (the stored watermark).
     pub(crate) indexed: Seq,
     /// The last seq applied: the overlay holds the seqs in `(indexed, through]`.
     through: Seq,
     groups: u32,
+}
+
+impl Pending {
+    /// The overlay's items, oldest first: the list write's in progress, then the later ones.
+    fn overlays(&self) -> impl Iterator<Item = &GroupIndex> {
+        self.writing.as_deref().into_iter().chain([&self.index])
+    }
 }
 
 /// Limits applied to every append.
@@ -304,50 +317,62 @@ impl<B: Backend> Engine<B> {
             .is_ok_and(|pending| pending.through > pending.indexed)
     }
 
-    /// Writes the overlay's list items as one merged entry per list, with the watermark, in
-    /// one atomic write; then drops them from the overlay. Not durable by itself (nothing needs
-    /// it to be: recovery re-derives them from the chunks).
+    /// Writes the overlay's list items as one merged entry per list, then the watermark; then
+    /// drops them from the overlay. Not durable by itself (nothing needs it to be: recovery
+    /// re-derives them from the chunks).
     ///
     /// Readers stay exact throughout: until the overlay moves its watermark, a reader takes
     /// stored entries only up to the old one (the new entries' keys are above it) and the
-    /// overlay's items above it.
+    /// overlay's items above it, those being written included. The lock is held only to move
+    /// the items aside and to drop them (see [`Pending`]); encoding and writing them hold none.
     pub(crate) fn flush_lists(&self) -> Result<()> {
         let _writing = self.writing_lists.lock().map_err(|_| StoreError::Closed)?;
-        let (lists, through) = {
-            let pending = self.pending.read().map_err(|_| StoreError::Closed)?;
+        let (items, through) = {
+            let mut pending = self.pending.write().map_err(|_| StoreError::Closed)?;
             if pending.through <= pending.indexed {
                 return Ok(());
             }
-            (pending.index.entries().collect(), pending.through)
+            let items = Arc::new(std::mem::take(&mut pending.index));
+            pending.writing = Some(Arc::clone(&items));
+            pending.groups = 0;
+            (items, pending.through)
         };
         let started = Instant::now();
         let mut ws = WriteSet::default();
-        ws.index(lists, through);
-        self.backend.apply(ws)?;
+        ws.index(items.entries().collect(), through);
+        drop(items);
+        let written = self.backend.apply(ws);
         m::list_write(started.elapsed());
         let mut pending = self.pending.write().map_err(|_| StoreError::Closed)?;
-        // Groups applied meanwhile stay: only the seqs now stored leave the overlay.
-        pending.index.lists.retain(|_, (_, items)| {
-            items.retain(|(seq, _)| *seq > through);
-            !items.is_empty()
-        });
-        pending.indexed = through;
-        pending.groups = 0;
+        let items = pending.writing.take();
+        match written {
+            Ok(()) => pending.indexed = through,
+            // Not stored: the items go back in front of the later ones, for the next write.
+            Err(e) => {
+                let later = std::mem::take(&mut pending.index);
+                let mut items = items.map_or_else(GroupIndex::default, Arc::unwrap_or_clone);
+                items.append(later);
+                pending.index = items;
+                return Err(e);
+            }
+        }
+        drop(pending);
+        // Dropped here, after the lock: freeing thousands of lists takes a while.
+        drop(items);
         Ok(())
     }
 
     /// The stored watermark and the overlay's items of the list at `prefix` below `end_seq`.
     fn pending_items(&self, prefix: &[u8], end_seq: Seq) -> Result<(Seq, ListItems)> {
         let pending = self.pending.read().map_err(|_| StoreError::Closed)?;
-        let items = pending
-            .index
-            .lists
-            .get(prefix)
-            .map_or_else(Vec::new, |(_, items)| {
+        let mut out = ListItems::new();
+        for overlay in pending.overlays() {
+            if let Some((_, items)) = overlay.lists.get(prefix) {
                 let end = items.partition_point(|(seq, _)| *seq < end_seq);
-                items[..end].to_vec()
-            });
-        Ok((pending.indexed, items))
+                out.extend_from_slice(&items[..end]);
+            }
+        }
+        Ok((pending.indexed, out))
     }
 
     /// Marks everything up to `seq` as acknowledged: readers and subscribers may now see it.
@@ -781,9 +806,8 @@ impl<B: Backend> Engine<B> {
         let mut pending: Vec<Vec<u8>> = {
             let pending = self.pending.read().map_err(|_| StoreError::Closed)?;
             pending
-                .index
-                .lists
-                .iter()
+                .overlays()
+                .flat_map(|overlay| &overlay.lists)
                 .filter(|(_, (_, items))| items.first().is_some_and(|(s, _)| *s <= committed))
                 .filter_map(|(prefix, _)| keys::split_str(prefix).map(|(conv, _)| conv.to_vec()))
                 .collect()
@@ -817,6 +841,10 @@ impl<B: Backend> Engine<B> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;
 
 /// The conversation a list key names.
 fn conversation_key(conv: &[u8]) -> Result<ConversationKey> {

@@ -14,7 +14,7 @@ use crate::keys;
 use crate::layout::{encode_chunk, encode_list, ListItems, CHUNK_BYTES};
 
 /// The list entries of one group: list prefix → (is the conversation list, items).
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 pub(crate) struct GroupIndex {
     pub(crate) lists: BTreeMap<Vec<u8>, (bool, ListItems)>,
 }
