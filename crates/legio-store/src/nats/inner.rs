@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -45,19 +45,23 @@ const RECENT_EVENTS: usize = 4096;
 /// The projections holding the events this node appended lately, by seq: a read of one of them
 /// by seq (a turn reads the message it answers, which this node appended just before) is served
 /// from the projection instead of two requests to the stream's leader (its state, then the
-/// message). Bounded: the oldest seq leaves when a new one comes; a projection dropped meanwhile
-/// (forgotten, stood down) lives on only until its seqs leave. Records never change, so a
-/// dropped projection's copy is still the event at that seq.
+/// message). Bounded: the oldest seq leaves when a new one comes. It holds the projections
+/// weakly, so a projection this node dropped (forgotten, stood down) is freed at once, and a read
+/// of its seqs goes to the stream.
 #[derive(Default)]
 pub(super) struct Recent {
-    by_seq: HashMap<u64, Arc<Mutex<Projection>>>,
+    by_seq: HashMap<u64, Weak<Mutex<Projection>>>,
     order: VecDeque<u64>,
 }
 
 impl Recent {
     /// Remembers that `projection` holds the event at `seq` (acknowledged).
     pub(super) fn insert(&mut self, seq: Seq, projection: &Arc<Mutex<Projection>>) {
-        if self.by_seq.insert(seq.0, Arc::clone(projection)).is_none() {
+        if self
+            .by_seq
+            .insert(seq.0, Arc::downgrade(projection))
+            .is_none()
+        {
             self.order.push_back(seq.0);
         }
         while self.order.len() > RECENT_EVENTS {
@@ -67,11 +71,64 @@ impl Recent {
         }
     }
 
-    /// The event at `seq`, if this node appended it lately.
+    /// The event at `seq`, if this node appended it lately and still holds its projection.
     pub(super) fn record(&self, seq: Seq) -> Option<Record> {
-        let projection = Arc::clone(self.by_seq.get(&seq.0)?);
+        let projection = self.by_seq.get(&seq.0)?.upgrade()?;
         let record = lock(&projection).record_at(seq);
         record
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use legio_core::{ConversationKey, Event, Message, MessageId, Participant, Timestamp};
+
+    fn record(seq: u64, conversation: &ConversationKey) -> Record {
+        let at = Timestamp::from_unix_micros(1_771_156_800_000_000 + seq as i64);
+        let mut random = [0u8; 10];
+        random[2..].copy_from_slice(&seq.to_be_bytes());
+        let event = Event::MessagePosted(Message::text(
+            MessageId::from_parts(at, random),
+            conversation.clone(),
+            Participant::parse("pullo").unwrap(),
+            legio_core::Audience::All,
+            format!("message {seq}"),
+            at,
+        ));
+        Record {
+            seq: Seq(seq),
+            event,
+        }
+    }
+
+    #[test]
+    fn recent_serves_a_held_projection_and_lets_a_dropped_one_go() {
+        let kept = ConversationKey::new("t:kept").unwrap();
+        let dropped = ConversationKey::new("t:dropped").unwrap();
+        let mut recent = Recent::default();
+        let held = Arc::new(Mutex::new(Projection::new(kept.clone())));
+        let gone = Arc::new(Mutex::new(Projection::new(dropped.clone())));
+        lock(&held).apply(record(1, &kept));
+        lock(&gone).apply(record(2, &dropped));
+        recent.insert(Seq(1), &held);
+        recent.insert(Seq(2), &gone);
+        assert_eq!(recent.record(Seq(2)).map(|r| r.seq), Some(Seq(2)));
+        let weak = Arc::downgrade(&gone);
+        drop(gone);
+        assert!(
+            weak.upgrade().is_none(),
+            "Recent must not keep a dropped projection alive"
+        );
+        assert!(recent.record(Seq(2)).is_none());
+        assert_eq!(recent.record(Seq(1)).map(|r| r.seq), Some(Seq(1)));
+        // Bounded: the oldest seqs leave as new ones come.
+        for seq in 3..3 + RECENT_EVENTS as u64 {
+            lock(&held).apply(record(seq, &kept));
+            recent.insert(Seq(seq), &held);
+        }
+        assert!(recent.record(Seq(1)).is_none());
+        assert_eq!(recent.by_seq.len(), RECENT_EVENTS);
     }
 }
 
