@@ -842,10 +842,6 @@ impl<B: Backend> Engine<B> {
     }
 }
 
-#[cfg(test)]
-#[path = "engine_tests.rs"]
-mod tests;
-
 /// The conversation a list key names.
 fn conversation_key(conv: &[u8]) -> Result<ConversationKey> {
     let text = String::from_utf8_lossy(conv).into_owned();
@@ -943,3 +939,7 @@ struct ListRef<'a> {
     conversation: bool,
     messages_only: bool,
 }
+
+#[cfg(test)]
+#[path = "engine_tests.rs"]
+mod tests;

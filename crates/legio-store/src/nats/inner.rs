@@ -79,6 +79,19 @@ impl Recent {
     }
 }
 
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// An append waiting for its turn: its conversation may have an append in flight.
+pub(super) struct Submit {
+    pub(super) events: Vec<(Event, Vec<u8>)>,
+    pub(super) conversations: Vec<ConversationKey>,
+    pub(super) reply: oneshot::Sender<Result<SeqRange>>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,17 +143,4 @@ mod tests {
         assert!(recent.record(Seq(1)).is_none());
         assert_eq!(recent.by_seq.len(), RECENT_EVENTS);
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// An append waiting for its turn: its conversation may have an append in flight.
-pub(super) struct Submit {
-    pub(super) events: Vec<(Event, Vec<u8>)>,
-    pub(super) conversations: Vec<ConversationKey>,
-    pub(super) reply: oneshot::Sender<Result<SeqRange>>,
 }
