@@ -1492,6 +1492,8 @@ async fn the_dashboard_draws_live_charts_in_headless_chromium() {
                 profile.path().join("profile").display()
             ),
             &format!("--screenshot={}", shot.display()),
+            // The page as its scripts left it, on stdout: the live figures are checked below.
+            "--dump-dom",
             "--window-size=1400,1050",
             "--virtual-time-budget=12000",
             &format!("{}/dashboard?token={TOKEN}", h.base),
@@ -1516,6 +1518,23 @@ async fn the_dashboard_draws_live_charts_in_headless_chromium() {
         "the page looks empty ({} bytes)",
         png.len()
     );
+    // The append panel read the commit's steps by their label: each has a figure, not "–".
+    let dom = String::from_utf8_lossy(&output.stdout);
+    let append = dom
+        .split_once("id=\"now-append\">")
+        .and_then(|(_, rest)| rest.split_once('<'))
+        .map(|(text, _)| text)
+        .unwrap_or_else(|| panic!("no append figures in the page: {dom}"));
+    for step in ["sled flush ", "fdatasync "] {
+        let figure = append
+            .split_once(step)
+            .map(|(_, rest)| rest)
+            .unwrap_or_else(|| panic!("no {step:?} in the append figures: {append}"));
+        assert!(
+            figure.starts_with(|c: char| c.is_ascii_digit()),
+            "no {step:?} figure in the append panel: {append}"
+        );
+    }
     if let Some(path) = std::env::var_os("LEGIO_DASHBOARD_SCREENSHOT") {
         std::fs::copy(&shot, path).unwrap();
     }
