@@ -350,6 +350,7 @@ impl Inner {
                     filter: Some(subject.clone()),
                     limit: READ_CHUNK,
                     reader: self.next_reader(),
+                    whole_through: 0,
                 })
                 .await?;
             let Some(tail) = stored.last() else { break };
@@ -428,11 +429,16 @@ impl Inner {
                 reader: reader.take().unwrap_or_else(|| self.next_reader()),
                 ..next.clone()
             };
-            scan(
-                &self.publisher.stream,
-                attempt,
-                self.options.request_timeout,
-            )
+            async move {
+                let stored = scan(
+                    &self.publisher.stream,
+                    attempt.clone(),
+                    self.options.request_timeout,
+                )
+                .await?;
+                attempt.check_whole(&stored)?;
+                Ok(stored)
+            }
         })
         .await
     }
@@ -516,6 +522,7 @@ impl Inner {
                     filter: None,
                     limit: (limit - out.len()).min(READ_CHUNK),
                     reader: self.next_reader(),
+                    whole_through: known.0,
                 })
                 .await?;
             let Some(tail) = stored.last() else { break };

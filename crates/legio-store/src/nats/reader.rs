@@ -62,6 +62,39 @@ pub(crate) struct Scan {
     pub(crate) filter: Option<String>,
     pub(crate) limit: usize,
     pub(crate) reader: String,
+    /// Seqs up to here are known acknowledged, so (the log having no gaps) an unfiltered scan
+    /// must return every one of them it covers: see [`Scan::check_whole`]. Zero: no check.
+    pub(crate) whole_through: u64,
+}
+
+impl Scan {
+    /// An error when `stored` (this scan's answer) lacks a seq it must hold: one at or below
+    /// `whole_through`, within the scan's range and limit. The answering server is then behind:
+    /// a stream leader cut off by a partition answers reads until it learns of the new leader
+    /// (seen after a heal: it skipped the events appended during the cut). A cluster error, so
+    /// the read is tried again.
+    pub(crate) fn check_whole(&self, stored: &[Stored]) -> Result<()> {
+        let end = self.to.min(self.whole_through);
+        if self.filter.is_some() || end < self.from {
+            return Ok(());
+        }
+        let want = (end - self.from + 1).min(self.limit as u64);
+        for (seq, got) in (self.from..self.from + want)
+            .zip(stored.iter().map(|s| s.seq).chain(std::iter::repeat(0)))
+        {
+            if got != seq {
+                return Err(StoreError::cluster(
+                    "reading the stream",
+                    format!(
+                        "seq {seq} is acknowledged but the server that answered has no message \
+                         there: it is behind (a stream leader cut off by a partition answers \
+                         until it learns of the new leader)"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl From<StreamMessage> for Stored {
@@ -199,4 +232,67 @@ async fn through_consumer(stream: &Stream, scan: Scan, timeout: Duration) -> Res
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan(from: u64, to: u64, limit: usize, whole_through: u64, filtered: bool) -> Scan {
+        Scan {
+            from,
+            to,
+            filter: filtered.then(|| "legio.c.t".to_string()),
+            limit,
+            reader: "r".into(),
+            whole_through,
+        }
+    }
+
+    fn stored(seqs: &[u64]) -> Vec<Stored> {
+        seqs.iter()
+            .map(|&seq| Stored {
+                seq,
+                subject: "legio.c.t".into(),
+                payload: Bytes::new(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_scan_must_hold_every_seq_known_acknowledged_that_it_covers() {
+        // (scan, answer, the seq named missing)
+        let cases: &[(Scan, &[u64], Option<u64>)] = &[
+            (scan(1, 5, 100, 5, false), &[1, 2, 3, 4, 5], None),
+            (scan(1, 5, 100, 5, false), &[1, 2, 4, 5], Some(3)),
+            (scan(1, 5, 100, 5, false), &[1, 2, 3], Some(4)),
+            (scan(1, 5, 100, 5, false), &[], Some(1)),
+            (scan(3, 5, 100, 5, false), &[4, 5], Some(3)),
+            // Above what the node knows acknowledged: not checked (the stream may end sooner).
+            (scan(1, 9, 100, 5, false), &[1, 2, 3, 4, 5], None),
+            (scan(6, 9, 100, 5, false), &[], None),
+            // Only up to the limit.
+            (scan(1, 5, 2, 5, false), &[1, 2], None),
+            (scan(1, 5, 2, 5, false), &[1, 3], Some(2)),
+            // A conversation's scan skips other conversations' seqs, and no check was asked.
+            (scan(1, 5, 100, 5, true), &[2, 5], None),
+            (scan(1, 5, 100, 0, false), &[2, 5], None),
+        ];
+        for (i, (scan, answer, missing)) in cases.iter().enumerate() {
+            let got = scan.check_whole(&stored(answer));
+            match missing {
+                None => assert!(got.is_ok(), "case {i}: {got:?}"),
+                Some(seq) => {
+                    let reason = match got {
+                        Err(StoreError::Cluster { reason, .. }) => reason,
+                        other => panic!("case {i}: {other:?}"),
+                    };
+                    assert!(
+                        reason.starts_with(&format!("seq {seq} is acknowledged")),
+                        "case {i}: {reason}"
+                    );
+                }
+            }
+        }
+    }
 }

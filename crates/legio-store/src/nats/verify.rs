@@ -34,6 +34,8 @@ pub(super) fn verify_walk(
             filter: None,
             limit: READ_CHUNK,
             reader: inner.next_reader(),
+            // Verify reports a gap as a finding; it does not retry it away.
+            whole_through: 0,
         };
         let stored = block_on(runtime, async move { reading.scan(next).await })?;
         if stored.is_empty() {
