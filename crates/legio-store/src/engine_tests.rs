@@ -7,12 +7,13 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 use legio_core::{AgentName, Seq, Viewer};
-use legio_core::{Audience, ConversationKey, Event, Message, MessageId, Participant, Timestamp};
+use legio_core::{Audience, ConversationKey, Event, Participant};
 
 use super::{Engine, Limits};
 use crate::backend::{Backend, Direction, TreeId, Visitor, WriteSet};
 use crate::error::{Result, StoreError};
 use crate::memory::MemoryBackend;
+use crate::testing::text_event;
 
 /// A list write's gate: it says it has arrived, then waits to be let through.
 type Gate = (mpsc::Sender<()>, mpsc::Receiver<()>);
@@ -79,22 +80,12 @@ fn conv() -> ConversationKey {
 
 /// Message `n`: to everyone when `n` is even, otherwise only to the agent `vorenus`.
 fn message(n: u64) -> Event {
-    let at = Timestamp::from_unix_micros(1_771_156_800_000_000 + n as i64);
-    let mut random = [0u8; 10];
-    random[2..].copy_from_slice(&n.to_be_bytes());
     let audience = if n.is_multiple_of(2) {
         Audience::All
     } else {
         Audience::only([Participant::parse("vorenus").unwrap()])
     };
-    Event::MessagePosted(Message::text(
-        MessageId::from_parts(at, random),
-        conv(),
-        Participant::parse("pullo").unwrap(),
-        audience,
-        format!("message {n}"),
-        at,
-    ))
+    text_event(n, conv(), audience)
 }
 
 /// Appends messages `from..=to`, one group each, and acknowledges them.

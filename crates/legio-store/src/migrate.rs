@@ -219,32 +219,21 @@ fn drop_v1_trees(backend: &SledBackend) -> Result<()> {
 mod tests {
     use super::*;
     use crate::codec::encode_event;
+    use crate::testing::text_event;
     use crate::{EventLog, SledLog, StoreOptions};
-    use legio_core::{
-        Audience, ConversationKey, Event, Message, MessageId, Participant, Timestamp,
-    };
+    use legio_core::{Audience, ConversationKey, Event, Participant};
 
     fn message(n: u64) -> Event {
-        let at = Timestamp::from_unix_micros(1_771_156_800_000_000 + n as i64);
-        let mut random = [0u8; 10];
-        random[2..].copy_from_slice(&n.to_be_bytes());
-        let to = if n.is_multiple_of(3) {
-            "all"
+        let audience = if n.is_multiple_of(3) {
+            Audience::All
         } else {
-            "vorenus"
+            Audience::only([Participant::parse("vorenus").unwrap()])
         };
-        let audience = match to {
-            "all" => Audience::All,
-            name => Audience::only([Participant::parse(name).unwrap()]),
-        };
-        Event::MessagePosted(Message::text(
-            MessageId::from_parts(at, random),
+        text_event(
+            n,
             ConversationKey::new(format!("t:{}", n % 2)).unwrap(),
-            Participant::parse("pullo").unwrap(),
             audience,
-            format!("message {n}"),
-            at,
-        ))
+        )
     }
 
     /// A v1 database as the v1 build laid it out (events only: indexes are re-derived anyway),

@@ -95,23 +95,13 @@ pub(super) struct Submit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use legio_core::{ConversationKey, Event, Message, MessageId, Participant, Timestamp};
+    use crate::testing::text_event;
+    use legio_core::{Audience, ConversationKey};
 
     fn record(seq: u64, conversation: &ConversationKey) -> Record {
-        let at = Timestamp::from_unix_micros(1_771_156_800_000_000 + seq as i64);
-        let mut random = [0u8; 10];
-        random[2..].copy_from_slice(&seq.to_be_bytes());
-        let event = Event::MessagePosted(Message::text(
-            MessageId::from_parts(at, random),
-            conversation.clone(),
-            Participant::parse("pullo").unwrap(),
-            legio_core::Audience::All,
-            format!("message {seq}"),
-            at,
-        ));
         Record {
             seq: Seq(seq),
-            event,
+            event: text_event(seq, conversation.clone(), Audience::All),
         }
     }
 
