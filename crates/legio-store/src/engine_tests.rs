@@ -13,7 +13,7 @@ use super::{Engine, Limits};
 use crate::backend::{Backend, Direction, TreeId, Visitor, WriteSet};
 use crate::error::{Result, StoreError};
 use crate::memory::MemoryBackend;
-use crate::testing::text_event;
+use crate::test_events::text_event;
 
 /// A list write's gate: it says it has arrived, then waits to be let through.
 type Gate = (mpsc::Sender<()>, mpsc::Receiver<()>);

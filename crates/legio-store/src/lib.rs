@@ -26,6 +26,8 @@ mod options;
 mod salvage;
 mod sled_backend;
 mod sled_log;
+#[cfg(test)]
+mod test_events;
 #[doc(hidden)]
 pub mod testing;
 mod verify;

@@ -219,7 +219,7 @@ fn drop_v1_trees(backend: &SledBackend) -> Result<()> {
 mod tests {
     use super::*;
     use crate::codec::encode_event;
-    use crate::testing::text_event;
+    use crate::test_events::text_event;
     use crate::{EventLog, SledLog, StoreOptions};
     use legio_core::{Audience, ConversationKey, Event, Participant};
 

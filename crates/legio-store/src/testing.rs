@@ -279,25 +279,3 @@ pub const STATE_FORMAT_VERSION: u8 = codec::STATE_FORMAT_VERSION;
 pub fn decode_event_with_serde(seq: Seq, bytes: &[u8]) -> Result<Event> {
     codec::decode_event_with_serde(seq, bytes)
 }
-
-/// Message `n` from `pullo` to `audience` in `conversation`, its id and time derived from `n`:
-/// the event of the crate's unit tests.
-#[cfg(test)]
-pub(crate) fn text_event(
-    n: u64,
-    conversation: ConversationKey,
-    audience: legio_core::Audience,
-) -> Event {
-    use legio_core::{Message, MessageId, Participant, Timestamp};
-    let at = Timestamp::from_unix_micros(1_771_156_800_000_000 + n as i64);
-    let mut random = [0u8; 10];
-    random[2..].copy_from_slice(&n.to_be_bytes());
-    Event::MessagePosted(Message::text(
-        MessageId::from_parts(at, random),
-        conversation,
-        Participant::parse("pullo").unwrap(),
-        audience,
-        format!("message {n}"),
-        at,
-    ))
-}

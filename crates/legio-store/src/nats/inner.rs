@@ -95,7 +95,7 @@ pub(super) struct Submit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::text_event;
+    use crate::test_events::text_event;
     use legio_core::{Audience, ConversationKey};
 
     fn record(seq: u64, conversation: &ConversationKey) -> Record {
