@@ -490,6 +490,11 @@ impl Inner {
 // ---- global reads ----
 
 impl Inner {
+    /// The stream's last seq, never less than what this node knows acknowledged. A server can
+    /// answer with less when it is behind: a stream leader cut off by a partition answers
+    /// `STREAM.INFO` from its stale store until it learns of the new leader. (The partition test
+    /// caught a read of the whole log that ended at such an answer, so it left out the events
+    /// acknowledged through the majority during the cut.)
     async fn stream_last(&self) -> Result<Seq> {
         let info = self
             .retried(|| async {
@@ -500,9 +505,18 @@ impl Inner {
                     .map_err(|e| StoreError::cluster("reading the stream's state", e))
             })
             .await?;
-        let last = Seq(info.state.last_sequence);
-        self.acknowledge(last);
-        Ok(last)
+        let answered = Seq(info.state.last_sequence);
+        self.acknowledge(answered);
+        let known = *self.committed.borrow();
+        if answered < known {
+            tracing::debug!(
+                %answered,
+                %known,
+                "the stream's last seq as answered is below what this node knows acknowledged \
+                 (a server behind, or an append acknowledged meanwhile)"
+            );
+        }
+        Ok(known)
     }
 
     async fn read_range(&self, from: Seq, to: Seq, limit: usize) -> Result<Vec<Record>> {
@@ -512,6 +526,8 @@ impl Inner {
             true => to,
             false => to.min(self.stream_last().await?),
         };
+        // Every seq up to `to` is now known acknowledged, so the scan must come back whole.
+        let whole_through = known.max(to);
         let mut out = Vec::new();
         let mut from = from.max(Seq::FIRST).0;
         while from <= to.0 && out.len() < limit {
@@ -522,7 +538,7 @@ impl Inner {
                     filter: None,
                     limit: (limit - out.len()).min(READ_CHUNK),
                     reader: self.next_reader(),
-                    whole_through: known.0,
+                    whole_through: whole_through.0,
                 })
                 .await?;
             let Some(tail) = stored.last() else { break };
