@@ -18,12 +18,17 @@
 //! have answered), and each turn's latency counts from its scheduled arrival, so a stall shows in
 //! every turn that should have started during it (no coordinated omission). The p99 goal is
 //! judged here: a closed loop of 64 clients cannot show a p99 under 10 ms below 6,400 turns/s.
+//! Under the open loop's row the bench says where its turns over 10 ms waited: how many overlapped
+//! a store commit step (apply, sled flush, fdatasync), an append's wait for its acknowledgement, a
+//! list write, a late wake-up of a sleeping thread (the machine's scheduling) or of a tokio task
+//! (the runtime's workers), each over 5 ms, or none of them; then each one's p50, p99 and max.
 
 use legio_tests::bench::*;
+use legio_tests::stalls::{self, CommitSteps, Span, Spans, WakeProbe};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use legio_core::{DeliveryMode, Seq};
@@ -46,12 +51,18 @@ const AGENTS: [&str; 3] = ["lead", "a", "b"];
 const GOAL_TURNS_PER_SEC: f64 = 5_000.0;
 /// Goal: p99 per-turn overhead, durable log.
 const GOAL_P99: Duration = Duration::from_millis(10);
+/// A step or wake-up longer than this is one a slow turn can be put down to.
+const LONG_SPAN: Duration = Duration::from_millis(5);
+
+/// The store's commit steps as recorded, when this process could install the recorder.
+static COMMIT_STEPS: OnceLock<Option<CommitSteps>> = OnceLock::new();
 
 fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         println!("turns: benchmark only; run it with `cargo bench --bench turns`");
         return;
     }
+    COMMIT_STEPS.get_or_init(CommitSteps::install);
     let scale = scale();
     let conversations = ((CONVERSATIONS * scale).round() as usize).max(3);
     let duration = Duration::from_secs_f64((MEASURE_SECS * scale).max(0.5));
@@ -422,6 +433,7 @@ async fn open_loop_window(
     let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
     let arrivals = (duration.as_secs_f64() * rate).round().max(1.0) as u64;
     let mut rng = StdRng::seed_from_u64(0x6f70_656e);
+    let (wake, task_wake) = (WakeProbe::start(), task_wake_probe());
     let window = Window::start(runtime, provider);
     let mut tasks = Vec::with_capacity(arrivals as usize);
     for i in 0..arrivals {
@@ -432,17 +444,32 @@ async fn open_loop_window(
         let runtime = Arc::clone(runtime);
         tasks.push(tokio::spawn(async move {
             let replies = runtime.post(&key, &text).await.expect("a post");
-            let latency = due.elapsed().as_nanos() as u64;
+            let latency = due.elapsed();
             let ok = replies.iter().filter(|r| r.error().is_none()).count() as u64;
-            (latency, ok, replies.len() as u64 - ok)
+            ((due, latency), ok, replies.len() as u64 - ok)
         }));
     }
     let (mut latencies, mut turns, mut errors) = (Vec::new(), 0, 0);
+    let mut spans = Vec::with_capacity(tasks.len());
     for t in tasks {
-        let (l, ok, failed) = t.await.expect("an open-loop post");
-        latencies.push(l);
+        let (span, ok, failed) = t.await.expect("an open-loop post");
+        latencies.push(span.1.as_nanos() as u64);
+        spans.push(span);
         turns += ok;
         errors += failed;
+    }
+    let mut sources = COMMIT_STEPS
+        .get()
+        .and_then(Option::as_ref)
+        .map(|steps| steps.between(window.start, Instant::now()))
+        .unwrap_or_default();
+    sources.push(wake.finish("thread wake"));
+    sources.push(Spans {
+        name: "task wake".into(),
+        spans: task_wake.finish().await,
+    });
+    for line in stalls::attribute(&spans, GOAL_P99, LONG_SPAN, &sources) {
+        println!("    {line}");
     }
     window.finish(
         "  same, open loop at half the max",
@@ -451,6 +478,38 @@ async fn open_loop_window(
         latencies,
         (turns, errors),
     )
+}
+
+/// A tokio task that sleeps 1 ms over and over on the runtime's workers and records how much
+/// later than asked it woke: the time a ready task waited for a worker (plus the timer's 1 ms
+/// resolution).
+struct TaskWakeProbe {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Span>>,
+}
+
+fn task_wake_probe() -> TaskWakeProbe {
+    let stop = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&stop);
+    let task = tokio::spawn(async move {
+        let nap = Duration::from_millis(1);
+        let mut lags = Vec::with_capacity(1 << 15);
+        while !flag.load(Ordering::Relaxed) {
+            let asleep = Instant::now();
+            tokio::time::sleep(nap).await;
+            let woke = Instant::now();
+            lags.push((woke, (woke - asleep).saturating_sub(nap)));
+        }
+        lags
+    });
+    TaskWakeProbe { stop, task }
+}
+
+impl TaskWakeProbe {
+    async fn finish(self) -> Vec<Span> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("the task wake probe")
+    }
 }
 
 /// Where a measured window of turns started: its clock, CPU, log and provider record.

@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod nats;
 pub mod proxy;
+pub mod stalls;
 
 use legio_core::{
     AgentName, Audience, BoundaryReason, ContextDelivered, ConversationKey, DeliveryMode, Event,

@@ -1,0 +1,239 @@
+//! Where a benchmark window's slow turns waited: the store's commit steps (each step of every
+//! group commit, `legio_store_commit_step_seconds`, caught by a metrics recorder installed here,
+//! with each append's wait from submit to acknowledgement and each write of the list overlay)
+//! and how late a sleeping thread woke (the machine's scheduling), lined up against the turns
+//! that took longer than a bound. Benchmarks only: the recorder replaces any global one.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder};
+use metrics::{SharedString, Unit};
+
+/// Something that took time: when it ended, and how long it took.
+pub type Span = (Instant, Duration);
+
+/// Named spans, e.g. every fdatasync of a window.
+#[derive(Debug, Default)]
+pub struct Spans {
+    pub name: String,
+    pub spans: Vec<Span>,
+}
+
+type Shared = Arc<Mutex<BTreeMap<String, Vec<Span>>>>;
+
+/// The store's commit steps as they are recorded (by step label), from installation on.
+#[derive(Clone, Debug)]
+pub struct CommitSteps(Shared);
+
+impl CommitSteps {
+    /// Installs the recorder; `None` when another global recorder is already set.
+    pub fn install() -> Option<Self> {
+        let shared = Shared::default();
+        let recorder = StepRecorder(Arc::clone(&shared));
+        metrics::set_global_recorder(recorder).ok()?;
+        Some(Self(shared))
+    }
+
+    /// The steps that ended in `[from, to]`, one [`Spans`] per step label (and one for the
+    /// appends, one for the list writes).
+    pub fn between(&self, from: Instant, to: Instant) -> Vec<Spans> {
+        let steps = self.0.lock().expect("the step recorder's lock");
+        steps
+            .iter()
+            .map(|(name, spans)| Spans {
+                name: name.clone(),
+                spans: spans
+                    .iter()
+                    .filter(|(end, _)| (from..=to).contains(end))
+                    .copied()
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+struct StepRecorder(Shared);
+
+struct StepHistogram {
+    step: String,
+    shared: Shared,
+}
+
+impl HistogramFn for StepHistogram {
+    fn record(&self, seconds: f64) {
+        let span = (Instant::now(), Duration::from_secs_f64(seconds.max(0.0)));
+        let mut steps = self.shared.lock().expect("the step recorder's lock");
+        steps.entry(self.step.clone()).or_default().push(span);
+    }
+}
+
+impl Recorder for StepRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, _: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::noop()
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        use legio_store::metrics::{APPEND_LATENCY, COMMIT_STEP, LIST_WRITE};
+        let step = match key.name() {
+            COMMIT_STEP => key
+                .labels()
+                .find(|l| l.key() == "step")
+                .map_or("?", |l| l.value()),
+            APPEND_LATENCY => "append (submit to ack)",
+            LIST_WRITE => "list write",
+            _ => return Histogram::noop(),
+        };
+        Histogram::from_arc(Arc::new(StepHistogram {
+            step: step.to_owned(),
+            shared: Arc::clone(&self.0),
+        }))
+    }
+}
+
+/// A thread that sleeps 1 ms over and over and records how much later than asked it woke: the
+/// time the machine left a runnable thread waiting.
+#[derive(Debug)]
+pub struct WakeProbe {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<Span>>,
+}
+
+impl WakeProbe {
+    const NAP: Duration = Duration::from_millis(1);
+
+    pub fn start() -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("wake-probe".into())
+            .spawn(move || {
+                let mut lags = Vec::with_capacity(1 << 15);
+                while !flag.load(Ordering::Relaxed) {
+                    let asleep = Instant::now();
+                    std::thread::sleep(Self::NAP);
+                    let woke = Instant::now();
+                    lags.push((woke, (woke - asleep).saturating_sub(Self::NAP)));
+                }
+                lags
+            })
+            .expect("starting the wake probe");
+        Self { stop, thread }
+    }
+
+    pub fn finish(self, name: &str) -> Spans {
+        self.stop.store(true, Ordering::Relaxed);
+        Spans {
+            name: name.to_owned(),
+            spans: self.thread.join().expect("the wake probe"),
+        }
+    }
+}
+
+/// Lines that say, of the `turns` (each its start and latency) slower than `slow`, how many
+/// overlapped a span of each source longer than `long`, and how many overlapped none; then each
+/// source's p50, p99 and max.
+pub fn attribute(
+    turns: &[(Instant, Duration)],
+    slow: Duration,
+    long: Duration,
+    sources: &[Spans],
+) -> Vec<String> {
+    let slow_turns: Vec<_> = turns.iter().filter(|(_, l)| *l > slow).collect();
+    let overlaps = |(start, latency): &(Instant, Duration), spans: &Spans| {
+        let end = *start + *latency;
+        spans
+            .spans
+            .iter()
+            .any(|(e, d)| *d > long && *e > *start && *e - *d < end)
+    };
+    let mut explained = vec![false; slow_turns.len()];
+    let mut by_source = Vec::new();
+    for source in sources {
+        let mut n = 0;
+        for (i, turn) in slow_turns.iter().enumerate() {
+            if overlaps(turn, source) {
+                n += 1;
+                explained[i] = true;
+            }
+        }
+        by_source.push(format!("{} {n}", source.name));
+    }
+    let none = explained.iter().filter(|e| !**e).count();
+    let mut lines = vec![format!(
+        "{} of {} turns over {} ms; overlapping a span over {} ms of: {}; of none: {none}",
+        slow_turns.len(),
+        turns.len(),
+        slow.as_millis(),
+        long.as_millis(),
+        by_source.join(", ")
+    )];
+    for source in sources {
+        let mut took: Vec<Duration> = source.spans.iter().map(|(_, d)| *d).collect();
+        took.sort_unstable();
+        let at =
+            |q: f64| took.get(((took.len() as f64 * q) as usize).min(took.len().saturating_sub(1)));
+        let ms = |d: Option<&Duration>| {
+            d.map_or("-".into(), |d| format!("{:.2}", d.as_secs_f64() * 1e3))
+        };
+        lines.push(format!(
+            "{}: {} spans, p50 {} ms, p99 {} ms, max {} ms, over {} ms: {}",
+            source.name,
+            took.len(),
+            ms(at(0.5)),
+            ms(at(0.99)),
+            ms(took.last()),
+            long.as_millis(),
+            took.iter().filter(|d| **d > long).count()
+        ));
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slow_turn_is_put_down_to_the_long_spans_it_overlaps() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let turns = [(t0, ms(20)), (t0 + ms(100), ms(15)), (t0 + ms(200), ms(2))];
+        let disk = Spans {
+            name: "fdatasync".into(),
+            // Ends inside the first turn (long), inside the third (short turn), and a short one.
+            spans: vec![
+                (t0 + ms(10), ms(8)),
+                (t0 + ms(201), ms(9)),
+                (t0 + ms(105), ms(1)),
+            ],
+        };
+        let wake = Spans {
+            name: "wake".into(),
+            // Ends before the second turn starts, though it is long.
+            spans: vec![(t0 + ms(99), ms(30))],
+        };
+        let lines = attribute(&turns, ms(10), ms(5), &[disk, wake]);
+        assert_eq!(
+            lines[0],
+            "2 of 3 turns over 10 ms; overlapping a span over 5 ms of: fdatasync 1, wake 0; of none: 1"
+        );
+        assert!(
+            lines[1].starts_with("fdatasync: 3 spans, p50 8.00 ms"),
+            "{}",
+            lines[1]
+        );
+        assert!(lines[1].ends_with("over 5 ms: 2"), "{}", lines[1]);
+    }
+}
