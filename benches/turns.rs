@@ -433,6 +433,10 @@ async fn open_loop_window(
     let interval = Duration::from_secs_f64(1.0 / rate.max(1.0));
     let arrivals = (duration.as_secs_f64() * rate).round().max(1.0) as u64;
     let mut rng = StdRng::seed_from_u64(0x6f70_656e);
+    let steps = COMMIT_STEPS.get().and_then(Option::as_ref);
+    if let Some(steps) = steps {
+        steps.start();
+    }
     let (wake, task_wake) = (WakeProbe::start(), task_wake_probe());
     let window = Window::start(runtime, provider);
     let mut tasks = Vec::with_capacity(arrivals as usize);
@@ -458,11 +462,7 @@ async fn open_loop_window(
         turns += ok;
         errors += failed;
     }
-    let mut sources = COMMIT_STEPS
-        .get()
-        .and_then(Option::as_ref)
-        .map(|steps| steps.between(window.start, Instant::now()))
-        .unwrap_or_default();
+    let mut sources = steps.map(CommitSteps::finish).unwrap_or_default();
     sources.push(wake.finish("thread wake"));
     sources.push(Spans {
         name: "task wake".into(),

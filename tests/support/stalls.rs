@@ -23,9 +23,21 @@ pub struct Spans {
     pub spans: Vec<Span>,
 }
 
-type Shared = Arc<Mutex<BTreeMap<String, Vec<Span>>>>;
+/// The spans by name, and whether they are being kept (only between `start` and `finish`: kept
+/// all along, their growing vectors were reallocated on the committer's thread, a stall of
+/// their own in the window measured).
+#[derive(Debug, Default)]
+struct Kept {
+    on: AtomicBool,
+    spans: Mutex<BTreeMap<String, Vec<Span>>>,
+}
 
-/// The store's commit steps as they are recorded (by step label), from installation on.
+type Shared = Arc<Kept>;
+
+/// Room for a window's spans of one name (a 10 s open loop of `turns` has about 64,000 appends).
+const ROOM: usize = 1 << 17;
+
+/// The store's commit steps, append waits and list writes (by name), kept while started.
 #[derive(Clone, Debug)]
 pub struct CommitSteps(Shared);
 
@@ -38,20 +50,22 @@ impl CommitSteps {
         Some(Self(shared))
     }
 
-    /// The steps that ended in `[from, to]`, one [`Spans`] per step label (and one for the
-    /// appends, one for the list writes).
-    pub fn between(&self, from: Instant, to: Instant) -> Vec<Spans> {
-        let steps = self.0.lock().expect("the step recorder's lock");
-        steps
-            .iter()
-            .map(|(name, spans)| Spans {
-                name: name.clone(),
-                spans: spans
-                    .iter()
-                    .filter(|(end, _)| (from..=to).contains(end))
-                    .copied()
-                    .collect(),
-            })
+    /// Keeps every span from now on (and drops any kept before).
+    pub fn start(&self) {
+        self.0
+            .spans
+            .lock()
+            .expect("the step recorder's lock")
+            .clear();
+        self.0.on.store(true, Ordering::Relaxed);
+    }
+
+    /// Stops keeping spans and hands over those kept since `start`, one [`Spans`] per name.
+    pub fn finish(&self) -> Vec<Spans> {
+        self.0.on.store(false, Ordering::Relaxed);
+        let kept = std::mem::take(&mut *self.0.spans.lock().expect("the step recorder's lock"));
+        kept.into_iter()
+            .map(|(name, spans)| Spans { name, spans })
             .collect()
     }
 }
@@ -65,9 +79,19 @@ struct StepHistogram {
 
 impl HistogramFn for StepHistogram {
     fn record(&self, seconds: f64) {
+        if !self.shared.on.load(Ordering::Relaxed) {
+            return;
+        }
         let span = (Instant::now(), Duration::from_secs_f64(seconds.max(0.0)));
-        let mut steps = self.shared.lock().expect("the step recorder's lock");
-        steps.entry(self.step.clone()).or_default().push(span);
+        let mut spans = self.shared.spans.lock().expect("the step recorder's lock");
+        match spans.get_mut(&self.step) {
+            Some(kept) => kept.push(span),
+            None => {
+                let mut kept = Vec::with_capacity(ROOM);
+                kept.push(span);
+                spans.insert(self.step.clone(), kept);
+            }
+        }
     }
 }
 
@@ -204,6 +228,40 @@ pub fn attribute(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The only test of this crate that installs the global recorder.
+    #[test]
+    fn the_recorder_keeps_the_stores_spans_by_name_only_while_started() {
+        use legio_store::metrics::{APPEND_LATENCY, COMMIT_STEP, LIST_WRITE};
+        let steps = CommitSteps::install().expect("no other recorder in this test binary");
+        let record = || {
+            metrics::histogram!(COMMIT_STEP, "step" => "fdatasync").record(0.006);
+            metrics::histogram!(APPEND_LATENCY).record(0.002);
+            metrics::histogram!(LIST_WRITE).record(0.010);
+            metrics::histogram!("some_other_seconds").record(1.0);
+        };
+        record();
+        steps.start();
+        record();
+        record();
+        let kept = steps.finish();
+        record();
+        let names: Vec<(&str, usize)> = kept.iter().map(|s| (&s.name[..], s.spans.len())).collect();
+        assert_eq!(
+            names,
+            [
+                ("append (submit to ack)", 2),
+                ("fdatasync", 2),
+                ("list write", 2)
+            ]
+        );
+        assert_eq!(kept[1].spans[0].1, Duration::from_millis(6));
+        steps.start();
+        assert!(
+            steps.finish().is_empty(),
+            "nothing recorded since the start"
+        );
+    }
 
     #[test]
     fn a_slow_turn_is_put_down_to_the_long_spans_it_overlaps() {
