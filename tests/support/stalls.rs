@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use metrics::{Counter, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder};
 use metrics::{SharedString, Unit};
 
+use crate::bench::{fmt_dur, percentile};
+
 /// Something that took time: when it ended, and how long it took.
 pub type Span = (Instant, Duration);
 
@@ -108,8 +110,13 @@ impl Recorder for StepRecorder {
         Gauge::noop()
     }
 
+    /// The `histogram!` macro registers on every call: outside a window this hands back a no-op
+    /// at once, so the bench's other windows pay no allocation per append or commit step.
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
         use legio_store::metrics::{APPEND_LATENCY, COMMIT_STEP, LIST_WRITE};
+        if !self.0.on.load(Ordering::Relaxed) {
+            return Histogram::noop();
+        }
         let step = match key.name() {
             COMMIT_STEP => key
                 .labels()
@@ -175,19 +182,17 @@ pub fn attribute(
     sources: &[Spans],
 ) -> Vec<String> {
     let slow_turns: Vec<_> = turns.iter().filter(|(_, l)| *l > slow).collect();
-    let overlaps = |(start, latency): &(Instant, Duration), spans: &Spans| {
-        let end = *start + *latency;
-        spans
-            .spans
-            .iter()
-            .any(|(e, d)| *d > long && *e > *start && *e - *d < end)
-    };
     let mut explained = vec![false; slow_turns.len()];
     let mut by_source = Vec::new();
     for source in sources {
+        let long_spans: Vec<&Span> = source.spans.iter().filter(|(_, d)| *d > long).collect();
+        let overlaps = |(start, latency): &(Instant, Duration)| {
+            let end = *start + *latency;
+            long_spans.iter().any(|(e, d)| *e > *start && *e - *d < end)
+        };
         let mut n = 0;
         for (i, turn) in slow_turns.iter().enumerate() {
-            if overlaps(turn, source) {
+            if overlaps(turn) {
                 n += 1;
                 explained[i] = true;
             }
@@ -204,22 +209,24 @@ pub fn attribute(
         by_source.join(", ")
     )];
     for source in sources {
-        let mut took: Vec<Duration> = source.spans.iter().map(|(_, d)| *d).collect();
-        took.sort_unstable();
-        let at =
-            |q: f64| took.get(((took.len() as f64 * q) as usize).min(took.len().saturating_sub(1)));
-        let ms = |d: Option<&Duration>| {
-            d.map_or("-".into(), |d| format!("{:.2}", d.as_secs_f64() * 1e3))
-        };
+        let mut nanos: Vec<u64> = source
+            .spans
+            .iter()
+            .map(|(_, d)| d.as_nanos() as u64)
+            .collect();
+        nanos.sort_unstable();
         lines.push(format!(
-            "{}: {} spans, p50 {} ms, p99 {} ms, max {} ms, over {} ms: {}",
+            "{}: {} spans, p50 {}, p99 {}, max {}, over {} ms: {}",
             source.name,
-            took.len(),
-            ms(at(0.5)),
-            ms(at(0.99)),
-            ms(took.last()),
+            nanos.len(),
+            fmt_dur(percentile(&nanos, 0.5)),
+            fmt_dur(percentile(&nanos, 0.99)),
+            fmt_dur(percentile(&nanos, 1.0)),
             long.as_millis(),
-            took.iter().filter(|d| **d > long).count()
+            nanos
+                .iter()
+                .filter(|n| **n > long.as_nanos() as u64)
+                .count()
         ));
     }
     lines
