@@ -22,6 +22,8 @@
 //! a store commit step (apply, sled flush, fdatasync), an append's wait for its acknowledgement, a
 //! list write, a late wake-up of a sleeping thread (the machine's scheduling) or of a tokio task
 //! (the runtime's workers), each over 5 ms, or none of them; then each one's p50, p99 and max.
+//! Above that, the bytes the process wrote per open-loop turn: through syscalls, and sent to the
+//! device (`/proc/self/io`; each commit's `fdatasync` rewrites whole pages).
 
 use legio_tests::bench::*;
 use legio_tests::stalls::{self, CommitSteps, Span, Spans, WakeProbe};
@@ -438,6 +440,7 @@ async fn open_loop_window(
         steps.start();
     }
     let (wake, task_wake) = (WakeProbe::start(), task_wake_probe());
+    let io = IoBytes::now();
     let window = Window::start(runtime, provider);
     let mut tasks = Vec::with_capacity(arrivals as usize);
     for i in 0..arrivals {
@@ -462,6 +465,9 @@ async fn open_loop_window(
         turn_times.push((due, latency));
         turns += ok;
         errors += failed;
+    }
+    if let (Some(before), Some(after)) = (io, IoBytes::now()) {
+        println!("    {}", after.per(before, turns, "turn"));
     }
     let mut sources = steps.map(CommitSteps::finish).unwrap_or_default();
     sources.push(wake.finish("thread wake"));

@@ -190,3 +190,84 @@ pub fn print_disk_floor(duration: std::time::Duration) {
         fmt_dur(max)
     );
 }
+
+/// The bytes this process has written so far, from `/proc/self/io` (Linux; `None` elsewhere).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoBytes {
+    /// Through write syscalls (`wchar`): what the code asked to write.
+    pub written: u64,
+    /// To the storage layer (`write_bytes`: whole pages, counted as they are dirtied): what the
+    /// disk is asked to take, each commit's rewritten pages included.
+    pub sent: u64,
+}
+
+impl IoBytes {
+    /// The counts now.
+    pub fn now() -> Option<Self> {
+        Self::parse(&std::fs::read_to_string("/proc/self/io").ok()?)
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        let field = |name: &str| {
+            text.lines().find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                (key == name).then(|| value.trim().parse().ok())?
+            })
+        };
+        Some(Self {
+            written: field("wchar")?,
+            sent: field("write_bytes")?,
+        })
+    }
+
+    /// "`A` written, `B` sent to the device per `what`" since `earlier`, over `count` of them.
+    pub fn per(self, earlier: Self, count: u64, what: &str) -> String {
+        let each =
+            |now: u64, then: u64| now.saturating_sub(then) as f64 / count.max(1) as f64 / 1e3;
+        format!(
+            "{:.2} KB written, {:.2} KB sent to the device per {what}",
+            each(self.written, earlier.written),
+            each(self.sent, earlier.sent)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::IoBytes;
+
+    #[test]
+    fn io_bytes_are_read_from_the_kernels_fields_by_name() {
+        let text = "rchar: 10\nwchar: 2048\nsyscr: 1\nsyscw: 2\nread_bytes: 0\nwrite_bytes: 8192\ncancelled_write_bytes: 4096\n";
+        let io = IoBytes::parse(text).expect("both fields");
+        assert_eq!(
+            io,
+            IoBytes {
+                written: 2048,
+                sent: 8192
+            }
+        );
+        assert_eq!(IoBytes::parse("wchar: 1\n"), None);
+        let later = IoBytes {
+            written: 2048 + 3000,
+            sent: 8192 + 8000,
+        };
+        assert_eq!(
+            later.per(io, 2, "turn"),
+            "1.50 KB written, 4.00 KB sent to the device per turn"
+        );
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_write_shows_in_this_process_counts() {
+        let before = IoBytes::now().expect("/proc/self/io on Linux");
+        let dir = tempfile::tempdir().expect("a temporary folder");
+        std::fs::write(dir.path().join("probe"), vec![b'x'; 64 * 1024]).expect("a write");
+        let after = IoBytes::now().expect("/proc/self/io on Linux");
+        assert!(
+            after.written >= before.written + 64 * 1024,
+            "{before:?} then {after:?}"
+        );
+    }
+}
