@@ -11,8 +11,10 @@ work="$(mktemp -d)"
 trap 'kill "${pid:-0}" 2>/dev/null || true; rm -rf "$work"' EXIT
 cp -r config/agents "$work/agents"
 sed 's#^path = "../data/legio"#path = "db"#' config/legio.toml > "$work/legio.toml"
-cargo build -q --locked -p legio-cli
-LEGIO_API_TOKEN=schemathesis-token target/debug/legio --config "$work/legio.toml" serve --bind 127.0.0.1:0 > "$work/serve.out" 2> "$work/serve.err" &
+# Built as the README's test command builds it (as scripts/soak.sh does), so after the tests CI
+# rebuilds nothing here; `cargo build -p legio-cli` resolves other features and recompiles.
+cargo test -q --locked --workspace --no-run --test models
+LEGIO_API_TOKEN=schemathesis-token "${CARGO_TARGET_DIR:-target}/debug/legio" --config "$work/legio.toml" serve --bind 127.0.0.1:0 > "$work/serve.out" 2> "$work/serve.err" &
 pid=$!
 for _ in $(seq 1 100); do grep -q http "$work/serve.out" 2>/dev/null && break; sleep 0.1; done
 url="$(grep -o 'http://[0-9.:]*' "$work/serve.out" | head -1)"
