@@ -1694,6 +1694,96 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
     let out = legio(&["post", "--conversation", CONV, "no"]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("--nats"), "{}", stderr(&out));
+
+    // `context --at` read from the cluster shows what each request carried to the provider.
+    let requests = provider.requests();
+    assert!(requests.len() >= 4, "{}", requests.len());
+    for request in &requests {
+        let at = request.plan.new_message.seq.get().to_string();
+        let out = legio(&[
+            "context",
+            "--conversation",
+            request.conversation.as_str(),
+            "--agent",
+            request.agent.as_str(),
+            "--at",
+            &at,
+            "--format",
+            "json",
+        ]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let history: Vec<u64> = plan["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["seq"].as_u64().unwrap())
+            .collect();
+        let want: Vec<u64> = request.plan.history.iter().map(|i| i.seq.get()).collect();
+        let what = format!("{} at {at}", request.agent);
+        assert_eq!(plan["mode"], request.plan.mode.as_str(), "{what}");
+        assert_eq!(history, want, "{what}");
+    }
+
+    // `replay --follow` on the cluster prints the stored events, then one appended meanwhile.
+    let mut follow = Command::new(env!("CARGO_BIN_EXE_legio"))
+        .current_dir(dir.path())
+        .env("LEGIO_CONFIG", &config_path)
+        .args([
+            "--nats",
+            url.as_str(),
+            "replay",
+            "--format",
+            "jsonl",
+            "--follow",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let follow_out = follow.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(follow_out).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next_line = || {
+        let line = lines_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("replay --follow printed nothing for 20 s");
+        serde_json::from_str::<serde_json::Value>(&line).unwrap()
+    };
+    for seq in 1..=last.get() {
+        assert_eq!(next_line()["seq"], seq);
+    }
+    let writer = legio_store::NatsLog::open(&options).unwrap();
+    let at = legio_core::Timestamp::from_unix_micros(1_800_000_000_000_000);
+    let message = legio_core::Message::text(
+        legio_core::MessageId::from_parts(at, [7; 10]),
+        ConversationKey::new(CONV).unwrap(),
+        legio_core::Participant::User,
+        legio_core::Audience::All,
+        "appended while following",
+        at,
+    );
+    let appended = writer
+        .append(vec![legio_core::Event::MessagePosted(message)])
+        .unwrap();
+    let line = next_line();
+    assert_eq!(line["seq"], appended.first.get(), "{line}");
+    assert!(
+        line.to_string().contains("appended while following"),
+        "{line}"
+    );
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    reader.join().unwrap();
 }
 
 /// After a storage failure (the disk fills under a running server), SIGTERM still ends `legio

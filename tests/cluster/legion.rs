@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use legio_core::{ConversationKey, Event, Participant, Seq};
+use legio_core::{can_see, AgentName, ConversationKey, Event, Participant, Seq, Viewer};
 use legio_store::{EventLog, Leases, NatsLog, NatsOptions};
 use legio_tests::nats::NatsCluster;
 use serde_json::{json, Value};
@@ -440,11 +440,15 @@ pub fn user_texts(log: &NatsLog, conversation: &str) -> Vec<String> {
         .collect()
 }
 
-/// Every provider session's thread: a message sent again in one session is marked redelivered
-/// (the runtime could not know that the first request completed). Returns how many sessions
-/// there are and how many messages they were sent in all.
-pub fn check_sessions(dir: &Path) -> (usize, usize) {
-    let sessions = legio_llm::read_shared_sessions(dir).unwrap();
+/// Every provider session's thread, against the log: a message sent again in one session is
+/// marked redelivered (the runtime could not know that the first request completed), and none
+/// was left out: every message of the conversation that the session's agent may see, up to the
+/// newest one the session was sent, was sent to it (but the agent's own replies, which a
+/// resumed session holds already). Returns how many sessions there are and how many messages
+/// they were sent in all.
+pub fn check_sessions(legion: &Legion) -> (usize, usize) {
+    let sessions = legio_llm::read_shared_sessions(&legion.sessions_dir()).unwrap();
+    let log = legion.log();
     for (id, thread) in &sessions {
         let mut seen = BTreeMap::new();
         for (seq, redelivered) in thread {
@@ -455,10 +459,55 @@ pub fn check_sessions(dir: &Path) -> (usize, usize) {
                 "session {id} was sent message {seq} again without the redelivery mark: {thread:?}"
             );
         }
+        let missing = left_out(&log, id, thread);
+        assert!(
+            missing.is_empty(),
+            "session {id} was never sent messages {missing:?} its agent may see (it was sent \
+             {thread:?})"
+        );
     }
     let sent = sessions.values().map(Vec::len).sum();
     println!("{} provider sessions, {sent} messages sent", sessions.len());
     (sessions.len(), sent)
+}
+
+/// The seqs of the messages that provider session `id` (named `scripted-<agent>-<pid>-<n>` by
+/// the scripted provider) should have been sent and was not: those its agent may see, in the
+/// conversation of the first message it was sent, up to the newest one it was sent, that it did
+/// not write. (A heartbeat's prompt is sent as seq 0: it is not in the log.)
+fn left_out(log: &NatsLog, id: &str, thread: &[(Seq, bool)]) -> Vec<Seq> {
+    let stored: Vec<Seq> = thread
+        .iter()
+        .map(|(seq, _)| *seq)
+        .filter(|seq| *seq > Seq::ZERO)
+        .collect();
+    let (Some(first), Some(newest)) = (stored.first(), stored.iter().max()) else {
+        return Vec::new();
+    };
+    let agent = id
+        .strip_prefix("scripted-")
+        .and_then(|rest| rest.rsplitn(3, '-').nth(2))
+        .unwrap_or_else(|| panic!("a scripted provider's session id: {id}"));
+    let agent = AgentName::new(agent).unwrap();
+    // The orchestrator (`lead` in write_config) sees every message.
+    let viewer = if agent.as_str() == "lead" {
+        Viewer::Everything
+    } else {
+        Viewer::Specialist(&agent)
+    };
+    let first = log.read_range(*first, *first, 1).unwrap();
+    let conversation = first[0].event.conversation().clone();
+    let sent: std::collections::BTreeSet<&Seq> = stored.iter().collect();
+    log.conversation_events(&conversation, Seq::ZERO, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.seq <= *newest && !sent.contains(&r.seq))
+        .filter(|r| match &r.event {
+            Event::MessagePosted(m) => m.sender.agent() != Some(&agent) && can_see(viewer, m),
+            _ => false,
+        })
+        .map(|r| r.seq)
+        .collect()
 }
 
 /// Posts `text` until one node answers it, trying the nodes in turn from `first`; how long it

@@ -85,6 +85,27 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
             .unwrap_or_else(|| panic!("{conversation} in {rows:?}"));
         assert_eq!(row["node"], legion.owner(conversation).unwrap().as_str());
     }
+    // Each node's `/meta` (what the dashboard shows in its header) names the node and the
+    // conversations it owns.
+    for node in &legion.nodes {
+        let (status, body) = get(node, "/meta");
+        assert_eq!(status, 200, "{body}");
+        let meta: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(meta["cluster"]["node"], node.name.as_str(), "{meta}");
+        let mut held: Vec<&str> = meta["cluster"]["conversations"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{meta}"))
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        held.sort_unstable();
+        let owned: Vec<&str> = conversations
+            .iter()
+            .filter(|c| legion.owner(c).as_deref() == Some(node.name.as_str()))
+            .map(String::as_str)
+            .collect();
+        assert_eq!(held, owned, "{}'s /meta: {meta}", node.name);
+    }
     assert_eq!(
         forwarded as usize, forwarded_expected,
         "posts to non-owners are forwarded"
@@ -150,7 +171,7 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
         );
     }
     legion.verify();
-    check_sessions(&legion.sessions_dir());
+    check_sessions(&legion);
 }
 
 /// A heartbeat and a reset sent to a node that does not own the conversation are carried to the
@@ -219,7 +240,7 @@ fn a_heartbeat_and_a_reset_sent_to_a_non_owner_take_effect_on_the_owner() {
     // Ann's next turn opens a new session, restored from the log.
     post_until_served(&legion, i + 2, CONV, "@ann again", Duration::from_secs(30));
     legion.verify();
-    check_sessions(&legion.sessions_dir());
+    check_sessions(&legion);
 }
 
 /// Every node runs the `[heartbeats]` schedules, and each conversation's heartbeat runs on its
@@ -354,7 +375,7 @@ fn killing_the_owner_of_a_busy_conversation_moves_it_within_the_lease_ttl() {
     }
     legion.verify();
     // Resumed across nodes with the delta: one session per agent unless one was lost.
-    let (sessions, sent) = check_sessions(&legion.sessions_dir());
+    let (sessions, sent) = check_sessions(&legion);
     assert!(sessions >= 3, "{sessions}");
     assert!(sent >= acknowledged.len(), "{sent} messages sent");
 }
@@ -430,7 +451,7 @@ fn a_paused_owner_finds_its_appends_refused_and_stands_down() {
     );
     assert!(user_texts(&log, CONV).contains(attempts.last().unwrap()));
     legion.verify();
-    check_sessions(&legion.sessions_dir());
+    check_sessions(&legion);
 }
 
 /// An owner stopped gracefully (SIGTERM) releases its leases: another node serves the
@@ -446,6 +467,19 @@ fn a_gracefully_stopped_owner_hands_its_conversation_over_at_once() {
     const CONV: &str = "graceful:1";
     let (_, first) = post_until_served(&legion, 0, CONV, "@all hello", Duration::from_secs(30));
     let owner = legion.owner(CONV).expect("an owner");
+    // `inspect nodes` lists every running node: the owner with the conversation, the two
+    // others with none.
+    let all: Vec<String> = legion.nodes.iter().map(|n| n.name.clone()).collect();
+    let rows = node_rows(&legion);
+    assert_eq!(
+        rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
+        all,
+        "{rows:?}"
+    );
+    for (node, conversation) in &rows {
+        let want = if *node == owner { CONV } else { "" };
+        assert_eq!(conversation, want, "{rows:?}");
+    }
     let i = legion.node_index(&owner);
     legion.signal(i, "-TERM");
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -455,6 +489,10 @@ fn a_gracefully_stopped_owner_hands_its_conversation_over_at_once() {
     }
     let stopped = Instant::now();
     assert_eq!(legion.owner(CONV), None, "{owner} released its lease");
+    // Its presence too (it would stay listed for the 30 s TTL otherwise).
+    let rows = node_rows(&legion);
+    assert!(rows.iter().all(|(node, _)| *node != owner), "{rows:?}");
+    assert_eq!(rows.len(), 2, "{rows:?}");
     let (_, second) = post_until_served(
         &legion,
         i + 1,
@@ -482,7 +520,7 @@ fn a_gracefully_stopped_owner_hands_its_conversation_over_at_once() {
         .iter()
         .all(|t| first.contains(t) || second.contains(t)));
     legion.verify();
-    check_sessions(&legion.sessions_dir());
+    check_sessions(&legion);
 }
 
 /// A conversation whose actors the reaper stopped (idle) is let go: its owner releases its
@@ -541,7 +579,7 @@ fn an_idle_conversation_is_released_once_its_actors_are_reaped() {
         "each acknowledged message once, in order"
     );
     legion.verify();
-    check_sessions(&legion.sessions_dir());
+    check_sessions(&legion);
 }
 
 /// A node cut off from the cluster (a network partition between it and the nats-servers, both
@@ -599,7 +637,7 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
         assert_eq!(count, 1, "{text:?} is in the log {count} times: {texts:?}");
     }
     legion.verify();
-    check_sessions(&legion.sessions_dir());
+    check_sessions(&legion);
 }
 
 /// Every nats-server lost at once (the whole cluster unreachable from every node): a post
@@ -677,7 +715,7 @@ fn with_the_whole_cluster_down_posts_fail_and_the_conversation_goes_on_once_it_r
         assert!(count <= 1, "{text:?} is in the log {count} times");
     }
     legion.verify();
-    check_sessions(&legion.sessions_dir());
+    check_sessions(&legion);
 }
 
 /// A partition between the nats-servers (the third cut off from the other two, every process
@@ -778,14 +816,16 @@ fn a_partition_between_servers_moves_the_minority_sides_conversations_to_the_maj
         assert_eq!(count, 1, "{text:?} is in the log {count} times");
     }
     legion.verify();
-    check_sessions(&legion.sessions_dir());
+    check_sessions(&legion);
 }
 
 /// Waits until node `i`, cut off from the cluster at `cut_at`, stands down, and asserts that it
-/// did once its lease was no longer trusted (3/4 of the TTL after its last renewal), not when
-/// its pending renewal timed out (`request_timeout`, 5 s): before the lease could expire at the
-/// servers, the TTL after the cut at the earliest (1 s of slack for a loaded machine). Returns
-/// how long after the cut.
+/// did once its lease was no longer trusted (3/4 of the TTL after its last renewal began), not
+/// when its pending renewal timed out (`request_timeout`, 5 s): within the TTL of the cut, with
+/// 1 s of slack for a loaded machine. That bounds the stand-down from above only: the lease
+/// expires at the servers a TTL after its last renewal, which came before the cut, so this does
+/// not show that the node stood down first (the paused-owner test shows that a late owner's
+/// appends are refused). Returns how long after the cut.
 fn stands_down_in_time(legion: &Legion, i: usize, cut_at: Instant) -> Duration {
     let deadline = cut_at + Duration::from_secs(20);
     while metric(&legion.nodes[i], "legio_cluster_leases_lost_total", "") < 1.0 {
@@ -801,6 +841,19 @@ fn stands_down_in_time(legion: &Legion, i: usize, cut_at: Instant) -> Duration {
         "the cut-off node stood down only {after:?} after the cut"
     );
     after
+}
+
+/// `legio inspect nodes --format json` as (node, conversation) rows, in its order (by node).
+fn node_rows(legion: &Legion) -> Vec<(String, String)> {
+    let out = legion.legio(&["inspect", "nodes", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    rows.iter()
+        .map(|r| {
+            let field = |name: &str| r[name].as_str().unwrap_or_else(|| panic!("{r}")).to_owned();
+            (field("node"), field("conversation"))
+        })
+        .collect()
 }
 
 /// The text of `text` that one of the nodes `via` answered (see [`post_until_served_by`]).

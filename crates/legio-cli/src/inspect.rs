@@ -25,8 +25,9 @@ pub enum What {
     Sessions,
     /// The shared memory: directives, notes and every notebook (JSON: the whole projection).
     Memory,
-    /// On a cluster (`--nats` or `store.backend = "nats"`): each node and the conversations it
-    /// owns, with the lease's revision and the time since it was last renewed.
+    /// On a cluster (`--nats` or `store.backend = "nats"`): each running node and the
+    /// conversations it owns (none: an empty conversation), with the lease's revision and the
+    /// time since it was last renewed.
     Nodes,
     /// Every agent's tools and where each comes from (built-in, memory, or an [mcp.NAME]
     /// server, which is started to list them); read from the configuration, not the log.
@@ -163,7 +164,9 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `legio inspect nodes`: the lease bucket, one row per conversation lease, by node.
+/// `legio inspect nodes`: the lease bucket, one row per conversation lease, by node, and one
+/// with no conversation for each running node that owns none (a node holds a presence lease
+/// while it runs: `legio_store::node_lease_name`).
 fn nodes(context: &Context, format: TableFormat) -> Result<ExitCode> {
     let Some(options) = common::nats_options(context)? else {
         anyhow::bail!(
@@ -171,7 +174,16 @@ fn nodes(context: &Context, format: TableFormat) -> Result<ExitCode> {
         );
     };
     let leases = legio_store::Leases::open(&options)?;
-    let mut held = leases.list_with_age()?;
+    let (present, mut held): (Vec<_>, Vec<_>) = leases
+        .list_with_age()?
+        .into_iter()
+        .partition(|(lease, _)| lease.node_present().is_some());
+    for (lease, age) in present {
+        if !held.iter().any(|(h, _)| h.holder == lease.holder) {
+            let name = String::new();
+            held.push((legio_store::Lease { name, ..lease }, age));
+        }
+    }
     held.sort_by(|a, b| (&a.0.holder, &a.0.name).cmp(&(&b.0.holder, &b.0.name)));
     let rows = held
         .into_iter()

@@ -38,7 +38,8 @@ pub const TOOL_CALLS: &str = "legio_tool_calls_total";
 /// Requests whose oldest messages were left out to fit the model's window, by agent.
 pub const CONTEXT_LEFT_OUT: &str = "legio_context_left_out_total";
 
-/// Conversation leases taken by this node (on a cluster), labelled by `how` (new, adopted).
+/// Conversation leases taken by this node (on a cluster): new ones, and its own taken back
+/// after a restart within the TTL.
 pub const LEASES_ACQUIRED: &str = "legio_cluster_leases_acquired_total";
 /// Conversations this node stood down from, labelled by `why` (lost, unrenewed, fenced).
 pub const LEASES_LOST: &str = "legio_cluster_leases_lost_total";

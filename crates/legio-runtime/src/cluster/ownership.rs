@@ -8,13 +8,16 @@
 //! appended; turns in flight fail as moved) before the lease can expire. A conversation whose
 //! actors were all reaped (idle), with no request of this node on it, is released: its lease
 //! deleted by revision and its projection dropped, so any node may take it at the next post.
+//! Beside them the node holds its presence lease (`legio:node:<id>`), taken at start, renewed
+//! with the others and released on a graceful stop, so `legio inspect nodes` lists a running
+//! node that owns no conversation too; nothing is fenced by it.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use legio_core::ConversationKey;
-use legio_store::{Lease, LeaseError, Leases, NatsLog};
+use legio_store::{node_lease_name, Lease, LeaseError, Leases, NatsLog};
 use ractor::ActorRef;
 use tokio::sync::oneshot;
 
@@ -60,6 +63,8 @@ pub(crate) struct Ownership {
     acquiring: tokio::sync::Mutex<()>,
     root: OnceLock<ActorRef<RootMsg>>,
     renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// This node's presence lease, once taken.
+    presence: Mutex<Option<Lease>>,
 }
 
 /// How often taking a lease is tried before the post fails (within a TTL after a cluster error),
@@ -98,6 +103,7 @@ impl Ownership {
             acquiring: tokio::sync::Mutex::new(()),
             root: OnceLock::new(),
             renewer: Mutex::new(None),
+            presence: Mutex::new(None),
         })
     }
 
@@ -300,6 +306,7 @@ impl Ownership {
         let task = tokio::spawn(async move {
             let renewing = async {
                 loop {
+                    ownership.keep_presence().await;
                     tokio::time::sleep(period).await;
                     ownership.renew_all().await;
                 }
@@ -325,6 +332,24 @@ impl Ownership {
             .collect();
         for conversation in stale {
             self.stand_down(&conversation, "unrenewed").await;
+        }
+    }
+
+    /// Takes this node's presence lease, or renews it (taking back its own from before a
+    /// restart within the TTL). A failure is logged and tried again at the next renewal.
+    async fn keep_presence(&self) {
+        let held = lock(&self.presence).clone();
+        let (leases, node) = (Arc::clone(&self.leases), self.node.clone());
+        let kept = blocking("keeping the node's presence", move || {
+            keep_presence(&leases, &node, held)
+        })
+        .await;
+        match kept {
+            Ok(Ok(lease)) => *lock(&self.presence) = Some(lease),
+            Ok(Err(e)) => {
+                tracing::warn!(node = %self.node, error = %e, "cannot renew the node's presence lease; trying again at the next renewal");
+            }
+            Err(_) => {} // the runtime is stopping
         }
     }
 
@@ -500,10 +525,11 @@ impl Ownership {
         }
     }
 
-    /// Stops renewing; with `release`, gives every lease up.
+    /// Stops renewing; with `release`, gives every lease up, its presence last.
     pub(crate) async fn stop(&self, release: bool) {
         self.abort();
-        let held: Vec<Lease> = lock(&self.held).drain().map(|(_, h)| h.lease).collect();
+        let mut held: Vec<Lease> = lock(&self.held).drain().map(|(_, h)| h.lease).collect();
+        held.extend(lock(&self.presence).take());
         metrics::gauge!(m::LEASES_HELD).set(0.0);
         if !release {
             return;
@@ -517,6 +543,29 @@ impl Ownership {
             }
         })
         .await;
+    }
+}
+
+/// Renews `held`, this node's presence lease, or takes it when it has none or lost it (also
+/// back from this node before a restart).
+fn keep_presence(leases: &Leases, node: &str, held: Option<Lease>) -> Result<Lease, LeaseError> {
+    if let Some(lease) = held {
+        match leases.renew(&lease) {
+            Err(LeaseError::Lost { .. }) => {}
+            kept => return kept,
+        }
+    }
+    match leases.acquire(&node_lease_name(node), node) {
+        Err(LeaseError::Held {
+            name,
+            holder,
+            revision,
+        }) if holder == node => leases.renew(&Lease {
+            name,
+            holder,
+            revision,
+        }),
+        taken => taken,
     }
 }
 

@@ -18,16 +18,34 @@ use crate::error::StoreError;
 /// How many leases a listing reads from the stream's leader at once.
 const LIST_READS_IN_FLIGHT: usize = 32;
 
+/// The names of the leases nodes hold to say they are up (`legio:node:<id>`): under legio's
+/// reserved conversation prefix, so no conversation's lease has such a name.
+const NODE_LEASE_PREFIX: &str = "legio:node:";
+
+/// The name of the lease node `node` holds while it runs (see [`Lease::node_present`]).
+pub fn node_lease_name(node: &str) -> String {
+    format!("{NODE_LEASE_PREFIX}{node}")
+}
+
 /// A lease held: what it guards, by whom, and the revision that proves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Lease {
-    /// What the lease guards (a conversation key).
+    /// What the lease guards: a conversation key, or a node's presence ([`node_lease_name`]).
     pub name: String,
     /// Who holds it (a node id).
     pub holder: String,
     /// The bucket revision of the holder's last write: the fencing token. Every renewal gives a
     /// new one; only the newest renews or releases.
     pub revision: u64,
+}
+
+impl Lease {
+    /// The node whose presence this lease is (a running node holds one, renewed with its
+    /// conversations' leases, released when it stops gracefully), or `None` for a
+    /// conversation's lease.
+    pub fn node_present(&self) -> Option<&str> {
+        self.name.strip_prefix(NODE_LEASE_PREFIX)
+    }
 }
 
 /// Why a lease operation did not succeed.

@@ -19,7 +19,7 @@ mod verify;
 mod write;
 
 pub use bus::{BusError, Incoming, NodeBus, Responder};
-pub use lease::{Lease, LeaseError, Leases};
+pub use lease::{node_lease_name, Lease, LeaseError, Leases};
 pub use log::NatsLog;
 pub use options::{NatsAuth, NatsOptions, NatsTls};
 pub use write::MAX_BATCH_EVENTS;
