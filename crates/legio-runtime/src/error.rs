@@ -260,9 +260,9 @@ fn store_code(e: &StoreError) -> ErrorCode {
             IoCause::TooManyOpenFiles => ErrorCode::TooManyOpenFiles,
             _ => ErrorCode::StorageFailed,
         },
-        StoreError::Cluster { .. } | StoreError::Unreachable { .. } => {
-            ErrorCode::ClusterUnavailable
-        }
+        StoreError::Cluster { .. }
+        | StoreError::Unreachable { .. }
+        | StoreError::Refused { .. } => ErrorCode::ClusterUnavailable,
         _ => ErrorCode::Internal,
     }
 }

@@ -111,6 +111,14 @@ pub enum StoreError {
         /// What the client said.
         reason: String,
     },
+    /// A server was reached but refused this client's credentials (none given, or wrong).
+    #[error("the NATS servers {servers} refused this client's credentials: {reason}; check store.nats.token or store.nats.credentials_file against the servers' authorization")]
+    Refused {
+        /// The URLs tried.
+        servers: String,
+        /// What the client said.
+        reason: String,
+    },
     /// The cluster answered a request with an error or not in time.
     #[error("NATS JetStream failure during {during}: {reason}")]
     Cluster {

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use async_nats::ConnectErrorKind;
+
 use crate::error::{Result, StoreError};
 
 /// How the client proves who it is to the NATS servers.
@@ -139,12 +141,14 @@ impl NatsOptions {
                 options = options.add_client_certificate(cert.clone(), key.clone());
             }
         }
-        options
-            .connect(self.servers.clone())
-            .await
-            .map_err(|e| StoreError::Unreachable {
-                servers: self.servers.join(", "),
-                reason: e.to_string(),
-            })
+        options.connect(self.servers.clone()).await.map_err(|e| {
+            let (servers, reason) = (self.servers.join(", "), e.to_string());
+            match e.kind() {
+                ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
+                    StoreError::Refused { servers, reason }
+                }
+                _ => StoreError::Unreachable { servers, reason },
+            }
+        })
     }
 }
