@@ -114,6 +114,33 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
         served as usize, forwarded_expected,
         "and served by the owners"
     );
+    // The lease and publish metrics: every conversation's lease taken (once, unless one moved),
+    // renewals timed, and each owner's publishes timed.
+    let acquired: f64 = legion
+        .nodes
+        .iter()
+        .map(|n| metric(n, "legio_cluster_leases_acquired_total", ""))
+        .sum();
+    assert!(
+        acquired as usize >= conversations.len(),
+        "{acquired} leases taken\n{}",
+        lease_metrics(&legion)
+    );
+    let renewals: f64 = legion
+        .nodes
+        .iter()
+        .map(|n| metric(n, "legio_cluster_lease_renew_seconds_count", ""))
+        .sum();
+    assert!(
+        renewals > 0.0,
+        "no renewal timed\n{}",
+        lease_metrics(&legion)
+    );
+    for conversation in &conversations {
+        let owner = &legion.nodes[legion.node_index(&legion.owner(conversation).unwrap())];
+        let publishes = metric(owner, "legio_store_append_latency_seconds_count", "");
+        assert!(publishes > 0.0, "{} timed no publish", owner.name);
+    }
 
     // Every node reads the same history, the owner's appends included.
     for conversation in &conversations {
@@ -132,6 +159,20 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
                 .all(|h| *h == histories[0] && *h >= ROUNDS * 2),
             "{conversation}: {histories:?}"
         );
+    }
+
+    // The operator CLI reads the cluster's log through any node (`--server`) as with `--nats`.
+    let last = legion.log().last_seq().get();
+    for node in &legion.nodes {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_legio"))
+            .current_dir(legion.dir.path())
+            .env("LEGIO_CONFIG", legion.dir.path().join("legio.toml"))
+            .args(["--server", &node.base, "replay", "--format", "jsonl"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}: {out:?}", node.name);
+        let lines = String::from_utf8_lossy(&out.stdout).lines().count() as u64;
+        assert_eq!(lines, last, "replay --server {} ({})", node.base, node.name);
     }
 
     // A streamed turn through a node that does not own the conversation: the owner's progress

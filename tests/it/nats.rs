@@ -3,6 +3,7 @@
 //! bus (requests between nodes). (The
 //! `EventLog` contract and the model test run on `NatsLog` in contract.rs and model.rs.)
 
+use std::path::PathBuf;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -191,6 +192,130 @@ fn a_server_that_asks_for_a_token_admits_only_a_client_that_gives_it() {
             "{what}: refused only after {:?}",
             started.elapsed()
         );
+    }
+}
+
+/// A CA and a certificate for 127.0.0.1 signed by it, made with the `openssl` command in `dir`:
+/// the paths of the CA's certificate, the server's certificate and its key; `None` (skipped, with
+/// a line) without `openssl` outside CI.
+fn test_certificates(dir: &std::path::Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
+    let (cert, key, csr) = (
+        dir.join("server.pem"),
+        dir.join("server-key.pem"),
+        dir.join("server.csr"),
+    );
+    let san = dir.join("san.cnf");
+    std::fs::write(&san, "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let path = |p: &PathBuf| p.to_str().unwrap().to_owned();
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let steps: [Vec<String>; 3] = [
+        [
+            "req",
+            "-x509",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=legio test CA",
+            "-keyout",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .chain([path(&ca_key), "-out".into(), path(&ca)])
+        .chain(ec.iter().map(|a| a.to_string()))
+        .collect(),
+        ["req", "-subj", "/CN=127.0.0.1", "-keyout"]
+            .iter()
+            .map(|a| a.to_string())
+            .chain([path(&key), "-out".into(), path(&csr)])
+            .chain(ec.iter().map(|a| a.to_string()))
+            .collect(),
+        ["x509", "-req", "-days", "1", "-CAcreateserial", "-in"]
+            .iter()
+            .map(|a| a.to_string())
+            .chain([
+                path(&csr),
+                "-CA".into(),
+                path(&ca),
+                "-CAkey".into(),
+                path(&ca_key),
+            ])
+            .chain(["-out".into(), path(&cert), "-extfile".into(), path(&san)])
+            .collect(),
+    ];
+    for args in steps {
+        let out = match std::process::Command::new("openssl").args(&args).output() {
+            Ok(out) => out,
+            Err(e) => {
+                let what = format!("the TLS test makes its certificates with `openssl`: {e}");
+                assert!(std::env::var("CI").as_deref() != Ok("true"), "{what}");
+                println!("skipped: {what}");
+                return None;
+            }
+        };
+        assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    }
+    Some((ca, cert, key))
+}
+
+/// A server that requires TLS (`tls { cert_file, key_file }`, its certificate signed by a CA of
+/// the test's): with `NatsTls { ca_file }` the log opens, appends and reads over TLS; without
+/// TLS settings, or trusting another CA, opening fails.
+#[test]
+fn a_server_that_requires_tls_is_reached_with_the_ca_that_signed_its_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((ca, cert, key)) = test_certificates(dir.path()) else {
+        return;
+    };
+    let settings = format!(
+        "tls {{ cert_file: \"{}\", key_file: \"{}\" }}\n",
+        cert.display(),
+        key.display()
+    );
+    let Some(cluster) = NatsCluster::start_with_settings(1, &settings) else {
+        return;
+    };
+    let options = NatsOptions {
+        tls: Some(legio_store::NatsTls {
+            ca_file: Some(ca),
+            client_cert: None,
+        }),
+        ..cluster.options(1)
+    };
+    let log = NatsLog::open(&options).unwrap();
+    log.append(vec![text_message(1, "t:tls", "user", "lead", "over tls")])
+        .unwrap();
+    assert_eq!(all_seqs_and_texts(&log), vec![(1, "over tls".to_owned())]);
+    Leases::open(&options).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let (other_ca, _, _) = test_certificates(other.path()).unwrap();
+    for (tls, what) in [
+        (None, "no TLS settings"),
+        (
+            Some(legio_store::NatsTls {
+                ca_file: Some(other_ca),
+                client_cert: None,
+            }),
+            "another CA",
+        ),
+    ] {
+        let refused = NatsOptions {
+            tls,
+            ..options.clone()
+        };
+        match NatsLog::open(&refused) {
+            Err(e @ StoreError::Unreachable { .. }) => {
+                println!("{what}: {e}");
+                assert!(e.to_string().contains("tls_ca_file"), "{what}: {e}");
+            }
+            other => panic!("{what}: {other:?}"),
+        }
     }
 }
 

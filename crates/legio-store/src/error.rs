@@ -104,7 +104,7 @@ pub enum StoreError {
         expected: u64,
     },
     /// No server of the cluster could be reached.
-    #[error("cannot reach the NATS servers {servers}: {reason}; check store.nats.servers (or --nats) and that the servers run")]
+    #[error("cannot reach the NATS servers {servers}: {reason}; check store.nats.servers (or --nats), that the servers run, and, for a certificate the client refused, store.nats.tls_ca_file")]
     Unreachable {
         /// The URLs tried.
         servers: String,
