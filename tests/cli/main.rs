@@ -391,26 +391,36 @@ fn jsonl_output_validates_against_the_schema() {
     );
 }
 
+/// `legio context --at` for what `request` was sent (run by `legio`, which adds the log's
+/// options), as JSON.
+fn context_plan_at(
+    legio: &dyn Fn(&[&str]) -> Output,
+    request: &RecordedRequest,
+) -> serde_json::Value {
+    let at = request.plan.new_message.seq.get().to_string();
+    let out = legio(&[
+        "context",
+        "--conversation",
+        request.conversation.as_str(),
+        "--agent",
+        request.agent.as_str(),
+        "--at",
+        &at,
+        "--format",
+        "json",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap()
+}
+
 #[test]
 fn context_shows_exactly_what_the_provider_received() {
     let f = fixture();
     assert!(f.requests.len() >= 8);
     let mut modes = std::collections::BTreeSet::new();
     for request in &f.requests {
-        let at = request.plan.new_message.seq.get().to_string();
-        let out = f.legio(&[
-            "context",
-            "--conversation",
-            request.conversation.as_str(),
-            "--agent",
-            request.agent.as_str(),
-            "--at",
-            &at,
-            "--format",
-            "json",
-        ]);
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let at = request.plan.new_message.seq.get();
+        let plan = context_plan_at(&|args| f.legio(args), request);
         let history: Vec<(u64, bool)> = plan["history"]
             .as_array()
             .unwrap()
@@ -1323,30 +1333,16 @@ fn live_mode_agrees_with_offline_while_the_server_holds_the_log() {
     assert!(stderr(&out).contains("the server says"), "{}", stderr(&out));
 
     // Follow: a live `replay --follow` prints a turn posted over HTTP while it runs.
-    let mut follow = Command::new(env!("CARGO_BIN_EXE_legio"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));
+    command
         .current_dir(f.dir.path())
         .env("LEGIO_CONFIG", f.config_path())
         .env("NO_COLOR", "1")
         .args([
             "--server", &url, "--token", TOKEN, "replay", "--format", "jsonl",
         ])
-        .args(["--follow", "--from", &reset_seq.to_string()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
-    let follow_out = follow.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(follow_out).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+        .args(["--follow", "--from", &reset_seq.to_string()]);
+    let (mut follow, lines_rx, reader) = follow_lines(command);
     let (status, body) = served.http(
         "POST",
         &format!("/sessions/{CONV}/turns"),
@@ -1693,20 +1689,8 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
     let requests = provider.requests();
     assert!(requests.len() >= 4, "{}", requests.len());
     for request in &requests {
-        let at = request.plan.new_message.seq.get().to_string();
-        let out = legio(&[
-            "context",
-            "--conversation",
-            request.conversation.as_str(),
-            "--agent",
-            request.agent.as_str(),
-            "--at",
-            &at,
-            "--format",
-            "json",
-        ]);
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let at = request.plan.new_message.seq.get();
+        let plan = context_plan_at(&legio, request);
         let history: Vec<u64> = plan["history"]
             .as_array()
             .unwrap()
@@ -1720,7 +1704,8 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
     }
 
     // `replay --follow` on the cluster prints the stored events, then one appended meanwhile.
-    let mut follow = Command::new(env!("CARGO_BIN_EXE_legio"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));
+    command
         .current_dir(dir.path())
         .env("LEGIO_CONFIG", &config_path)
         .args([
@@ -1730,23 +1715,8 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
             "--format",
             "jsonl",
             "--follow",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
-    let follow_out = follow.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(follow_out).lines() {
-            let Ok(line) = line else { break };
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+        ]);
+    let (mut follow, lines_rx, reader) = follow_lines(command);
     let next_line = || {
         let line = lines_rx
             .recv_timeout(Duration::from_secs(20))
@@ -1778,6 +1748,35 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
     follow.kill().unwrap();
     follow.wait().unwrap();
     reader.join().unwrap();
+}
+
+/// Spawns `command` (a `replay --follow`) and reads its output on a thread: the child, its lines
+/// as they come, and the reading thread (it ends when the child's output closes).
+fn follow_lines(
+    mut command: Command,
+) -> (
+    std::process::Child,
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<()>,
+) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let out = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, lines_rx, reader)
 }
 
 /// The fixture's configuration in `dir` on the NATS backend (`url`, stream `stream`): its path.

@@ -409,6 +409,11 @@ pub fn metric(node: &Node, name: &str, label: &str) -> f64 {
         .sum()
 }
 
+/// A metric summed over every node of the legion (see [`metric`]).
+pub fn total(legion: &Legion, name: &str, label: &str) -> f64 {
+    legion.nodes.iter().map(|n| metric(n, name, label)).sum()
+}
+
 /// Every node's lease counters (`legio_cluster_lease*` lines of its `/metrics`), to say in a
 /// failure's message who took and lost what.
 pub fn lease_metrics(legion: &Legion) -> String {

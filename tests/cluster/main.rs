@@ -65,16 +65,12 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
             .filter(|round| legion.nodes[(c + round) % 3].name != owner)
             .count();
     }
-    let forwarded: f64 = legion
-        .nodes
-        .iter()
-        .map(|n| metric(n, "legio_cluster_forwarded_posts_total", "outcome=\"ok\""))
-        .sum();
-    let served: f64 = legion
-        .nodes
-        .iter()
-        .map(|n| metric(n, "legio_cluster_served_posts_total", ""))
-        .sum();
+    let forwarded: f64 = total(
+        &legion,
+        "legio_cluster_forwarded_posts_total",
+        "outcome=\"ok\"",
+    );
+    let served: f64 = total(&legion, "legio_cluster_served_posts_total", "");
     // `legio inspect nodes` shows who owns what, as the lease bucket says.
     let out = legion.legio(&["inspect", "nodes", "--format", "json"]);
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
@@ -116,21 +112,13 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
     );
     // The lease and publish metrics: every conversation's lease taken (once, unless one moved),
     // renewals timed, and each owner's publishes timed.
-    let acquired: f64 = legion
-        .nodes
-        .iter()
-        .map(|n| metric(n, "legio_cluster_leases_acquired_total", ""))
-        .sum();
+    let acquired: f64 = total(&legion, "legio_cluster_leases_acquired_total", "");
     assert!(
         acquired as usize >= conversations.len(),
         "{acquired} leases taken\n{}",
         lease_metrics(&legion)
     );
-    let renewals: f64 = legion
-        .nodes
-        .iter()
-        .map(|n| metric(n, "legio_cluster_lease_renew_seconds_count", ""))
-        .sum();
+    let renewals: f64 = total(&legion, "legio_cluster_lease_renew_seconds_count", "");
     assert!(
         renewals > 0.0,
         "no renewal timed\n{}",
