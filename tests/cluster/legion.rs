@@ -479,7 +479,9 @@ pub fn check_sessions(legion: &Legion) -> (usize, usize) {
 /// The seqs of the messages that provider session `id` (named `scripted-<agent>-<pid>-<n>` by
 /// the scripted provider) should have been sent and was not: those its agent may see, in the
 /// conversation of the first message it was sent, up to the newest one it was sent, that it did
-/// not write. (A heartbeat's prompt is sent as seq 0: it is not in the log.)
+/// not write. (A heartbeat's prompt is sent as seq 0: it is not in the log.) The legion's nodes
+/// compact nothing and its conversations fit the model's window, so no restored context may
+/// leave a message out; with compaction a summary would stand for the oldest ones.
 fn left_out(log: &NatsLog, id: &str, thread: &[(Seq, bool)]) -> Vec<Seq> {
     let stored: Vec<Seq> = thread
         .iter()

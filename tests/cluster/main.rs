@@ -499,7 +499,7 @@ fn a_gracefully_stopped_owner_hands_its_conversation_over_at_once() {
     // `inspect nodes` lists every running node: the owner with the conversation, the two
     // others with none.
     let all: Vec<String> = legion.nodes.iter().map(|n| n.name.clone()).collect();
-    let rows = node_rows(&legion);
+    let rows = node_rows_until(&legion, |rows| rows.len() == all.len());
     assert_eq!(
         rows.iter().map(|r| r.0.clone()).collect::<Vec<_>>(),
         all,
@@ -519,7 +519,7 @@ fn a_gracefully_stopped_owner_hands_its_conversation_over_at_once() {
     let stopped = Instant::now();
     assert_eq!(legion.owner(CONV), None, "{owner} released its lease");
     // Its presence too (it would stay listed for the 30 s TTL otherwise).
-    let rows = node_rows(&legion);
+    let rows = node_rows_until(&legion, |rows| rows.len() == 2);
     assert!(rows.iter().all(|(node, _)| *node != owner), "{rows:?}");
     assert_eq!(rows.len(), 2, "{rows:?}");
     let (_, second) = post_until_served(
@@ -870,6 +870,22 @@ fn stands_down_in_time(legion: &Legion, i: usize, cut_at: Instant) -> Duration {
         "the cut-off node stood down only {after:?} after the cut"
     );
     after
+}
+
+/// [`node_rows`] once `done` holds for them, or after 10 s (a node takes its presence lease just
+/// after it starts serving).
+fn node_rows_until(
+    legion: &Legion,
+    done: impl Fn(&[(String, String)]) -> bool,
+) -> Vec<(String, String)> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let rows = node_rows(legion);
+        if done(&rows) || Instant::now() > deadline {
+            return rows;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// `legio inspect nodes --format json` as (node, conversation) rows, in its order (by node).

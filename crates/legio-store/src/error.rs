@@ -111,8 +111,9 @@ pub enum StoreError {
         /// What the client said.
         reason: String,
     },
-    /// A server was reached but refused this client's credentials (none given, or wrong).
-    #[error("the NATS servers {servers} refused this client's credentials: {reason}; check store.nats.token or store.nats.credentials_file against the servers' authorization")]
+    /// A server was reached but this client could not authenticate: the server refused its
+    /// credentials (none given, or wrong), or the client could not use them (a bad nkey seed).
+    #[error("could not authenticate to the NATS servers {servers}: {reason}; check store.nats.token or store.nats.credentials_file against the servers' authorization")]
     Refused {
         /// The URLs tried.
         servers: String,

@@ -306,9 +306,20 @@ impl Ownership {
         let task = tokio::spawn(async move {
             let renewing = async {
                 loop {
-                    ownership.keep_presence().await;
                     tokio::time::sleep(period).await;
                     ownership.renew_all().await;
+                }
+            };
+            // Beside the conversations' renewals, never delaying them; a failed take is tried
+            // again soon (the first one can meet a lease bucket still electing its leader).
+            let present = async {
+                loop {
+                    let pause = if ownership.keep_presence().await {
+                        period
+                    } else {
+                        ACQUIRE_PAUSE
+                    };
+                    tokio::time::sleep(pause).await;
                 }
             };
             let watching = async {
@@ -317,7 +328,7 @@ impl Ownership {
                     ownership.stand_down_untrusted().await;
                 }
             };
-            tokio::join!(renewing, watching);
+            tokio::join!(renewing, watching, present);
         });
         *lock(&self.renewer) = Some(task);
     }
@@ -336,8 +347,8 @@ impl Ownership {
     }
 
     /// Takes this node's presence lease, or renews it (taking back its own from before a
-    /// restart within the TTL). A failure is logged and tried again at the next renewal.
-    async fn keep_presence(&self) {
+    /// restart within the TTL); answers whether it holds it. A failure is logged.
+    async fn keep_presence(&self) -> bool {
         let held = lock(&self.presence).clone();
         let (leases, node) = (Arc::clone(&self.leases), self.node.clone());
         let kept = blocking("keeping the node's presence", move || {
@@ -345,11 +356,15 @@ impl Ownership {
         })
         .await;
         match kept {
-            Ok(Ok(lease)) => *lock(&self.presence) = Some(lease),
-            Ok(Err(e)) => {
-                tracing::warn!(node = %self.node, error = %e, "cannot renew the node's presence lease; trying again at the next renewal");
+            Ok(Ok(lease)) => {
+                *lock(&self.presence) = Some(lease);
+                true
             }
-            Err(_) => {} // the runtime is stopping
+            Ok(Err(e)) => {
+                tracing::warn!(node = %self.node, error = %e, "cannot keep the node's presence lease; trying again");
+                false
+            }
+            Err(_) => false, // the runtime is stopping
         }
     }
 
@@ -528,19 +543,20 @@ impl Ownership {
     /// Stops renewing; with `release`, gives every lease up, its presence last.
     pub(crate) async fn stop(&self, release: bool) {
         self.abort();
-        let mut held: Vec<Lease> = lock(&self.held).drain().map(|(_, h)| h.lease).collect();
-        held.extend(lock(&self.presence).take());
+        let held: Vec<Lease> = lock(&self.held).drain().map(|(_, h)| h.lease).collect();
+        let presence = lock(&self.presence).take();
         metrics::gauge!(m::LEASES_HELD).set(0.0);
         if !release {
             return;
         }
-        let leases = Arc::clone(&self.leases);
+        let (leases, node) = (Arc::clone(&self.leases), self.node.clone());
         let _ = blocking("releasing leases", move || {
             for lease in held {
                 if let Err(e) = leases.release(lease) {
                     tracing::warn!(error = %e, "cannot release a lease; it expires after its TTL");
                 }
             }
+            release_presence(&leases, &node, presence);
         })
         .await;
     }
@@ -566,6 +582,26 @@ fn keep_presence(leases: &Leases, node: &str, held: Option<Lease>) -> Result<Lea
             revision,
         }),
         taken => taken,
+    }
+}
+
+/// Releases this node's presence lease. A renewal the stop cut short may have given it a newer
+/// revision than `held`: then the lease's latest revision is read and released, if this node
+/// still holds it (nothing is fenced by presence, so this cannot hurt another node).
+fn release_presence(leases: &Leases, node: &str, held: Option<Lease>) {
+    let Some(lease) = held else { return };
+    let released = match leases.release(lease) {
+        Err(LeaseError::Lost { name, .. }) => match leases.list() {
+            Ok(listed) => listed
+                .into_iter()
+                .find(|l| l.name == name && l.holder == node)
+                .map_or(Ok(()), |latest| leases.release(latest)),
+            Err(e) => Err(e),
+        },
+        released => released,
+    };
+    if let Err(e) = released {
+        tracing::warn!(error = %e, "cannot release the node's presence lease; it expires after its TTL");
     }
 }
 

@@ -189,18 +189,7 @@ impl Inner {
             .build(client.clone());
         let subjects = Subjects::new(&options.stream);
         let stream = if read_only {
-            js.get_stream(&options.stream)
-                .await
-                .map_err(|e| match e.kind() {
-                    jetstream::context::GetStreamErrorKind::JetStream(error)
-                        if error.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
-                    {
-                        StoreError::StreamNotFound {
-                            stream: options.stream.clone(),
-                        }
-                    }
-                    _ => StoreError::cluster("opening the stream", e),
-                })?
+            Self::find_stream(&js, &options).await?
         } else {
             Self::create_stream(&js, &options, &subjects).await?
         };
@@ -241,6 +230,34 @@ impl Inner {
             recent: Mutex::default(),
         };
         Ok((inner, (!read_only).then_some(receiver)))
+    }
+
+    /// The stream, which must exist (a reader never creates it). A failure of the cluster (a
+    /// leader election, a request timed out) is tried again, as reads are, until
+    /// `append_deadline`.
+    async fn find_stream(
+        js: &jetstream::Context,
+        options: &NatsOptions,
+    ) -> Result<jetstream::stream::Stream> {
+        let mut backoff = Backoff::new(options.append_deadline);
+        loop {
+            let e = match js.get_stream(&options.stream).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) => e,
+            };
+            if let jetstream::context::GetStreamErrorKind::JetStream(error) = e.kind() {
+                if error.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND {
+                    return Err(StoreError::StreamNotFound {
+                        stream: options.stream.clone(),
+                    });
+                }
+            }
+            let Some(pause) = backoff.next() else {
+                return Err(StoreError::cluster("opening the stream", e));
+            };
+            tracing::debug!(error = %e, "opening the stream failed, retrying");
+            tokio::time::sleep(pause).await;
+        }
     }
 
     async fn create_stream(
