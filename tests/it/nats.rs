@@ -144,7 +144,7 @@ fn a_released_lease_is_free_at_once() {
 
 /// A server that asks for a token (`authorization { token }`): with `NatsAuth::Token` the log,
 /// the leases and the node bus open and work; without a token, or with a wrong one, opening
-/// fails at once as `Refused`, with the server's refusal as the reason.
+/// fails at once as `Refused` (a configuration error), with the server's refusal as the reason.
 #[test]
 fn a_server_that_asks_for_a_token_admits_only_a_client_that_gives_it() {
     const TOKEN: &str = "s3cret-token";
@@ -178,12 +178,15 @@ fn a_server_that_asks_for_a_token_admits_only_a_client_that_gives_it() {
         };
         let started = Instant::now();
         match NatsLog::open(&refused) {
-            Err(StoreError::Refused { reason, .. }) => {
+            Err(StoreError::Refused { servers, reason }) => {
                 println!("{what}: {reason}");
                 assert!(
                     reason.contains("authorization violation"),
                     "{what}: {reason}"
                 );
+                // A configuration error for the runtime and the server, not "retry later".
+                let e = legio_runtime::RuntimeError::from(StoreError::Refused { servers, reason });
+                assert_eq!(e.code(), legio_runtime::ErrorCode::Config, "{what}");
             }
             other => panic!("{what}: {other:?}"),
         }

@@ -260,9 +260,11 @@ fn store_code(e: &StoreError) -> ErrorCode {
             IoCause::TooManyOpenFiles => ErrorCode::TooManyOpenFiles,
             _ => ErrorCode::StorageFailed,
         },
-        StoreError::Cluster { .. }
-        | StoreError::Unreachable { .. }
-        | StoreError::Refused { .. } => ErrorCode::ClusterUnavailable,
+        StoreError::Cluster { .. } | StoreError::Unreachable { .. } => {
+            ErrorCode::ClusterUnavailable
+        }
+        // Credentials the servers refuse: retrying will not help, the configuration must change.
+        StoreError::Refused { .. } => ErrorCode::Config,
         _ => ErrorCode::Internal,
     }
 }

@@ -551,12 +551,11 @@ impl Ownership {
         }
         let (leases, node) = (Arc::clone(&self.leases), self.node.clone());
         let _ = blocking("releasing leases", move || {
-            for lease in held {
-                if let Err(e) = leases.release(lease) {
+            for lease in held.into_iter().chain(presence) {
+                if let Err(e) = release_latest(&leases, &node, lease) {
                     tracing::warn!(error = %e, "cannot release a lease; it expires after its TTL");
                 }
             }
-            release_presence(&leases, &node, presence);
         })
         .await;
     }
@@ -585,23 +584,18 @@ fn keep_presence(leases: &Leases, node: &str, held: Option<Lease>) -> Result<Lea
     }
 }
 
-/// Releases this node's presence lease. A renewal the stop cut short may have given it a newer
-/// revision than `held`: then the lease's latest revision is read and released, if this node
-/// still holds it (nothing is fenced by presence, so this cannot hurt another node).
-fn release_presence(leases: &Leases, node: &str, held: Option<Lease>) {
-    let Some(lease) = held else { return };
-    let released = match leases.release(lease) {
-        Err(LeaseError::Lost { name, .. }) => match leases.list() {
-            Ok(listed) => listed
-                .into_iter()
-                .find(|l| l.name == name && l.holder == node)
-                .map_or(Ok(()), |latest| leases.release(latest)),
-            Err(e) => Err(e),
-        },
+/// Releases `lease` on a graceful stop. A renewal the stop cut short (its blocking call runs on
+/// after the renewing task is aborted) may have given it a newer revision: then the lease's
+/// latest revision is read and released, if this node still holds it. (Its sessions were
+/// suspended first, so nothing of this node's depends on the lease any more.)
+fn release_latest(leases: &Leases, node: &str, lease: Lease) -> Result<(), LeaseError> {
+    match leases.release(lease) {
+        Err(LeaseError::Lost { name, .. }) => leases
+            .list()?
+            .into_iter()
+            .find(|l| l.name == name && l.holder == node)
+            .map_or(Ok(()), |latest| leases.release(latest)),
         released => released,
-    };
-    if let Err(e) = released {
-        tracing::warn!(error = %e, "cannot release the node's presence lease; it expires after its TTL");
     }
 }
 

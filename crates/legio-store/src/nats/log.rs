@@ -193,12 +193,7 @@ impl Inner {
         } else {
             Self::create_stream(&js, &options, &subjects).await?
         };
-        let last = stream
-            .get_info()
-            .await
-            .map_err(|e| StoreError::cluster("reading the stream's state", e))?
-            .state
-            .last_sequence;
+        let last = Self::last_sequence(&stream, options.append_deadline).await?;
         let id_prefix = client
             .new_inbox()
             .rsplit('.')
@@ -230,6 +225,24 @@ impl Inner {
             recent: Mutex::default(),
         };
         Ok((inner, (!read_only).then_some(receiver)))
+    }
+
+    /// The stream's last sequence, asked of its leader; a failure of the cluster is tried again
+    /// until `deadline`.
+    async fn last_sequence(stream: &jetstream::stream::Stream, deadline: Duration) -> Result<u64> {
+        let mut backoff = Backoff::new(deadline);
+        loop {
+            match stream.get_info().await {
+                Ok(info) => return Ok(info.state.last_sequence),
+                Err(e) => {
+                    let Some(pause) = backoff.next() else {
+                        return Err(StoreError::cluster("reading the stream's state", e));
+                    };
+                    tracing::debug!(error = %e, "reading the stream's state failed, retrying");
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
     }
 
     /// The stream, which must exist (a reader never creates it). A failure of the cluster (a
