@@ -322,6 +322,39 @@ fn a_server_that_requires_tls_is_reached_with_the_ca_that_signed_its_certificate
     }
 }
 
+/// `release_latest` gives a lease up even when its holder renewed it since the revision it
+/// presents, and leaves alone a lease that passed to another holder.
+#[test]
+fn release_latest_frees_a_lease_renewed_meanwhile_and_no_one_elses() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let ttl = Duration::from_secs(1);
+    let (a, b) = (leases(&cluster, ttl), leases(&cluster, ttl));
+    let old = a.acquire("t:latest", "node-a").unwrap();
+    a.renew(&old).unwrap();
+    assert!(matches!(
+        a.release(old.clone()),
+        Err(LeaseError::Lost { .. })
+    ));
+    a.release_latest(old).unwrap();
+    assert_eq!(a.list().unwrap(), vec![]);
+    // Expired and taken by another: the old holder's release leaves it.
+    let mine = a.acquire("t:latest", "node-a").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let theirs = loop {
+        match b.acquire("t:latest", "node-b") {
+            Ok(lease) => break lease,
+            Err(LeaseError::Held { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    a.release_latest(mine).unwrap();
+    assert_eq!(a.list().unwrap(), vec![theirs]);
+}
+
 /// Reads every event of the log.
 fn all_seqs_and_texts(log: &dyn EventLog) -> Vec<(u64, String)> {
     log.read_range(Seq(1), Seq(u64::MAX), 100_000)

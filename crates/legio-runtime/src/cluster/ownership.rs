@@ -549,10 +549,12 @@ impl Ownership {
         if !release {
             return;
         }
-        let (leases, node) = (Arc::clone(&self.leases), self.node.clone());
+        let leases = Arc::clone(&self.leases);
         let _ = blocking("releasing leases", move || {
             for lease in held.into_iter().chain(presence) {
-                if let Err(e) = release_latest(&leases, &node, lease) {
+                // A renewal the stop cut short (its blocking call runs on after the renewing
+                // task is aborted) may have moved the lease's revision: release its latest.
+                if let Err(e) = leases.release_latest(lease) {
                     tracing::warn!(error = %e, "cannot release a lease; it expires after its TTL");
                 }
             }
@@ -581,21 +583,6 @@ fn keep_presence(leases: &Leases, node: &str, held: Option<Lease>) -> Result<Lea
             revision,
         }),
         taken => taken,
-    }
-}
-
-/// Releases `lease` on a graceful stop. A renewal the stop cut short (its blocking call runs on
-/// after the renewing task is aborted) may have given it a newer revision: then the lease's
-/// latest revision is read and released, if this node still holds it. (Its sessions were
-/// suspended first, so nothing of this node's depends on the lease any more.)
-fn release_latest(leases: &Leases, node: &str, lease: Lease) -> Result<(), LeaseError> {
-    match leases.release(lease) {
-        Err(LeaseError::Lost { name, .. }) => leases
-            .list()?
-            .into_iter()
-            .find(|l| l.name == name && l.holder == node)
-            .map_or(Ok(()), |latest| leases.release(latest)),
-        released => released,
     }
 }
 

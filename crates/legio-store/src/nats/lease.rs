@@ -233,6 +233,21 @@ impl Leases {
         })
     }
 
+    /// Gives `lease` up, or, if its holder renewed it since (a renewal whose answer never
+    /// reached the caller: one still on its way when the caller stopped), its latest revision.
+    /// A lease that expired or passed to another holder is left alone.
+    pub fn release_latest(&self, lease: Lease) -> Result<(), LeaseError> {
+        let holder = lease.holder.clone();
+        match self.release(lease) {
+            Err(LeaseError::Lost { name, .. }) => self
+                .list()?
+                .into_iter()
+                .find(|l| l.name == name && l.holder == holder)
+                .map_or(Ok(()), |latest| self.release(latest)),
+            released => released,
+        }
+    }
+
     /// Every lease currently held, sorted by name.
     pub fn list(&self) -> Result<Vec<Lease>, LeaseError> {
         Ok(self.list_with_age()?.into_iter().map(|(l, _)| l).collect())
