@@ -198,73 +198,100 @@ fn a_server_that_asks_for_a_token_admits_only_a_client_that_gives_it() {
     }
 }
 
-/// A CA and a certificate for 127.0.0.1 signed by it, made with the `openssl` command in `dir`:
-/// the paths of the CA's certificate, the server's certificate and its key; `None` (skipped, with
-/// a line) without `openssl` outside CI.
-fn test_certificates(dir: &std::path::Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
-    let (ca, ca_key) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
-    let (cert, key, csr) = (
-        dir.join("server.pem"),
-        dir.join("server-key.pem"),
-        dir.join("server.csr"),
-    );
-    let san = dir.join("san.cnf");
-    std::fs::write(&san, "subjectAltName=IP:127.0.0.1\n").unwrap();
-    let path = |p: &PathBuf| p.to_str().unwrap().to_owned();
-    let ec = [
+/// Runs `openssl` with `args`; `None` (the test is skipped, with a line) when there is no
+/// `openssl` command outside CI.
+fn openssl(args: &[&str]) -> Option<()> {
+    let out = match std::process::Command::new("openssl").args(args).output() {
+        Ok(out) => out,
+        Err(e) => {
+            let what = format!("the TLS tests make their certificates with `openssl`: {e}");
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{what}");
+            println!("skipped: {what}");
+            return None;
+        }
+    };
+    assert!(out.status.success(), "openssl {args:?}: {out:?}");
+    Some(())
+}
+
+/// A test CA in `dir`, and certificates it signs: `(ca.pem, ca-key.pem)`.
+fn test_ca(dir: &std::path::Path) -> Option<(PathBuf, PathBuf)> {
+    let (ca, key) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
+    openssl(&[
+        "req",
+        "-x509",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=legio test CA",
         "-newkey",
         "ec",
         "-pkeyopt",
         "ec_paramgen_curve:prime256v1",
         "-nodes",
-    ];
-    let steps: [Vec<String>; 3] = [
-        [
-            "req",
-            "-x509",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=legio test CA",
-            "-keyout",
-        ]
-        .iter()
-        .map(|a| a.to_string())
-        .chain([path(&ca_key), "-out".into(), path(&ca)])
-        .chain(ec.iter().map(|a| a.to_string()))
-        .collect(),
-        ["req", "-subj", "/CN=127.0.0.1", "-keyout"]
-            .iter()
-            .map(|a| a.to_string())
-            .chain([path(&key), "-out".into(), path(&csr)])
-            .chain(ec.iter().map(|a| a.to_string()))
-            .collect(),
-        ["x509", "-req", "-days", "1", "-CAcreateserial", "-in"]
-            .iter()
-            .map(|a| a.to_string())
-            .chain([
-                path(&csr),
-                "-CA".into(),
-                path(&ca),
-                "-CAkey".into(),
-                path(&ca_key),
-            ])
-            .chain(["-out".into(), path(&cert), "-extfile".into(), path(&san)])
-            .collect(),
-    ];
-    for args in steps {
-        let out = match std::process::Command::new("openssl").args(&args).output() {
-            Ok(out) => out,
-            Err(e) => {
-                let what = format!("the TLS test makes its certificates with `openssl`: {e}");
-                assert!(std::env::var("CI").as_deref() != Ok("true"), "{what}");
-                println!("skipped: {what}");
-                return None;
-            }
-        };
-        assert!(out.status.success(), "openssl {args:?}: {out:?}");
-    }
-    Some((ca, cert, key))
+        "-keyout",
+        key.to_str()?,
+        "-out",
+        ca.to_str()?,
+    ])?;
+    Some((ca, key))
+}
+
+/// A certificate `name` signed by the CA `(ca, ca_key)` with the extension `ext` (a subject
+/// alternative name, an extended key usage): `(cert, key)`.
+fn signed(
+    dir: &std::path::Path,
+    name: &str,
+    ext: &str,
+    ca: &(PathBuf, PathBuf),
+) -> Option<(PathBuf, PathBuf)> {
+    let (cert, key, csr, extfile) = (
+        dir.join(format!("{name}.pem")),
+        dir.join(format!("{name}-key.pem")),
+        dir.join(format!("{name}.csr")),
+        dir.join(format!("{name}.cnf")),
+    );
+    std::fs::write(&extfile, format!("{ext}\n")).unwrap();
+    openssl(&[
+        "req",
+        "-subj",
+        &format!("/CN={name}"),
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        key.to_str()?,
+        "-out",
+        csr.to_str()?,
+    ])?;
+    openssl(&[
+        "x509",
+        "-req",
+        "-days",
+        "1",
+        "-CAcreateserial",
+        "-in",
+        csr.to_str()?,
+        "-CA",
+        ca.0.to_str()?,
+        "-CAkey",
+        ca.1.to_str()?,
+        "-out",
+        cert.to_str()?,
+        "-extfile",
+        extfile.to_str()?,
+    ])?;
+    Some((cert, key))
+}
+
+/// A CA and a certificate for 127.0.0.1 signed by it, made with the `openssl` command in `dir`:
+/// the paths of the CA's certificate, the server's certificate and its key.
+fn test_certificates(dir: &std::path::Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let ca = test_ca(dir)?;
+    let (cert, key) = signed(dir, "server", "subjectAltName=IP:127.0.0.1", &ca)?;
+    Some((ca.0, cert, key))
 }
 
 /// A server that requires TLS (`tls { cert_file, key_file }`, its certificate signed by a CA of
@@ -312,14 +339,60 @@ fn a_server_that_requires_tls_is_reached_with_the_ca_that_signed_its_certificate
             tls,
             ..options.clone()
         };
-        match NatsLog::open(&refused) {
-            Err(StoreError::Unreachable { reason, .. }) => {
-                println!("{what}: {reason}");
-                assert!(reason.contains("certificate"), "{what}: {reason}");
-            }
-            other => panic!("{what}: {other:?}"),
-        }
+        open_fails_over_tls(&refused, what, "certificate");
     }
+}
+
+/// Asserts that opening the log with `options` fails in the TLS handshake, `cause` in the reason.
+fn open_fails_over_tls(options: &NatsOptions, what: &str, cause: &str) {
+    match NatsLog::open(options) {
+        Err(StoreError::Unreachable { reason, .. }) => {
+            println!("{what}: {reason}");
+            assert!(reason.contains(cause), "{what}: {reason}");
+        }
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// A server that verifies its clients (`tls { ..., ca_file, verify: true }`): with a client
+/// certificate signed by the CA it trusts (`NatsTls::client_cert`) the log opens and appends;
+/// without one the handshake fails and so does the open.
+#[test]
+fn a_server_that_verifies_clients_admits_the_log_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(ca) = test_ca(dir.path()) else {
+        return;
+    };
+    let server = signed(dir.path(), "server", "subjectAltName=IP:127.0.0.1", &ca).unwrap();
+    let client = signed(dir.path(), "client", "extendedKeyUsage=clientAuth", &ca).unwrap();
+    let settings = format!(
+        "tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", verify: true }}\n",
+        server.0.display(),
+        server.1.display(),
+        ca.0.display()
+    );
+    let Some(cluster) = NatsCluster::start_with_settings(1, &settings) else {
+        return;
+    };
+    let tls = |client_cert| {
+        Some(legio_store::NatsTls {
+            ca_file: Some(ca.0.clone()),
+            client_cert,
+        })
+    };
+    let options = NatsOptions {
+        tls: tls(Some(client)),
+        ..cluster.options(1)
+    };
+    let log = NatsLog::open(&options).unwrap();
+    log.append(vec![text_message(1, "t:mtls", "user", "lead", "verified")])
+        .unwrap();
+    assert_eq!(all_seqs_and_texts(&log), vec![(1, "verified".to_owned())]);
+    let without = NatsOptions {
+        tls: tls(None),
+        ..options.clone()
+    };
+    open_fails_over_tls(&without, "no client certificate", "CertificateRequired");
 }
 
 /// `release_latest` gives a lease up even when its holder renewed it since the revision it

@@ -104,7 +104,7 @@ pub enum StoreError {
         expected: u64,
     },
     /// No server of the cluster could be reached.
-    #[error("cannot reach the NATS servers {servers}: {reason}; check store.nats.servers (or --nats), that the servers run, and, for a certificate the client refused, store.nats.tls_ca_file")]
+    #[error("cannot reach the NATS servers {servers}: {reason}; check store.nats.servers (or --nats), that the servers run, and, with TLS, store.nats.tls_ca_file (a server certificate refused) or tls_cert_file and tls_key_file (servers that verify clients)")]
     Unreachable {
         /// The URLs tried.
         servers: String,
