@@ -163,10 +163,14 @@ impl Leases {
         }
     }
 
-    /// Takes the lease `name` for `holder` if nobody holds it.
+    /// Takes the lease `name` for `holder` if nobody holds it. When someone does, the holder
+    /// is read from the stream's leader; the cluster just answered the create, so a read it
+    /// fails (a leader moving, a request lost on a loaded server) is tried again until
+    /// `append_deadline`: it writes nothing.
     pub fn acquire(&self, name: &str, holder: &str) -> Result<Lease, LeaseError> {
         let key = encode_token(name);
         let (store, name, holder) = (self.store.clone(), name.to_owned(), holder.to_owned());
+        let retry_for = self.retry_for;
         self.block_on(async move {
             match store.create(&key, holder.clone().into()).await {
                 Ok(revision) => Ok(Lease {
@@ -175,7 +179,7 @@ impl Leases {
                     revision,
                 }),
                 Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {
-                    let (holder, revision) = latest(&store, &key)
+                    let (holder, revision) = latest_retried(&store, &key, retry_for)
                         .await?
                         .map_or((String::new(), 0), |(lease, _)| {
                             (lease.holder, lease.revision)
@@ -305,6 +309,27 @@ impl Leases {
             out.sort_by(|a, b| a.0.name.cmp(&b.0.name));
             Ok(out)
         })
+    }
+}
+
+/// [`latest`], tried again while the cluster fails it, until `retry_for` has passed.
+async fn latest_retried(
+    store: &kv::Store,
+    key: &str,
+    retry_for: Duration,
+) -> Result<Option<(Lease, Duration)>, LeaseError> {
+    let mut backoff = Backoff::new(retry_for);
+    loop {
+        match latest(store, key).await {
+            Err(LeaseError::Store(StoreError::Cluster { during, reason })) => {
+                let Some(pause) = backoff.next() else {
+                    return Err(LeaseError::Store(StoreError::Cluster { during, reason }));
+                };
+                tracing::debug!(during, %reason, "reading a lease failed, retrying");
+                tokio::time::sleep(pause).await;
+            }
+            other => return other,
+        }
     }
 }
 
