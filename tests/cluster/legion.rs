@@ -278,6 +278,38 @@ impl Legion {
         let _ = self.nodes[i].child.wait();
     }
 
+    /// Runs `legio serve --node name` (its stdout and stderr captured) until it exits by itself,
+    /// which a node that starts never does; panics if it still runs after `patience`.
+    pub fn serve_until_exit(&self, name: &str, patience: Duration) -> std::process::Output {
+        let child = Command::new(env!("CARGO_BIN_EXE_legio"))
+            .current_dir(self.dir.path())
+            .env("LEGIO_CONFIG", self.dir.path().join("legio.toml"))
+            .env("LEGIO_SCRIPTED_SESSIONS_DIR", self.sessions_dir())
+            .env_remove("LEGIO_API_TOKEN")
+            .env_remove("LEGIO_STORE_BACKEND")
+            .args(["serve", "--node", name, "--bind", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Waited for on a thread of its own, which reads both pipes meanwhile.
+        let pid = child.id().to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(child.wait_with_output().unwrap()));
+        match rx.recv_timeout(patience) {
+            Ok(out) => out,
+            Err(_) => {
+                let _ = Command::new("kill").args(["-KILL", &pid]).status();
+                let out = rx.recv().unwrap();
+                panic!(
+                    "legio serve --node {name} still ran after {patience:?}: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+
     /// Starts node `i` again under its name (after a kill).
     pub fn restart(&mut self, i: usize) {
         let name = self.nodes[i].name.clone();

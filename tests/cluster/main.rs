@@ -102,6 +102,32 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
             .collect();
         assert_eq!(held, owned, "{}'s /meta: {meta}", node.name);
     }
+    // And the dashboard, loaded in a browser, says so in its header.
+    if let Some(chromium) = legio_tests::chromium::find() {
+        let node = &legion.nodes[0];
+        let owned: Vec<&str> = conversations
+            .iter()
+            .filter(|c| legion.owner(c).as_deref() == Some(node.name.as_str()))
+            .map(String::as_str)
+            .collect();
+        let url = format!("{}/dashboard", node.base);
+        let dom = legio_tests::chromium::dump_dom(chromium, &url, Duration::from_secs(3));
+        let header = legio_tests::chromium::text_of(&dom, "node")
+            .unwrap_or_else(|| panic!("no node header in the dashboard: {dom}"));
+        let plural = if owned.len() == 1 { "" } else { "s" };
+        let count = format!(
+            "node {} · owns {} conversation{plural}",
+            node.name,
+            owned.len()
+        );
+        assert!(header.starts_with(&count), "{header:?}, not {count:?}");
+        for conversation in &owned {
+            assert!(
+                header.contains(conversation),
+                "{conversation} not in {header:?}"
+            );
+        }
+    }
     assert_eq!(
         forwarded as usize, forwarded_expected,
         "posts to non-owners are forwarded"
@@ -268,6 +294,24 @@ fn a_heartbeat_and_a_reset_sent_to_a_non_owner_take_effect_on_the_owner() {
     }
     // Ann's next turn opens a new session, restored from the log.
     post_until_served(&legion, i + 2, CONV, "@ann again", Duration::from_secs(30));
+    // A second process started under the owner's node id sees the owner renew its presence
+    // and refuses to start; the owner goes on, its conversation untouched.
+    let twin = legion.serve_until_exit(&owner, Duration::from_secs(60));
+    let said = String::from_utf8_lossy(&twin.stderr);
+    println!("a twin of {owner}: {}, saying {said}", twin.status);
+    assert!(!twin.status.success(), "a twin of {owner} started: {said}");
+    assert!(
+        said.contains(&format!("node id \"{owner}\" is in use")),
+        "{said}"
+    );
+    assert_eq!(legion.owner(CONV), Some(owner.clone()), "{owner} kept it");
+    post_until_served(
+        &legion,
+        i,
+        CONV,
+        "@ann after the twin",
+        Duration::from_secs(30),
+    );
     legion.verify();
     check_sessions(&legion);
 }

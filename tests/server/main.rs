@@ -1430,19 +1430,7 @@ async fn shutdown_cancels_what_outlives_the_grace_period() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_draws_live_charts_in_headless_chromium() {
-    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| {
-            std::process::Command::new(b)
-                .arg("--version")
-                .output()
-                .is_ok_and(|o| o.status.success())
-        })
-    else {
-        legio_tests::component_missing(
-            "chromium (or chromium-browser, google-chrome) on PATH",
-            "apt-get install chromium (`.ci/run` installs it)",
-        );
+    let Some(chromium) = legio_tests::chromium::find() else {
         return;
     };
     let h = Harness::start_with(&format!("token = \"{TOKEN}\""), Duration::from_millis(2)).await;
@@ -1477,23 +1465,11 @@ async fn the_dashboard_draws_live_charts_in_headless_chromium() {
     let profile = tempfile::tempdir().unwrap();
     let shot = profile.path().join("dashboard.png");
     let output = tokio::process::Command::new(chromium)
+        .args(legio_tests::chromium::headless_args(profile.path()))
         .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            &format!(
-                "--user-data-dir={}",
-                profile.path().join("profile").display()
-            ),
-            &format!("--screenshot={}", shot.display()),
             // The page as its scripts left it, on stdout: the live figures are checked below.
             "--dump-dom",
+            &format!("--screenshot={}", shot.display()),
             "--window-size=1400,1050",
             "--virtual-time-budget=12000",
             &format!("{}/dashboard?token={TOKEN}", h.base),
@@ -1520,10 +1496,7 @@ async fn the_dashboard_draws_live_charts_in_headless_chromium() {
     );
     // The append panel read the commit's steps by their label: each has a figure, not "–".
     let dom = String::from_utf8_lossy(&output.stdout);
-    let append = dom
-        .split_once("id=\"now-append\">")
-        .and_then(|(_, rest)| rest.split_once('<'))
-        .map(|(text, _)| text)
+    let append = legio_tests::chromium::text_of(&dom, "now-append")
         .unwrap_or_else(|| panic!("no append figures in the page: {dom}"));
     for step in ["sled flush ", "fdatasync "] {
         let figure = append

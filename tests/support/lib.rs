@@ -2,6 +2,7 @@
 //! tests (`tests/it`) and benchmarks (`benches/`).
 
 pub mod bench;
+pub mod chromium;
 pub mod nats;
 pub mod proxy;
 pub mod stalls;

@@ -148,6 +148,15 @@ pub enum RuntimeError {
     /// A conversation lease could not be taken or kept (the cluster failed).
     #[error(transparent)]
     Lease(#[from] legio_store::LeaseError),
+    /// Another running process holds this node's id: it renewed the node's presence lease while
+    /// this one started. `docs/cluster.md`.
+    #[error("node id {node:?} is in use: another running process renewed its presence lease (legio:node:{node}, revision {} then {}) while this one started; give each process its own --node id (or LEGIO_NODE)", revisions.0, revisions.1)]
+    NodeIdInUse {
+        /// The node id.
+        node: String,
+        /// The lease's revision when first read, and after the other process renewed it.
+        revisions: (u64, u64),
+    },
     /// A request to the owning node got no answer.
     #[error(transparent)]
     Bus(#[from] legio_store::BusError),
@@ -224,7 +233,7 @@ impl RuntimeError {
     pub fn code(&self) -> ErrorCode {
         use ErrorCode as C;
         match self {
-            Self::Config(_) => C::Config,
+            Self::Config(_) | Self::NodeIdInUse { .. } => C::Config,
             Self::Store(e) => store_code(e),
             Self::Provider(_) | Self::ProviderUnavailable { .. } => C::ProviderUnavailable,
             Self::Name(_) => C::BadName,

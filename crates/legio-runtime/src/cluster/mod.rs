@@ -1,9 +1,11 @@
 //! The cluster layer of a runtime on the NATS backend (`docs/cluster.md`): a conversation's
-//! actors run on one node at a time, the holder of the conversation's lease (ownership.rs), and a
+//! actors run on one node at a time, the holder of the conversation's lease (ownership.rs; one
+//! process per node id, node_id.rs), and a
 //! post, reset or heartbeat that reaches another node is carried to the owner over the node bus
 //! (routing.rs, with its wire form in wire.rs). A runtime on sled, or on a log the host opened,
 //! has none of it.
 
+mod node_id;
 mod ownership;
 mod routing;
 mod wire;
@@ -155,6 +157,7 @@ impl Cluster {
         log: Arc<NatsLog>,
     ) -> Result<Self, RuntimeError> {
         let leases = Arc::new(Leases::open(options)?);
+        node_id::check_node_id_free(&leases, &node)?;
         let bus = Arc::new(NodeBus::open(options, KEEPALIVE)?);
         Ok(Self {
             ownership: Ownership::new(node, leases, log),

@@ -252,6 +252,13 @@ impl Leases {
         }
     }
 
+    /// The lease `name` as the stream's leader has it now, with the time since its holder last
+    /// wrote it, or `None` if nobody holds it. Retried like [`Leases::list_with_age`].
+    pub fn get(&self, name: &str) -> Result<Option<(Lease, Duration)>, LeaseError> {
+        let (store, key, retry_for) = (self.store.clone(), encode_token(name), self.retry_for);
+        self.block_on(async move { latest_retried(&store, &key, retry_for).await })
+    }
+
     /// Every lease currently held, sorted by name.
     pub fn list(&self) -> Result<Vec<Lease>, LeaseError> {
         Ok(self.list_with_age()?.into_iter().map(|(l, _)| l).collect())
