@@ -10,6 +10,7 @@ mod memory;
 mod message_codec;
 mod model;
 mod nats;
+mod nats_creds;
 mod runtime;
 mod salvage;
 mod sled_log;

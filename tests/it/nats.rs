@@ -429,7 +429,7 @@ fn release_latest_frees_a_lease_renewed_meanwhile_and_no_one_elses() {
 }
 
 /// Reads every event of the log.
-fn all_seqs_and_texts(log: &dyn EventLog) -> Vec<(u64, String)> {
+pub(crate) fn all_seqs_and_texts(log: &dyn EventLog) -> Vec<(u64, String)> {
     log.read_range(Seq(1), Seq(u64::MAX), 100_000)
         .unwrap()
         .into_iter()
