@@ -692,6 +692,41 @@ fn fenced_append_grouped_with_others(cluster: &NatsCluster, replicas: usize) {
     assert!(owner.verify(&mut |_| {}).unwrap().is_clean());
 }
 
+/// A writer's log talks to the server that leads its stream (a follower would forward every
+/// publish over a route): each of six opens lands there, whichever server the client reached
+/// first, and the probes that asked the servers' names are gone after.
+#[test]
+fn a_writer_connects_to_the_server_that_leads_the_stream() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let options = cluster.options(3);
+    let _first = NatsLog::open(&options).unwrap();
+    let leader = cluster.leader_of(&options.stream).expect("a leader");
+    let settled = |want: u64| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let counts = cluster.connections();
+            let total: u64 = counts.iter().map(|(_, n)| n).sum();
+            if total == want || Instant::now() > deadline {
+                return counts;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let before = settled(1);
+    let logs: Vec<NatsLog> = (0..6).map(|_| NatsLog::open(&options).unwrap()).collect();
+    let after = settled(1 + logs.len() as u64);
+    for ((name, was), (_, is)) in before.iter().zip(&after) {
+        let want = if *name == leader { was + 6 } else { *was };
+        assert_eq!(
+            *is, want,
+            "{name} (the leader is {leader}): {before:?} then {after:?}"
+        );
+    }
+    assert_eq!(cluster.leader_of(&options.stream), Some(leader));
+}
+
 #[test]
 fn a_three_server_cluster_keeps_appending_through_the_loss_of_a_server() {
     let Some(mut cluster) = NatsCluster::start(3) else {

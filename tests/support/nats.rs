@@ -450,28 +450,44 @@ impl NatsCluster {
         digits.parse().expect("a consumer count")
     }
 
-    /// Where the clients and the leader of `stream` are, from the servers' monitoring pages:
-    /// `n1 leads; clients: n1 0, n2 3, n3 0` (a node's publishes to a server that does not lead
-    /// the stream travel one route further).
-    pub fn placement(&self, stream: &str) -> String {
-        let body = |i: usize, path: &str| -> serde_json::Value {
-            monitor_json(self.servers[i].monitor_port, path).unwrap_or_default()
-        };
-        let jsz = body(0, "/jsz?accounts=true&streams=true");
-        let leader = jsz["account_details"]
+    /// The name of the server that leads `stream` (from the first server's monitoring page).
+    pub fn leader_of(&self, stream: &str) -> Option<String> {
+        let jsz = monitor_json(
+            self.servers[0].monitor_port,
+            "/jsz?accounts=true&streams=true",
+        )?;
+        jsz["account_details"]
             .as_array()
             .into_iter()
             .flatten()
             .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
             .find(|s| s["name"] == stream)
             .and_then(|s| s["cluster"]["leader"].as_str())
-            .unwrap_or("no server")
-            .to_owned();
-        let clients: Vec<String> = (0..self.servers.len())
+            .map(str::to_owned)
+    }
+
+    /// How many client connections each server has now, by server name (their `/varz`).
+    pub fn connections(&self) -> Vec<(String, u64)> {
+        (0..self.servers.len())
             .map(|i| {
-                let connections = body(i, "/varz")["connections"].as_u64().unwrap_or(0);
-                format!("{} {connections}", self.servers[i].name)
+                let varz = monitor_json(self.servers[i].monitor_port, "/varz").unwrap_or_default();
+                let count = varz["connections"].as_u64().unwrap_or(0);
+                (self.servers[i].name.clone(), count)
             })
+            .collect()
+    }
+
+    /// Where the clients and the leader of `stream` are, from the servers' monitoring pages:
+    /// `n1 leads; clients: n1 0, n2 3, n3 0` (a node's publishes to a server that does not lead
+    /// the stream travel one route further).
+    pub fn placement(&self, stream: &str) -> String {
+        let leader = self
+            .leader_of(stream)
+            .unwrap_or_else(|| "no server".to_owned());
+        let clients: Vec<String> = self
+            .connections()
+            .into_iter()
+            .map(|(name, connections)| format!("{name} {connections}"))
             .collect();
         format!("{leader} leads; clients: {}", clients.join(", "))
     }

@@ -193,6 +193,10 @@ impl Inner {
         } else {
             Self::create_stream(&js, &options, &subjects).await?
         };
+        let (client, js, stream) = match read_only {
+            true => (client, js, stream),
+            false => super::leader::on_the_leader(&options, client, js, stream).await,
+        };
         let last = Self::last_sequence(&stream, options.append_deadline).await?;
         let id_prefix = client
             .new_inbox()

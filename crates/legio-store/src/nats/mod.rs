@@ -7,6 +7,7 @@ mod backoff;
 mod bus;
 mod grouping;
 mod inner;
+mod leader;
 mod lease;
 mod log;
 mod options;

@@ -121,6 +121,16 @@ impl NatsOptions {
 
     /// Connects to the cluster with these options' credentials and TLS.
     pub(crate) async fn connect(&self) -> Result<async_nats::Client> {
+        self.connect_to(&self.servers, false).await
+    }
+
+    /// Connects to `servers` with these options' credentials and TLS; `in_order`: tried in
+    /// their order (at first and at every reconnect), not shuffled.
+    pub(crate) async fn connect_to(
+        &self,
+        servers: &[String],
+        in_order: bool,
+    ) -> Result<async_nats::Client> {
         let mut options = async_nats::ConnectOptions::new()
             .request_timeout(Some(self.request_timeout))
             .connection_timeout(self.request_timeout);
@@ -141,8 +151,11 @@ impl NatsOptions {
                 options = options.add_client_certificate(cert.clone(), key.clone());
             }
         }
-        options.connect(self.servers.clone()).await.map_err(|e| {
-            let (servers, reason) = (self.servers.join(", "), e.to_string());
+        if in_order {
+            options = options.retain_servers_order();
+        }
+        options.connect(servers.to_vec()).await.map_err(|e| {
+            let (servers, reason) = (servers.join(", "), e.to_string());
             match e.kind() {
                 ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
                     StoreError::Refused { servers, reason }
