@@ -87,6 +87,7 @@ pub fn dump_dom(chromium: &str, url: &str, scripts_for: Duration) -> String {
         }
         if started.elapsed() > HUNG {
             let _ = child.kill();
+            let _ = child.wait();
             panic!("chromium hung on {url} for {HUNG:?}");
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -29,8 +29,9 @@ pub struct Args {
     bind: Option<SocketAddr>,
     /// This node's id in a cluster (`[store] backend = "nats"`): the holder of the leases of the
     /// conversations it runs, and where other nodes send their posts. Default: the host name.
-    /// One process per id: a start under an id another running node holds fails (after up to
-    /// a third of the lease TTL and 1 s of watching; docs/cluster.md).
+    /// One process per id: a start under an id another running node holds fails. After a
+    /// crash, a restart within the lease TTL first waits up to the TTL for the old process's
+    /// lease to expire (docs/cluster.md).
     #[arg(long, env = "LEGIO_NODE")]
     node: Option<String>,
 }

@@ -157,10 +157,10 @@ impl Cluster {
         log: Arc<NatsLog>,
     ) -> Result<Self, RuntimeError> {
         let leases = Arc::new(Leases::open(options)?);
-        node_id::check_node_id_free(&leases, &node)?;
+        let presence = node_id::claim_node_id(&leases, &node)?;
         let bus = Arc::new(NodeBus::open(options, KEEPALIVE)?);
         Ok(Self {
-            ownership: Ownership::new(node, leases, log),
+            ownership: Ownership::new(node, leases, log, presence),
             bus,
             serving: Mutex::new(None),
         })

@@ -8,7 +8,8 @@
 //! appended; turns in flight fail as moved) before the lease can expire. A conversation whose
 //! actors were all reaped (idle), with no request of this node on it, is released: its lease
 //! deleted by revision and its projection dropped, so any node may take it at the next post.
-//! Beside them the node holds its presence lease (`legio:node:<id>`), taken at start, renewed
+//! Beside them the node holds its presence lease (`legio:node:<id>`), claimed when it opens
+//! (node_id.rs, which refuses an id another running process holds), renewed
 //! with the others and released on a graceful stop, so `legio inspect nodes` lists a running
 //! node that owns no conversation too; nothing is fenced by it.
 
@@ -91,7 +92,14 @@ async fn blocking<T: Send + 'static>(
 }
 
 impl Ownership {
-    pub(crate) fn new(node: String, leases: Arc<Leases>, log: Arc<NatsLog>) -> Arc<Self> {
+    /// The ownership of `node`, which holds its presence lease `presence` (claimed at open:
+    /// node_id.rs).
+    pub(crate) fn new(
+        node: String,
+        leases: Arc<Leases>,
+        log: Arc<NatsLog>,
+        presence: Lease,
+    ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             node,
@@ -103,7 +111,7 @@ impl Ownership {
             acquiring: tokio::sync::Mutex::new(()),
             root: OnceLock::new(),
             renewer: Mutex::new(None),
-            presence: Mutex::new(None),
+            presence: Mutex::new(Some(presence)),
         })
     }
 
@@ -250,7 +258,9 @@ impl Ownership {
                 Err(LeaseError::Held { holder, .. }) if holder.is_empty() => continue,
                 Err(LeaseError::Held { holder, .. }) => return Ok(Owner::Node(holder)),
                 // A replica of the bucket not ready yet (a server restarting, a leader moving);
-                // for up to a TTL, not for five timeouts with the cluster out of reach.
+                // for up to a TTL, not for five timeouts with the cluster out of reach. (Within
+                // one try, a create the cluster refused retries its read of the holder for a
+                // `request_timeout` and a TTL: `Leases::acquire`.)
                 Err(LeaseError::Store(e))
                     if attempt < ACQUIRE_ATTEMPTS && started.elapsed() < self.ttl() =>
                 {
@@ -563,12 +573,18 @@ impl Ownership {
     }
 }
 
-/// Renews `held`, this node's presence lease, or takes it when it has none or lost it (also
-/// back from this node before a restart).
+/// Renews `held`, this node's presence lease, or takes it back when it lost it (it expired
+/// while renewals failed, or was written by a renewal whose answer never came).
 fn keep_presence(leases: &Leases, node: &str, held: Option<Lease>) -> Result<Lease, LeaseError> {
     if let Some(lease) = held {
         match leases.renew(&lease) {
-            Err(LeaseError::Lost { .. }) => {}
+            Err(LeaseError::Lost { revision, .. }) => tracing::warn!(
+                node,
+                revision,
+                "node {node}'s presence lease moved past the revision this process holds: it \
+                 expired, a renewal's answer was lost, or another process runs as {node} \
+                 (each start checks for one: docs/cluster.md); taking it back"
+            ),
             kept => return kept,
         }
     }

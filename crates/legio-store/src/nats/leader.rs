@@ -2,14 +2,10 @@
 //! the stream's leader; sent to a follower, it is forwarded over a route first, which costs the
 //! servers CPU on every append (docs/cluster.md, "Which server a writer talks to").
 
-use std::time::Duration;
-
 use async_nats::jetstream;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::options::NatsOptions;
-
-/// How long a server may take to answer the probe that asks its name.
-const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// A connection, its JetStream context and the log's stream through it.
 type Connection = (
@@ -21,30 +17,38 @@ type Connection = (
 /// A writer's connection to the server that leads the stream when it opens, if it is
 /// connected elsewhere: a follower forwards each publish to the leader over a route, which
 /// costs the servers CPU on every append (docs/cluster.md, "Which server a writer talks
-/// to"). The servers are then tried leader first, at every reconnect too. Without a leader
-/// found (one server, an election, a server not answering its probe), the connection stays.
+/// to"). Only the first connection goes there; a reconnect picks a server as any does. Without
+/// a leader found (one server, an election, no configured URL whose server leads), the
+/// connection stays, and the log says why at debug level.
 pub(super) async fn on_the_leader(
     options: &NatsOptions,
     client: async_nats::Client,
     js: jetstream::Context,
     stream: jetstream::stream::Stream,
 ) -> Connection {
+    let stay = |why: &str| {
+        tracing::debug!(why, "the log's connection stays where it is");
+    };
     if options.servers.len() < 2 {
         return (client, js, stream);
     }
     let Some(leader) = leader_of(&stream).await else {
+        stay("the stream has no leader now");
         return (client, js, stream);
     };
     if client.server_info().server_name == leader {
         return (client, js, stream);
     }
-    let Some(first) = url_of(options, &leader).await else {
+    let Some(url) = url_of(options, &leader).await else {
+        stay("no configured server answered as the stream's leader");
         return (client, js, stream);
     };
-    let mut servers = vec![first.clone()];
-    servers.extend(options.servers.iter().filter(|s| **s != first).cloned());
-    let Ok(moved) = options.connect_to(&servers, true).await else {
-        return (client, js, stream);
+    let moved = match options.connect_to(&options.servers, Some(&url)).await {
+        Ok(moved) if moved.server_info().server_name == leader => moved,
+        _ => {
+            stay("the connection to the stream's leader failed");
+            return (client, js, stream);
+        }
     };
     let moved_js = jetstream::ContextBuilder::new()
         .timeout(options.request_timeout)
@@ -54,7 +58,10 @@ pub(super) async fn on_the_leader(
             tracing::debug!(%leader, "the log's connection moved to the stream's leader");
             (moved, moved_js, moved_stream)
         }
-        Err(_) => (client, js, stream),
+        Err(_) => {
+            stay("the stream could not be read through the leader");
+            (client, js, stream)
+        }
     }
 }
 
@@ -70,19 +77,24 @@ async fn leader_of(stream: &jetstream::stream::Stream) -> Option<String> {
     info.cluster.as_ref()?.leader.clone()
 }
 
-/// The configured server URL whose server is named `name`: each is asked, all at once,
-/// each for at most `PROBE_TIMEOUT`.
+/// The configured server URL whose server is named `name`: each is asked at once, for up to
+/// `request_timeout`, and the first that answers with that name wins.
 async fn url_of(options: &NatsOptions, name: &str) -> Option<String> {
-    let probes = options.servers.iter().map(|url| async move {
-        let probe = options.connect_to(std::slice::from_ref(url), false);
-        match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
-            Ok(Ok(client)) if client.server_info().server_name == name => Some(url.clone()),
-            _ => None,
+    let mut probes: FuturesUnordered<_> = options
+        .servers
+        .iter()
+        .map(|url| async move {
+            let probe = options.connect_to(std::slice::from_ref(url), None);
+            match tokio::time::timeout(options.request_timeout, probe).await {
+                Ok(Ok(client)) if client.server_info().server_name == name => Some(url.clone()),
+                _ => None,
+            }
+        })
+        .collect();
+    while let Some(answer) = probes.next().await {
+        if answer.is_some() {
+            return answer;
         }
-    });
-    futures_util::future::join_all(probes)
-        .await
-        .into_iter()
-        .flatten()
-        .next()
+    }
+    None
 }

@@ -87,6 +87,9 @@ pub struct Leases {
     ttl: Duration,
     /// How long a listing keeps retrying through a leader election (`append_deadline`).
     retry_for: Duration,
+    /// How long `acquire`'s read of the holder keeps retrying: one `request_timeout` and a TTL
+    /// (a take is on a post's path, whose caller retries for about a TTL).
+    read_holder_for: Duration,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
@@ -121,6 +124,7 @@ impl Leases {
             store,
             ttl: options.lease_ttl,
             retry_for: options.append_deadline,
+            read_holder_for: options.request_timeout + options.lease_ttl,
             runtime: Some(runtime),
         })
     }
@@ -165,12 +169,12 @@ impl Leases {
 
     /// Takes the lease `name` for `holder` if nobody holds it. When someone does, the holder
     /// is read from the stream's leader; the cluster just answered the create, so a read it
-    /// fails (a leader moving, a request lost on a loaded server) is tried again until
-    /// `append_deadline`: it writes nothing.
+    /// fails (a leader moving, a request lost on a loaded server) is tried again, for one
+    /// `request_timeout` and a TTL: it writes nothing.
     pub fn acquire(&self, name: &str, holder: &str) -> Result<Lease, LeaseError> {
         let key = encode_token(name);
         let (store, name, holder) = (self.store.clone(), name.to_owned(), holder.to_owned());
-        let retry_for = self.retry_for;
+        let retry_for = self.read_holder_for;
         self.block_on(async move {
             match store.create(&key, holder.clone().into()).await {
                 Ok(revision) => Ok(Lease {

@@ -121,15 +121,16 @@ impl NatsOptions {
 
     /// Connects to the cluster with these options' credentials and TLS.
     pub(crate) async fn connect(&self) -> Result<async_nats::Client> {
-        self.connect_to(&self.servers, false).await
+        self.connect_to(&self.servers, None).await
     }
 
-    /// Connects to `servers` with these options' credentials and TLS; `in_order`: tried in
-    /// their order (at first and at every reconnect), not shuffled.
+    /// Connects to `servers` with these options' credentials and TLS; the first connection to
+    /// `first` if given (one of `servers`), later reconnects to whichever the client picks
+    /// (shuffled, the servers that failed last).
     pub(crate) async fn connect_to(
         &self,
         servers: &[String],
-        in_order: bool,
+        first: Option<&str>,
     ) -> Result<async_nats::Client> {
         let mut options = async_nats::ConnectOptions::new()
             .request_timeout(Some(self.request_timeout))
@@ -151,8 +152,15 @@ impl NatsOptions {
                 options = options.add_client_certificate(cert.clone(), key.clone());
             }
         }
-        if in_order {
-            options = options.retain_servers_order();
+        if let Some(first) = first.and_then(|url| url.parse::<async_nats::ServerAddr>().ok()) {
+            let used = std::sync::atomic::AtomicBool::new(false);
+            options = options.reconnect_to_server_callback(move |_, _| {
+                let once = !used.swap(true, std::sync::atomic::Ordering::Relaxed);
+                std::future::ready(once.then(|| async_nats::ReconnectToServer {
+                    addr: first.clone(),
+                    delay: Some(Duration::ZERO),
+                }))
+            });
         }
         options.connect(servers.to_vec()).await.map_err(|e| {
             let (servers, reason) = (servers.join(", "), e.to_string());
