@@ -213,7 +213,11 @@ impl Legion {
         let base = first
             .split_whitespace()
             .find(|w| w.starts_with("http://"))
-            .unwrap_or_else(|| panic!("node {name} printed no address: {first:?}"))
+            .unwrap_or_else(|| {
+                let log = self.dir.path().join(format!("{name}.log"));
+                let said = std::fs::read_to_string(&log).unwrap_or_default();
+                panic!("node {name} printed no address: {first:?}; its log:\n{said}")
+            })
             .to_owned();
         let node = Node {
             name: name.to_owned(),

@@ -17,8 +17,10 @@ use crate::error::RuntimeError;
 const MARGIN: Duration = Duration::from_secs(1);
 /// How often the lease is read while watching.
 const POLL: Duration = Duration::from_millis(200);
-/// How many times a claim the cluster failed (an election at start) is tried.
-const CLAIM_ATTEMPTS: u32 = 3;
+/// How long a claim the cluster fails is tried again: a lease bucket just created answers
+/// "503 no responders" for a moment (seen for over 400 ms on a loaded machine), an election
+/// takes seconds; the log's stream creation at start waits as long.
+const CLAIM_FOR: Duration = Duration::from_secs(30);
 
 /// What the watch of a held presence lease saw.
 enum Watched {
@@ -34,9 +36,8 @@ enum Watched {
 /// if another running process holds it (blocking: up to a TTL and a second when it is held).
 pub(crate) fn claim_node_id(leases: &Leases, node: &str) -> Result<Lease, RuntimeError> {
     let name = node_lease_name(node);
-    let mut attempt = 0;
+    let started = Instant::now();
     loop {
-        attempt += 1;
         let held = match leases.acquire(&name, node) {
             Ok(lease) => return Ok(lease),
             Err(LeaseError::Held {
@@ -47,7 +48,7 @@ pub(crate) fn claim_node_id(leases: &Leases, node: &str) -> Result<Lease, Runtim
                 revision,
             },
             Err(LeaseError::Store(StoreError::Cluster { during, reason }))
-                if attempt < CLAIM_ATTEMPTS =>
+                if started.elapsed() < CLAIM_FOR =>
             {
                 tracing::info!(node, during, %reason, "claiming the node's presence lease failed; trying again");
                 std::thread::sleep(POLL);
@@ -55,8 +56,16 @@ pub(crate) fn claim_node_id(leases: &Leases, node: &str) -> Result<Lease, Runtim
             }
             Err(e) => return Err(e.into()),
         };
-        let Some((held, age)) = leases.get(&name)?.filter(|(l, _)| *l == held) else {
-            continue; // expired or written since the refused create: claim again
+        let (held, age) = match leases.get(&name)? {
+            Some((now, age)) if now == held => (held, age),
+            // Written since the refused create: only a process running as this node writes it.
+            Some((now, _)) if now.holder == node => {
+                return Err(RuntimeError::NodeIdInUse {
+                    node: node.to_owned(),
+                    revisions: (held.revision, now.revision),
+                })
+            }
+            _ => continue, // expired meanwhile: claim again
         };
         let watch = leases.ttl().saturating_sub(age) + MARGIN;
         tracing::warn!(
