@@ -4,6 +4,7 @@
 //! `EventLog` contract and the model test run on `NatsLog` in contract.rs and model.rs.)
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -740,6 +741,140 @@ fn a_writer_connects_to_the_server_that_leads_the_stream() {
             "{name} (the leader is {leader}): {before:?} then {after:?}"
         );
     }
+}
+
+/// Asks the stream's leader to step down (a JetStream API request, as `nats stream cluster
+/// step-down` sends); the cluster then elects another server.
+fn step_down(cluster: &NatsCluster, stream: &str) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(cluster.urls())
+            .await
+            .map_err(|e| e.to_string())?;
+        let subject = format!("$JS.API.STREAM.LEADER.STEPDOWN.{stream}");
+        let reply = client
+            .request(subject, "".into())
+            .await
+            .map_err(|e| e.to_string())?;
+        let text = String::from_utf8_lossy(&reply.payload).into_owned();
+        match text.contains("\"success\":true") {
+            true => Ok(()),
+            false => Err(text),
+        }
+    })
+}
+
+/// Waits up to `within` for the server named `name` to hold the only client connection.
+fn only_connection_on(cluster: &NatsCluster, name: &str, within: Duration) -> Vec<(String, u64)> {
+    let deadline = Instant::now() + within;
+    loop {
+        let counts = cluster.connections();
+        let there = counts.iter().all(|(n, c)| *c == u64::from(n == name));
+        if there || Instant::now() > deadline {
+            return counts;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Appends one event at a time, over four conversations, until `stop`; every append must be
+/// acknowledged. Prints the longest and when it began; returns how many.
+fn append_until(log: &NatsLog, stop: &AtomicBool, began: Instant) -> u64 {
+    let (mut n, mut longest) = (0u64, (Duration::ZERO, Duration::ZERO));
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let conversation = format!("c:{}", n % 4);
+        let event = text_message(n, &conversation, "user", "lead", "through the move");
+        let started = Instant::now();
+        log.append(vec![event]).unwrap();
+        longest = longest.max((started.elapsed(), started - began));
+    }
+    let (took, at) = longest;
+    eprintln!(
+        "{n} appends in {:?}, the longest {took:?} from {at:?}",
+        began.elapsed()
+    );
+    n
+}
+
+/// Steps the stream's leader `first` down and waits for another to lead; returns its name. A
+/// step-down can be refused while the stream settles: it is asked again, up to 3 times.
+fn step_down_until_moved(
+    cluster: &NatsCluster,
+    stream: &str,
+    first: &str,
+    began: Instant,
+) -> String {
+    let moved = || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            match cluster.leader_of(stream) {
+                Some(leader) if leader != first => return Some(leader),
+                _ => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+        None
+    };
+    let mut answers = Vec::new();
+    loop {
+        let asked = step_down(cluster, stream);
+        eprintln!("stepped down at {:?}: {asked:?}", began.elapsed());
+        let next = asked.as_ref().ok().and_then(|()| moved());
+        answers.push(asked);
+        match next {
+            Some(next) => return next,
+            None if answers.len() < 3 => continue,
+            None => panic!("the leader did not move from {first}: {answers:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_writer_follows_the_stream_leader_when_it_moves() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let options = cluster.options(3);
+    let log = NatsLog::open(&options).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let first = loop {
+        match cluster.leader_of(&options.stream) {
+            Some(leader) => break leader,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            None => panic!("no leader: {}", cluster.placement(&options.stream)),
+        }
+    };
+    let at_first = only_connection_on(&cluster, &first, Duration::from_secs(20));
+    assert!(
+        at_first.iter().all(|(n, c)| *c == u64::from(*n == first)),
+        "the writer should start on the leader {first}: {at_first:?}"
+    );
+    // Appends go on all through the step-down and the move.
+    let (stop, began) = (AtomicBool::new(false), Instant::now());
+    let (appended, moved_to, counts) = std::thread::scope(|s| {
+        let appender = s.spawn(|| append_until(&log, &stop, began));
+        let next = step_down_until_moved(&cluster, &options.stream, &first, began);
+        let counts = only_connection_on(&cluster, &next, Duration::from_secs(30));
+        eprintln!("moved to {next} at {:?}", began.elapsed());
+        // More appends on the new connection.
+        std::thread::sleep(Duration::from_secs(1));
+        stop.store(true, Ordering::Relaxed);
+        (appender.join().unwrap(), next, counts)
+    });
+    assert_eq!(
+        cluster.leader_of(&options.stream).as_deref(),
+        Some(moved_to.as_str()),
+        "the leader moved again: the counts below would mean nothing"
+    );
+    assert!(
+        counts.iter().all(|(n, c)| *c == u64::from(*n == moved_to)),
+        "the writer stayed off the new leader {moved_to} (was {first}): {counts:?}"
+    );
+    assert_eq!(log.last_seq(), Seq(appended));
+    assert!(log.verify(&mut |_| {}).unwrap().is_clean());
 }
 
 #[test]

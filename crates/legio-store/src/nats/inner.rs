@@ -10,6 +10,7 @@ use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::grouping::Grouping;
+use super::leader::Steering;
 use super::options::NatsOptions;
 use super::projection::Projection;
 use super::publish::Publisher;
@@ -37,6 +38,8 @@ pub(super) struct Inner {
     pub(super) following: AtomicBool,
     /// The events this node appended lately, by seq (see [`Recent`]).
     pub(super) recent: Mutex<Recent>,
+    /// Keeps a writer's connection on the stream's leader.
+    pub(super) steering: Steering,
 }
 
 /// How many of this node's latest appended events [`Recent`] keeps.

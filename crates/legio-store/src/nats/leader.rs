@@ -1,79 +1,150 @@
 //! Which server a writer talks to: the one that leads the log's stream. Every publish goes to
 //! the stream's leader; sent to a follower, it is forwarded over a route first, which costs the
-//! servers CPU on every append (docs/cluster.md, "Which server a writer talks to").
+//! servers CPU on every append (docs/cluster.md, "Which server a writer talks to"). A writer's
+//! connection moves there when the log opens, and again when the leader changes (checked every
+//! [`LEADER_CHECK`] by the dispatcher, which moves it only with no append in flight).
 
-use async_nats::jetstream;
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_nats::connection::State;
+use async_nats::jetstream::stream::Stream;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
-use super::options::NatsOptions;
+use super::options::{NatsOptions, Steer};
 
-/// A connection, its JetStream context and the log's stream through it.
-type Connection = (
-    async_nats::Client,
-    jetstream::Context,
-    jetstream::stream::Stream,
-);
+/// How often a writer asks which server leads its stream.
+pub(super) const LEADER_CHECK: Duration = Duration::from_secs(5);
 
-/// A writer's connection to the server that leads the stream when it opens, if it is
-/// connected elsewhere: a follower forwards each publish to the leader over a route, which
-/// costs the servers CPU on every append (docs/cluster.md, "Which server a writer talks
-/// to"). Only the first connection goes there; a reconnect picks a server as any does. Without
-/// a leader found (one server, an election, no configured URL whose server leads), the
-/// connection stays, and the log says why at debug level.
-pub(super) async fn on_the_leader(
-    options: &NatsOptions,
-    client: async_nats::Client,
-    js: jetstream::Context,
-    stream: jetstream::stream::Stream,
-) -> Connection {
-    let stay = |why: &str| {
-        tracing::debug!(why, "the log's connection stays where it is");
-    };
-    if options.servers.len() < 2 {
-        return (client, js, stream);
+/// How long a leader the connection could not reach is left alone.
+const RETRY_AFTER: Duration = Duration::from_secs(60);
+
+/// A move of a writer's connection: to the server named `leader`, at `url`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Move {
+    leader: String,
+    url: String,
+}
+
+/// Keeps a writer's connection on the server that leads the stream. Without a leader found (one
+/// server, an election, no configured URL whose server leads) the connection stays where it is,
+/// and the log says why at debug level.
+#[derive(Default)]
+pub(super) struct Steering {
+    steer: Steer,
+    /// Server names that answered at a configured URL.
+    urls: Mutex<HashMap<String, String>>,
+    /// A leader the connection could not reach, and when.
+    failed: Mutex<Option<(String, Instant)>>,
+}
+
+impl Steering {
+    /// What the writer's client is connected with: its (re)connects go where this steers.
+    pub(super) fn steer(&self) -> Steer {
+        self.steer.clone()
     }
-    let Some(leader) = leader_of(&stream).await else {
-        stay("the stream has no leader now");
-        return (client, js, stream);
-    };
-    if client.server_info().server_name == leader {
-        return (client, js, stream);
+
+    /// The move that puts `client` on the server leading `stream`, if it is connected
+    /// elsewhere. `fresh` asks the cluster; otherwise the stream's cached state is used when it
+    /// names a leader.
+    pub(super) async fn wanted(
+        &self,
+        options: &NatsOptions,
+        client: &async_nats::Client,
+        stream: &Stream,
+        fresh: bool,
+    ) -> Option<Move> {
+        if options.servers.len() < 2 {
+            return None;
+        }
+        let Some(leader) = leader_of(stream, fresh).await else {
+            stay("the stream has no leader now");
+            return None;
+        };
+        if client.server_info().server_name == leader || self.left_alone(&leader) {
+            return None;
+        }
+        let known = lock(&self.urls).get(&leader).cloned();
+        let url = match known {
+            Some(url) => url,
+            None => match url_of(options, &leader).await {
+                Some(url) => {
+                    lock(&self.urls).insert(leader.clone(), url.clone());
+                    url
+                }
+                None => {
+                    stay("no configured server answered as the stream's leader");
+                    self.leave_alone(&leader);
+                    return None;
+                }
+            },
+        };
+        Some(Move { leader, url })
     }
-    let Some(url) = url_of(options, &leader).await else {
-        stay("no configured server answered as the stream's leader");
-        return (client, js, stream);
-    };
-    let moved = match options.connect_to(&options.servers, Some(&url)).await {
-        Ok(moved) if moved.server_info().server_name == leader => moved,
-        _ => {
-            stay("the connection to the stream's leader failed");
-            return (client, js, stream);
+
+    /// Moves `client` to `to`'s server (its next connect steered there, then a forced
+    /// reconnect) and waits up to `timeout` for it to land; whether it did. Call it with nothing
+    /// in flight on `client`: a reply the reconnect cuts off is only retried after its timeout.
+    pub(super) async fn apply(
+        &self,
+        client: &async_nats::Client,
+        to: Move,
+        timeout: Duration,
+    ) -> bool {
+        if !self.steer.set(&to.url) || client.force_reconnect().await.is_err() {
+            self.steer.clear();
+            return false;
         }
-    };
-    let moved_js = jetstream::ContextBuilder::new()
-        .timeout(options.request_timeout)
-        .build(moved.clone());
-    match moved_js.get_stream(&options.stream).await {
-        Ok(moved_stream) => {
-            tracing::debug!(%leader, "the log's connection moved to the stream's leader");
-            (moved, moved_js, moved_stream)
+        let deadline = Instant::now() + timeout;
+        loop {
+            let connected = client.connection_state() == State::Connected;
+            if connected && client.server_info().server_name == to.leader {
+                tracing::info!(leader = %to.leader, url = %to.url,
+                    "the log's connection moved to the stream's leader");
+                return true;
+            }
+            if Instant::now() >= deadline {
+                self.steer.clear();
+                lock(&self.urls).remove(&to.leader);
+                self.leave_alone(&to.leader);
+                stay("the connection to the stream's leader failed");
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        Err(_) => {
-            stay("the stream could not be read through the leader");
-            (client, js, stream)
-        }
+    }
+
+    fn left_alone(&self, leader: &str) -> bool {
+        let failed = lock(&self.failed);
+        failed
+            .as_ref()
+            .is_some_and(|(name, at)| name == leader && at.elapsed() < RETRY_AFTER)
+    }
+
+    fn leave_alone(&self, leader: &str) {
+        *lock(&self.failed) = Some((leader.to_owned(), Instant::now()));
     }
 }
 
-/// The name of the server that leads `stream`, as it was opened or, if it had none then (just
-/// created), as it is now.
-async fn leader_of(stream: &jetstream::stream::Stream) -> Option<String> {
+/// `mutex`, also when a panic poisoned it (what it guards stays consistent).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn stay(why: &str) {
+    tracing::debug!(why, "the log's connection stays where it is");
+}
+
+/// The name of the server that leads `stream`: asked of the cluster if `fresh` or if the
+/// stream's cached state names none (just created).
+async fn leader_of(stream: &Stream, fresh: bool) -> Option<String> {
     let cached = stream.cached_info().cluster.as_ref();
-    if let Some(leader) = cached.and_then(|c| c.leader.clone()) {
+    if let Some(leader) = cached.and_then(|c| c.leader.clone()).filter(|_| !fresh) {
         return Some(leader);
     }
-    let mut fresh = stream.clone();
-    let info = fresh.info().await.ok()?;
+    let mut asked = stream.clone();
+    let info = asked.info().await.ok()?;
     info.cluster.as_ref()?.leader.clone()
 }
 

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 use super::backoff::Backoff;
 use super::grouping::Grouping;
 use super::inner::{lock, Inner, Submit, READ_CHUNK};
+use super::leader::Steering;
 use super::options::NatsOptions;
 use super::projection::Projection;
 use super::publish::{Publisher, LEGIO_APPEND, MAX_BATCHES_IN_FLIGHT};
@@ -183,7 +184,9 @@ impl Inner {
         options: NatsOptions,
         read_only: bool,
     ) -> Result<(Self, Option<mpsc::UnboundedReceiver<Submit>>)> {
-        let client = options.connect().await?;
+        let steering = Steering::default();
+        let steer = (!read_only).then(|| steering.steer());
+        let client = options.connect_to(&options.servers, steer).await?;
         let js = jetstream::ContextBuilder::new()
             .timeout(options.request_timeout)
             .build(client.clone());
@@ -193,10 +196,11 @@ impl Inner {
         } else {
             Self::create_stream(&js, &options, &subjects).await?
         };
-        let (client, js, stream) = match read_only {
-            true => (client, js, stream),
-            false => super::leader::on_the_leader(&options, client, js, stream).await,
-        };
+        if !read_only {
+            if let Some(to) = steering.wanted(&options, &client, &stream, false).await {
+                steering.apply(&client, to, options.request_timeout).await;
+            }
+        }
         let last = Self::last_sequence(&stream, options.append_deadline).await?;
         let id_prefix = client
             .new_inbox()
@@ -227,6 +231,7 @@ impl Inner {
             next_id: AtomicU64::new(1),
             following: AtomicBool::new(false),
             recent: Mutex::default(),
+            steering,
         };
         Ok((inner, (!read_only).then_some(receiver)))
     }
@@ -334,40 +339,42 @@ impl Inner {
 // ---- per-conversation projections ----
 
 impl Inner {
-    /// The seq of the last event on `subject` (0: none), asked of the stream's leader.
+    /// The seq of the last event on `subject` (0: none), asked of the stream's leader; a
+    /// failure of the cluster (a leader election) is tried again, as every read is.
     pub(super) async fn subject_last(&self, subject: &str) -> Result<u64> {
-        match self
-            .publisher
-            .stream
-            .get_last_raw_message_by_subject(subject)
-            .await
-        {
-            Ok(message) => Ok(message.sequence),
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(0),
-            Err(e) => Err(StoreError::cluster("reading a conversation's last seq", e)),
-        }
+        let last = self.last_message_of(subject, "reading a conversation's last seq");
+        Ok(last.await?.map_or(0, |message| message.sequence))
     }
 
     /// Whether the last message on `subject` belongs to an append of this log (its
     /// `Legio-Append` id carries this log's prefix).
     pub(super) async fn last_is_own_append(&self, subject: &str) -> Result<bool> {
-        match self
-            .publisher
-            .stream
-            .get_last_raw_message_by_subject(subject)
-            .await
-        {
-            Ok(message) => Ok(message.headers.get(LEGIO_APPEND).is_some_and(|id| {
+        let last = self.last_message_of(subject, "reading a conversation's last message");
+        Ok(last.await?.is_some_and(|message| {
+            message.headers.get(LEGIO_APPEND).is_some_and(|id| {
                 id.as_str()
                     .strip_prefix(self.id_prefix.as_str())
                     .is_some_and(|rest| rest.starts_with('-'))
-            })),
-            Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(false),
-            Err(e) => Err(StoreError::cluster(
-                "reading a conversation's last message",
-                e,
-            )),
-        }
+            })
+        }))
+    }
+
+    /// The last message on `subject` (`None`: no message), read again after a cluster error
+    /// until `append_deadline` ([`Inner::retried`]).
+    async fn last_message_of(
+        &self,
+        subject: &str,
+        during: &'static str,
+    ) -> Result<Option<async_nats::jetstream::message::StreamMessage>> {
+        self.retried(|| async {
+            let stream = &self.publisher.stream;
+            match stream.get_last_raw_message_by_subject(subject).await {
+                Ok(message) => Ok(Some(message)),
+                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                Err(e) => Err(StoreError::cluster(during, e)),
+            }
+        })
+        .await
     }
 
     /// The conversation's events after `after`, read from its subject.

@@ -2,6 +2,7 @@
 //! and the one place that turns those options into a connected client.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_nats::ConnectErrorKind;
@@ -124,13 +125,13 @@ impl NatsOptions {
         self.connect_to(&self.servers, None).await
     }
 
-    /// Connects to `servers` with these options' credentials and TLS; the first connection to
-    /// `first` if given (one of `servers`), later reconnects to whichever the client picks
-    /// (shuffled, the servers that failed last).
+    /// Connects to `servers` with these options' credentials and TLS. Each (re)connect goes to
+    /// the server `steer` holds if it holds one (taken as it is used), or else to whichever the
+    /// client picks (shuffled, the servers that failed last).
     pub(crate) async fn connect_to(
         &self,
         servers: &[String],
-        first: Option<&str>,
+        steer: Option<Steer>,
     ) -> Result<async_nats::Client> {
         let mut options = async_nats::ConnectOptions::new()
             .request_timeout(Some(self.request_timeout))
@@ -152,12 +153,10 @@ impl NatsOptions {
                 options = options.add_client_certificate(cert.clone(), key.clone());
             }
         }
-        if let Some(first) = first.and_then(|url| url.parse::<async_nats::ServerAddr>().ok()) {
-            let used = std::sync::atomic::AtomicBool::new(false);
+        if let Some(steer) = steer {
             options = options.reconnect_to_server_callback(move |_, _| {
-                let once = !used.swap(true, std::sync::atomic::Ordering::Relaxed);
-                std::future::ready(once.then(|| async_nats::ReconnectToServer {
-                    addr: first.clone(),
+                std::future::ready(steer.take().map(|addr| async_nats::ReconnectToServer {
+                    addr,
                     delay: Some(Duration::ZERO),
                 }))
             });
@@ -171,5 +170,31 @@ impl NatsOptions {
                 _ => StoreError::Unreachable { servers, reason },
             }
         })
+    }
+}
+
+/// Where a client's next (re)connect goes: one server, once. Set it, then force the client to
+/// reconnect (`Client::force_reconnect`); a connect it does not steer goes where the client
+/// picks.
+#[derive(Clone, Default)]
+pub(crate) struct Steer(Arc<Mutex<Option<async_nats::ServerAddr>>>);
+
+impl Steer {
+    /// Steers the next (re)connect to `url`; false if `url` is no server address.
+    pub(crate) fn set(&self, url: &str) -> bool {
+        let Ok(addr) = url.parse::<async_nats::ServerAddr>() else {
+            return false;
+        };
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(addr);
+        true
+    }
+
+    /// Forgets a steer the client did not use.
+    pub(crate) fn clear(&self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+
+    fn take(&self) -> Option<async_nats::ServerAddr> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
     }
 }

@@ -1,7 +1,8 @@
 //! The write path of [`NatsLog`](super::NatsLog): the dispatcher that lets one append per
 //! conversation leave at a time (grouping appends queued meanwhile, of any conversation, into one
 //! atomic batch, as [`Grouping`] says), the append of a group with each conversation's
-//! expectation, and fencing when an expectation fails.
+//! expectation, fencing when an expectation fails, and the move of the connection to the
+//! stream's leader between appends (leader.rs).
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -9,9 +10,11 @@ use std::time::Instant;
 
 use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
 use tokio::sync::mpsc;
+use tokio::time::MissedTickBehavior;
 
 use super::grouping::Grouping;
 use super::inner::{lock, Inner, Submit};
+use super::leader::{Move, LEADER_CHECK};
 use super::publish::{Outcome, Outgoing};
 use crate::error::{Result, StoreError};
 use crate::metrics as m;
@@ -30,14 +33,22 @@ struct Scheduled {
 
 /// Appends of one conversation leave one at a time (the next one's expectation is the previous
 /// one's last seq); the appends that queued meanwhile (of any conversations) leave as
-/// [`Grouping`] says.
+/// [`Grouping`] says. Every [`LEADER_CHECK`] it asks which server leads the stream; when the
+/// connection should move there, it holds the queue until no append is in flight, moves it, and
+/// goes on.
 pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedReceiver<Submit>) {
     // A finished append or group: its conversations, and whether it held a slot.
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(Vec<ConversationKey>, bool)>();
+    let (found_tx, mut found_rx) = mpsc::unbounded_channel::<Option<Move>>();
     let mut queue: VecDeque<Submit> = VecDeque::new();
     let mut busy: HashSet<ConversationKey> = HashSet::new();
     let slots = inner.grouping.slots();
-    let mut in_flight = 0usize;
+    // Groups holding a slot, and every append or group on its way.
+    let (mut in_flight, mut running) = (0usize, 0usize);
+    let mut checks =
+        tokio::time::interval_at(tokio::time::Instant::now() + LEADER_CHECK, LEADER_CHECK);
+    checks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let (mut checking, mut moving) = (false, None);
     loop {
         tokio::select! {
             submit = submits.recv() => match submit {
@@ -46,13 +57,29 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
             },
             Some((done, slot)) = done_rx.recv() => {
                 in_flight -= usize::from(slot);
+                running -= 1;
                 for conversation in done {
                     busy.remove(&conversation);
                 }
             }
+            _ = checks.tick(), if !checking && moving.is_none() => {
+                checking = true;
+                tokio::spawn(check_leader(inner.clone(), found_tx.clone()));
+            }
+            Some(found) = found_rx.recv() => (checking, moving) = (false, found),
         }
         while let Ok(submit) = submits.try_recv() {
             queue.push_back(submit);
+        }
+        if moving.is_some() && running > 0 {
+            continue;
+        }
+        if let Some(to) = moving.take() {
+            let client = &inner.publisher.client;
+            inner
+                .steering
+                .apply(client, to, inner.options.request_timeout)
+                .await;
         }
         let scheduled = schedule(
             &mut queue,
@@ -64,6 +91,7 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
         let groups = scheduled.groups.into_iter().map(|g| (g, true));
         for (group, slot) in alone.chain(groups) {
             in_flight += usize::from(slot);
+            running += 1;
             let inner = inner.clone();
             let done = done_tx.clone();
             tokio::spawn(async move {
@@ -72,6 +100,17 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
             });
         }
     }
+}
+
+/// Sends the move that puts the writer's connection on the stream's leader (none if it is
+/// there, or no move is possible now).
+async fn check_leader(inner: Arc<Inner>, found: mpsc::UnboundedSender<Option<Move>>) {
+    let publisher = &inner.publisher;
+    let to = inner
+        .steering
+        .wanted(&inner.options, &publisher.client, &publisher.stream, true)
+        .await;
+    let _ = found.send(to);
 }
 
 /// Takes from `queue` every append whose conversations are idle, in order: those that leave
