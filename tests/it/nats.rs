@@ -4,7 +4,7 @@
 //! `EventLog` contract and the model test run on `NatsLog` in contract.rs and model.rs.)
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -780,34 +780,64 @@ fn only_connection_on(cluster: &NatsCluster, name: &str, within: Duration) -> Ve
     }
 }
 
-/// Appends one event at a time, over four conversations, until `stop`; every append must be
-/// acknowledged. Prints the longest and when it began; returns how many.
-fn append_until(log: &NatsLog, stop: &AtomicBool, began: Instant) -> u64 {
-    let (mut n, mut longest) = (0u64, (Duration::ZERO, Duration::ZERO));
-    while !stop.load(Ordering::Relaxed) {
-        n += 1;
-        let conversation = format!("c:{}", n % 4);
-        let event = text_message(n, &conversation, "user", "lead", "through the move");
-        let started = Instant::now();
-        log.append(vec![event]).unwrap();
-        longest = longest.max((started.elapsed(), started - began));
+/// What the test's appending threads share: when to stop, when to pause, and how many of
+/// them have an append in flight.
+#[derive(Default)]
+struct Appending {
+    stop: AtomicBool,
+    paused: AtomicBool,
+    in_flight: AtomicUsize,
+}
+
+impl Appending {
+    /// Appends one event at a time to conversation `c:{thread}` until told to stop, waiting
+    /// while paused; every append must be acknowledged. Returns how many, and the longest.
+    fn run(&self, log: &NatsLog, thread: usize) -> (u64, Duration) {
+        let (mut n, mut longest) = (0u64, Duration::ZERO);
+        let conversation = format!("c:{thread}");
+        while !self.stop.load(Ordering::SeqCst) {
+            self.in_flight.fetch_add(1, Ordering::SeqCst);
+            if self.paused.load(Ordering::SeqCst) {
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            n += 1;
+            // Message ids are unique over the threads (verify checks they are).
+            let id = n * 4 + thread as u64;
+            let event = text_message(id, &conversation, "user", "lead", "through the move");
+            let started = Instant::now();
+            log.append(vec![event]).unwrap();
+            longest = longest.max(started.elapsed());
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        }
+        (n, longest)
     }
-    let (took, at) = longest;
-    eprintln!(
-        "{n} appends in {:?}, the longest {took:?} from {at:?}",
-        began.elapsed()
-    );
-    n
+
+    /// Runs `step` with no append in flight.
+    fn paused_for<T>(&self, step: impl FnOnce() -> T) -> T {
+        self.paused.store(true, Ordering::SeqCst);
+        while self.in_flight.load(Ordering::SeqCst) > 0 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let result = step();
+        self.paused.store(false, Ordering::SeqCst);
+        result
+    }
+}
+
+/// Sets its flag when dropped: the appenders stop also when the test panics.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
 }
 
 /// Steps the stream's leader `first` down and waits for another to lead; returns its name. A
 /// step-down can be refused while the stream settles: it is asked again, up to 3 times.
-fn step_down_until_moved(
-    cluster: &NatsCluster,
-    stream: &str,
-    first: &str,
-    began: Instant,
-) -> String {
+fn step_down_until_moved(cluster: &NatsCluster, stream: &str, first: &str) -> String {
     let moved = || {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
@@ -821,13 +851,24 @@ fn step_down_until_moved(
     let mut answers = Vec::new();
     loop {
         let asked = step_down(cluster, stream);
-        eprintln!("stepped down at {:?}: {asked:?}", began.elapsed());
         let next = asked.as_ref().ok().and_then(|()| moved());
         answers.push(asked);
         match next {
             Some(next) => return next,
             None if answers.len() < 3 => continue,
             None => panic!("the leader did not move from {first}: {answers:?}"),
+        }
+    }
+}
+
+/// The name of the server that leads `stream`, once it shows one (a stream just created).
+fn leader_shown(cluster: &NatsCluster, stream: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match cluster.leader_of(stream) {
+            Some(leader) => return leader,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            None => panic!("no leader: {}", cluster.placement(stream)),
         }
     }
 }
@@ -839,30 +880,37 @@ fn a_writer_follows_the_stream_leader_when_it_moves() {
     };
     let options = cluster.options(3);
     let log = NatsLog::open(&options).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let first = loop {
-        match cluster.leader_of(&options.stream) {
-            Some(leader) => break leader,
-            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
-            None => panic!("no leader: {}", cluster.placement(&options.stream)),
-        }
-    };
+    let first = leader_shown(&cluster, &options.stream);
     let at_first = only_connection_on(&cluster, &first, Duration::from_secs(20));
     assert!(
         at_first.iter().all(|(n, c)| *c == u64::from(*n == first)),
         "the writer should start on the leader {first}: {at_first:?}"
     );
-    // Appends go on all through the step-down and the move.
-    let (stop, began) = (AtomicBool::new(false), Instant::now());
-    let (appended, moved_to, counts) = std::thread::scope(|s| {
-        let appender = s.spawn(|| append_until(&log, &stop, began));
-        let next = step_down_until_moved(&cluster, &options.stream, &first, began);
-        let counts = only_connection_on(&cluster, &next, Duration::from_secs(30));
-        eprintln!("moved to {next} at {:?}", began.elapsed());
+    // Four threads append all through the move. They pause for the step-down itself: an
+    // append in flight then may wait `request_timeout` for an ack that never comes
+    // (docs/cluster.md), which would hide the same wait caused by a move.
+    let appending = Appending::default();
+    let (appended, longest, moved_to, counts) = std::thread::scope(|s| {
+        let _stopping = StopOnDrop(&appending.stop);
+        let (log, appending) = (&log, &appending);
+        let threads: Vec<_> = (0..4)
+            .map(|t| s.spawn(move || appending.run(log, t)))
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        let next =
+            appending.paused_for(|| step_down_until_moved(&cluster, &options.stream, &first));
+        let counts = only_connection_on(&cluster, &next, Duration::from_secs(40));
         // More appends on the new connection.
         std::thread::sleep(Duration::from_secs(1));
-        stop.store(true, Ordering::Relaxed);
-        (appender.join().unwrap(), next, counts)
+        appending.stop.store(true, Ordering::SeqCst);
+        let done: Vec<(u64, Duration)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let longest = done.iter().map(|(_, l)| *l).max().unwrap_or_default();
+        (
+            done.iter().map(|(n, _)| n).sum::<u64>(),
+            longest,
+            next,
+            counts,
+        )
     });
     assert_eq!(
         cluster.leader_of(&options.stream).as_deref(),
@@ -873,6 +921,12 @@ fn a_writer_follows_the_stream_leader_when_it_moves() {
         counts.iter().all(|(n, c)| *c == u64::from(*n == moved_to)),
         "the writer stayed off the new leader {moved_to} (was {first}): {counts:?}"
     );
+    // A reply the move cut off would have waited `request_timeout` (5 s).
+    assert!(
+        longest < Duration::from_secs(4),
+        "an append waited {longest:?}: the move cut off its reply"
+    );
+    eprintln!("{appended} appends, the longest {longest:?}");
     assert_eq!(log.last_seq(), Seq(appended));
     assert!(log.verify(&mut |_| {}).unwrap().is_clean());
 }

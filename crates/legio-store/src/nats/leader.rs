@@ -17,8 +17,8 @@ use super::options::{NatsOptions, Steer};
 /// How often a writer asks which server leads its stream.
 pub(super) const LEADER_CHECK: Duration = Duration::from_secs(5);
 
-/// How long a leader the connection could not reach is left alone.
-const RETRY_AFTER: Duration = Duration::from_secs(60);
+/// How long a leader the connection could not reach is left alone (three checks).
+const RETRY_AFTER: Duration = Duration::from_secs(15);
 
 /// A move of a writer's connection: to the server named `leader`, at `url`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,25 +86,34 @@ impl Steering {
     /// Moves `client` to `to`'s server (its next connect steered there, then a forced
     /// reconnect) and waits up to `timeout` for it to land; whether it did. Call it with nothing
     /// in flight on `client`: a reply the reconnect cuts off is only retried after its timeout.
+    /// A client that is not connected now (reconnecting on its own) is left alone: the next
+    /// check finds where it went.
     pub(super) async fn apply(
         &self,
         client: &async_nats::Client,
         to: Move,
         timeout: Duration,
     ) -> bool {
-        if !self.steer.set(&to.url) || client.force_reconnect().await.is_err() {
+        let connected = |client: &async_nats::Client| client.connection_state() == State::Connected;
+        let was = client.server_info().server_name;
+        if !connected(client) || !self.steer.set(&to.url) {
+            return false;
+        }
+        if client.force_reconnect().await.is_err() {
             self.steer.clear();
             return false;
         }
         let deadline = Instant::now() + timeout;
         loop {
-            let connected = client.connection_state() == State::Connected;
-            if connected && client.server_info().server_name == to.leader {
+            let now = client.server_info().server_name;
+            if connected(client) && now == to.leader {
                 tracing::info!(leader = %to.leader, url = %to.url,
                     "the log's connection moved to the stream's leader");
                 return true;
             }
-            if Instant::now() >= deadline {
+            // Landed on a third server (the steered connect failed), or waited long enough.
+            let elsewhere = connected(client) && now != was;
+            if elsewhere || Instant::now() >= deadline {
                 self.steer.clear();
                 lock(&self.urls).remove(&to.leader);
                 self.leave_alone(&to.leader);

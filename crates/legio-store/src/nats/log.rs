@@ -360,7 +360,7 @@ impl Inner {
     }
 
     /// The last message on `subject` (`None`: no message), read again after a cluster error
-    /// until `append_deadline` ([`Inner::retried`]).
+    /// until `append_deadline` ([`Inner::retried`]); a stream that is gone is no error to retry.
     async fn last_message_of(
         &self,
         subject: &str,
@@ -368,10 +368,20 @@ impl Inner {
     ) -> Result<Option<async_nats::jetstream::message::StreamMessage>> {
         self.retried(|| async {
             let stream = &self.publisher.stream;
-            match stream.get_last_raw_message_by_subject(subject).await {
-                Ok(message) => Ok(Some(message)),
-                Err(e) if e.kind() == LastRawMessageErrorKind::NoMessageFound => Ok(None),
-                Err(e) => Err(StoreError::cluster(during, e)),
+            let e = match stream.get_last_raw_message_by_subject(subject).await {
+                Ok(message) => return Ok(Some(message)),
+                Err(e) => e,
+            };
+            match e.kind() {
+                LastRawMessageErrorKind::NoMessageFound => Ok(None),
+                LastRawMessageErrorKind::JetStream(error)
+                    if error.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    Err(StoreError::StreamNotFound {
+                        stream: self.options.stream.clone(),
+                    })
+                }
+                _ => Err(StoreError::cluster(during, e)),
             }
         })
         .await

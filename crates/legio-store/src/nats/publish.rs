@@ -104,15 +104,20 @@ impl Publisher {
                 self.publish_batch(&format!("{id}-{attempt}"), id, messages)
                     .await
             };
-            match result {
+            let result = match result {
                 Attempt::Done(Outcome::WrongLast) if attempt > 1 => {
-                    // Our earlier attempt may have been stored after all: its last message says.
+                    // Our earlier attempt may have been stored after all: its last message says
+                    // (a failed read of it is retried with the publish).
                     let last = &messages[messages.len() - 1].subject;
-                    return Ok(match self.stored_append(last, id).await? {
-                        Some(seq) => Outcome::Stored { last: seq },
-                        None => Outcome::WrongLast,
-                    });
+                    match self.stored_append(last, id).await {
+                        Ok(Some(seq)) => Attempt::Done(Outcome::Stored { last: seq }),
+                        Ok(None) => Attempt::Done(Outcome::WrongLast),
+                        Err(error) => Attempt::Retry(error.to_string()),
+                    }
                 }
+                other => other,
+            };
+            match result {
                 Attempt::Done(outcome) => return Ok(outcome),
                 Attempt::Fail(error) => return Err(error),
                 Attempt::Retry(reason) if abandoned() => {

@@ -6,11 +6,11 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
 use tokio::sync::mpsc;
-use tokio::time::MissedTickBehavior;
+use tokio::time::{self, MissedTickBehavior};
 
 use super::grouping::Grouping;
 use super::inner::{lock, Inner, Submit};
@@ -31,74 +31,144 @@ struct Scheduled {
     groups: Vec<Vec<Submit>>,
 }
 
+/// A finished append or group: its conversations, and whether it held a slot.
+type Done = (Vec<ConversationKey>, bool);
+
+/// How long the dispatcher holds new appends for a move of its connection, waiting for the
+/// appends in flight to end; past it (an append retrying through an election), the move waits
+/// for the next check.
+const HOLD_FOR: Duration = Duration::from_secs(1);
+
 /// Appends of one conversation leave one at a time (the next one's expectation is the previous
 /// one's last seq); the appends that queued meanwhile (of any conversations) leave as
 /// [`Grouping`] says. Every [`LEADER_CHECK`] it asks which server leads the stream; when the
-/// connection should move there, it holds the queue until no append is in flight, moves it, and
-/// goes on.
+/// connection should move there, it holds new appends until none is in flight (for up to
+/// [`HOLD_FOR`]), moves it, and goes on.
 pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedReceiver<Submit>) {
-    // A finished append or group: its conversations, and whether it held a slot.
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<(Vec<ConversationKey>, bool)>();
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let (found_tx, mut found_rx) = mpsc::unbounded_channel::<Option<Move>>();
-    let mut queue: VecDeque<Submit> = VecDeque::new();
-    let mut busy: HashSet<ConversationKey> = HashSet::new();
-    let slots = inner.grouping.slots();
-    // Groups holding a slot, and every append or group on its way.
-    let (mut in_flight, mut running) = (0usize, 0usize);
-    let mut checks =
-        tokio::time::interval_at(tokio::time::Instant::now() + LEADER_CHECK, LEADER_CHECK);
+    let mut checks = time::interval_at(time::Instant::now() + LEADER_CHECK, LEADER_CHECK);
     checks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let (mut checking, mut moving) = (false, None);
+    let mut d = Dispatcher::new(inner, done_tx);
     loop {
+        let hold = d.moving.as_ref().map(|(_, until)| *until);
         tokio::select! {
             submit = submits.recv() => match submit {
-                Some(submit) => queue.push_back(submit),
+                Some(submit) => d.queue.push_back(submit),
                 None => break,
             },
-            Some((done, slot)) = done_rx.recv() => {
-                in_flight -= usize::from(slot);
-                running -= 1;
-                for conversation in done {
-                    busy.remove(&conversation);
-                }
+            Some(done) = done_rx.recv() => d.finished(done),
+            _ = checks.tick(), if !d.checking && d.moving.is_none() => {
+                d.checking = true;
+                tokio::spawn(check_leader(d.inner.clone(), found_tx.clone()));
             }
-            _ = checks.tick(), if !checking && moving.is_none() => {
-                checking = true;
-                tokio::spawn(check_leader(inner.clone(), found_tx.clone()));
+            Some(found) = found_rx.recv() => d.found(found),
+            _ = time::sleep_until(hold.unwrap_or_else(time::Instant::now)), if hold.is_some() => {
+                d.moving = None;
+                tracing::debug!("appends stayed in flight: the move waits for the next check");
             }
-            Some(found) = found_rx.recv() => (checking, moving) = (false, found),
         }
         while let Ok(submit) = submits.try_recv() {
-            queue.push_back(submit);
+            d.queue.push_back(submit);
         }
-        if moving.is_some() && running > 0 {
-            continue;
+        d.move_or_send().await;
+    }
+}
+
+/// The dispatcher's state between two events.
+struct Dispatcher {
+    inner: Arc<Inner>,
+    queue: VecDeque<Submit>,
+    busy: HashSet<ConversationKey>,
+    /// Groups holding a slot (of [`Grouping::slots`]).
+    in_flight: usize,
+    /// Every append or group on its way.
+    running: usize,
+    done: mpsc::UnboundedSender<Done>,
+    /// Whether a leader check is on its way.
+    checking: bool,
+    /// A move of the connection waiting for the appends in flight, until when.
+    moving: Option<(Move, time::Instant)>,
+}
+
+impl Dispatcher {
+    fn new(inner: Arc<Inner>, done: mpsc::UnboundedSender<Done>) -> Self {
+        Self {
+            inner,
+            queue: VecDeque::new(),
+            busy: HashSet::new(),
+            in_flight: 0,
+            running: 0,
+            done,
+            checking: false,
+            moving: None,
         }
-        if let Some(to) = moving.take() {
-            let client = &inner.publisher.client;
+    }
+
+    fn finished(&mut self, (conversations, slot): Done) {
+        self.in_flight -= usize::from(slot);
+        self.running -= 1;
+        for conversation in conversations {
+            self.busy.remove(&conversation);
+        }
+    }
+
+    fn found(&mut self, found: Option<Move>) {
+        self.checking = false;
+        self.moving = found.map(|to| (to, time::Instant::now() + HOLD_FOR));
+    }
+
+    /// Moves the connection if a move waits and nothing is in flight; then sends what can leave,
+    /// unless a move still waits.
+    async fn move_or_send(&mut self) {
+        if self.moving.is_some() && self.running > 0 {
+            return;
+        }
+        if let Some((to, _)) = self.moving.take() {
+            let (inner, timeout) = (&self.inner, self.inner.options.request_timeout);
             inner
                 .steering
-                .apply(client, to, inner.options.request_timeout)
+                .apply(&inner.publisher.client, to, timeout)
                 .await;
         }
+        let slots = self.inner.grouping.slots();
         let scheduled = schedule(
-            &mut queue,
-            &mut busy,
-            inner.grouping,
-            slots.saturating_sub(in_flight),
+            &mut self.queue,
+            &mut self.busy,
+            self.inner.grouping,
+            slots.saturating_sub(self.in_flight),
         );
         let alone = scheduled.alone.into_iter().map(|s| (vec![s], false));
         let groups = scheduled.groups.into_iter().map(|g| (g, true));
         for (group, slot) in alone.chain(groups) {
-            in_flight += usize::from(slot);
-            running += 1;
-            let inner = inner.clone();
-            let done = done_tx.clone();
+            self.in_flight += usize::from(slot);
+            self.running += 1;
+            let inner = self.inner.clone();
+            let finished = Finished {
+                done: self.done.clone(),
+                conversations: conversations_of(&group),
+                slot,
+            };
             tokio::spawn(async move {
-                let conversations = append_group(&inner, group).await;
-                let _ = done.send((conversations, slot));
+                let _finished = finished;
+                append_group(&inner, group).await;
             });
         }
+    }
+}
+
+/// Tells the dispatcher that an append or group ended when it is dropped: also when its task
+/// panicked, so that its conversations and its slot are freed and a move is not held forever.
+struct Finished {
+    done: mpsc::UnboundedSender<Done>,
+    conversations: Vec<ConversationKey>,
+    slot: bool,
+}
+
+impl Drop for Finished {
+    fn drop(&mut self) {
+        let conversations = std::mem::take(&mut self.conversations);
+        let _ = self.done.send((conversations, self.slot));
     }
 }
 
@@ -172,13 +242,12 @@ fn schedule(
     scheduled
 }
 
-/// Appends one group and answers each of its appends; returns its conversations to free. A
-/// group refused as fenced is stored in no part: its appends to conversations the log refuses
-/// get the refusal, and the others are appended again without them.
-async fn append_group(inner: &Inner, group: Vec<Submit>) -> Vec<ConversationKey> {
-    let conversations = conversations_of(&group);
+/// Appends one group and answers each of its appends. A group refused as fenced is stored in
+/// no part: its appends to conversations the log refuses get the refusal, and the others are
+/// appended again without them.
+async fn append_group(inner: &Inner, group: Vec<Submit>) {
     // The conversations of `pending`: all of them until a fenced conversation is dropped.
-    let mut involved = conversations.clone();
+    let mut involved = conversations_of(&group);
     let mut pending = group;
     while !pending.is_empty() {
         let started = Instant::now();
@@ -227,7 +296,6 @@ async fn append_group(inner: &Inner, group: Vec<Submit>) -> Vec<ConversationKey>
             }
         }
     }
-    conversations
 }
 
 /// The conversations of `submits`, each once, in order.
