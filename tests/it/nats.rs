@@ -931,6 +931,49 @@ fn a_writer_follows_the_stream_leader_when_it_moves() {
     assert!(log.verify(&mut |_| {}).unwrap().is_clean());
 }
 
+/// A leader change can leave an append in flight waiting `request_timeout` for an ack that never
+/// comes (docs/cluster.md); `store.nats.request_timeout_seconds` bounds that stall. Four threads
+/// append without pause through `STEP_DOWNS` step-downs with a 1 s `request_timeout`: no
+/// append waits 4 s (a few retries of 1 s on a loaded machine), where the default 5 s lets one
+/// wait 5 s.
+#[test]
+fn a_short_request_timeout_bounds_the_stall_of_a_leader_change() {
+    const STEP_DOWNS: usize = 6;
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let options = NatsOptions {
+        request_timeout: Duration::from_secs(1),
+        ..cluster.options(3)
+    };
+    let log = NatsLog::open(&options).unwrap();
+    let mut leader = leader_shown(&cluster, &options.stream);
+    let appending = Appending::default();
+    let (appended, longest) = std::thread::scope(|s| {
+        let _stopping = StopOnDrop(&appending.stop);
+        let (log, appending) = (&log, &appending);
+        let threads: Vec<_> = (0..4)
+            .map(|t| s.spawn(move || appending.run(log, t)))
+            .collect();
+        for _ in 0..STEP_DOWNS {
+            std::thread::sleep(Duration::from_millis(500));
+            leader = step_down_until_moved(&cluster, &options.stream, &leader);
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        appending.stop.store(true, Ordering::SeqCst);
+        let done: Vec<(u64, Duration)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let longest = done.iter().map(|(_, l)| *l).max().unwrap_or_default();
+        (done.iter().map(|(n, _)| n).sum::<u64>(), longest)
+    });
+    eprintln!("{appended} appends through {STEP_DOWNS} step-downs, the longest {longest:?}");
+    assert!(
+        longest < Duration::from_secs(4),
+        "an append waited {longest:?} through a leader change, with a 1 s request timeout"
+    );
+    assert_eq!(log.last_seq(), Seq(appended));
+    assert!(log.verify(&mut |_| {}).unwrap().is_clean());
+}
+
 #[test]
 fn a_three_server_cluster_keeps_appending_through_the_loss_of_a_server() {
     let Some(mut cluster) = NatsCluster::start(3) else {

@@ -21,6 +21,8 @@ pub(crate) struct NatsSection {
     tls_cert_file: Option<PathBuf>,
     tls_key_file: Option<PathBuf>,
     lease_ttl_seconds: Option<f64>,
+    request_timeout_seconds: Option<f64>,
+    append_deadline_seconds: Option<f64>,
 }
 
 /// Which event log the node opens.
@@ -92,15 +94,27 @@ fn nats_options(
     };
     options.tls = tls(section, base)?;
     if let Some(seconds) = section.lease_ttl_seconds {
-        if !(seconds.is_finite() && seconds >= 1.0) {
-            return Err(format!(
-                "store.nats.lease_ttl_seconds = {seconds} must be at least 1"
-            ));
-        }
-        options.lease_ttl = Duration::from_secs_f64(seconds);
+        options.lease_ttl = seconds_at_least("lease_ttl_seconds", seconds, 1.0)?;
+    }
+    if let Some(seconds) = section.request_timeout_seconds {
+        options.request_timeout = seconds_at_least("request_timeout_seconds", seconds, 0.1)?;
+    }
+    if let Some(seconds) = section.append_deadline_seconds {
+        options.append_deadline = seconds_at_least("append_deadline_seconds", seconds, 0.1)?;
     }
     options.validate().map_err(|e| e.to_string())?;
     Ok(options)
+}
+
+/// `store.nats.<key> = seconds` as a duration, if it is a finite number of at least `least`.
+fn seconds_at_least(key: &str, seconds: f64, least: f64) -> Result<Duration, String> {
+    if seconds.is_finite() && seconds >= least && seconds <= 86_400.0 {
+        Ok(Duration::from_secs_f64(seconds))
+    } else {
+        Err(format!(
+            "store.nats.{key} = {seconds} must be a number of seconds from {least} to 86400"
+        ))
+    }
 }
 
 fn tls(section: &NatsSection, base: &Path) -> Result<Option<NatsTls>, String> {
@@ -154,6 +168,8 @@ mod tests {
             tls_cert_file = "cert.pem"
             tls_key_file = "key.pem"
             lease_ttl_seconds = 15
+            request_timeout_seconds = 2.5
+            append_deadline_seconds = 60
         "#;
         let nats = section(text).unwrap();
         let StoreBackend::Nats(options) =
@@ -170,6 +186,8 @@ mod tests {
         let tls = options.tls.unwrap();
         assert_eq!(tls.ca_file, Some(base.join("ca.pem")));
         assert_eq!(options.lease_ttl, Duration::from_secs(15));
+        assert_eq!(options.request_timeout, Duration::from_millis(2500));
+        assert_eq!(options.append_deadline, Duration::from_secs(60));
         assert_eq!(options.max_message_bytes, 1024);
     }
 
@@ -191,6 +209,18 @@ mod tests {
             (
                 "servers = [\"nats://a:1\"]\nlease_ttl_seconds = 0.5",
                 "lease_ttl_seconds",
+            ),
+            (
+                "servers = [\"nats://a:1\"]\nrequest_timeout_seconds = 0",
+                "store.nats.request_timeout_seconds",
+            ),
+            (
+                "servers = [\"nats://a:1\"]\nappend_deadline_seconds = -1",
+                "store.nats.append_deadline_seconds",
+            ),
+            (
+                "servers = [\"nats://a:1\"]\nrequest_timeout_seconds = 10\nappend_deadline_seconds = 5",
+                "store.nats.append_deadline_seconds",
             ),
             (
                 "servers = [\"nats://a:1\"]\ntoken = \"t\"\ncredentials_file = \"c\"",

@@ -59,10 +59,12 @@ pub struct NatsOptions {
     pub lease_ttl: Duration,
     /// The largest message content accepted, in bytes (default 1 MiB, as for sled).
     pub max_message_bytes: usize,
-    /// How long one request to the cluster may take before it is retried (default 5 s).
+    /// How long one request to the cluster may take before it is retried (default 5 s;
+    /// `store.nats.request_timeout_seconds`). A reply a leader change cut off is noticed only
+    /// after it, so it bounds how long such a change stalls the appends in flight.
     pub request_timeout: Duration,
     /// How long an append, or a read of the stream, keeps retrying through a leader election or a
-    /// lost connection before it fails (default 30 s).
+    /// lost connection before it fails (default 30 s; `store.nats.append_deadline_seconds`).
     pub append_deadline: Duration,
 }
 
@@ -116,6 +118,17 @@ impl NatsOptions {
         }
         if self.lease_ttl < Duration::from_secs(1) {
             return bad("store.nats.lease_ttl_seconds must be at least 1".into());
+        }
+        if self.request_timeout.is_zero() {
+            return bad("store.nats.request_timeout_seconds must be above 0".into());
+        }
+        if self.append_deadline < self.request_timeout {
+            return bad(format!(
+                "store.nats.append_deadline_seconds ({:.1} s) is shorter than one request \
+                 (request_timeout_seconds, {:.1} s); make it at least as long",
+                self.append_deadline.as_secs_f64(),
+                self.request_timeout.as_secs_f64()
+            ));
         }
         Ok(())
     }
