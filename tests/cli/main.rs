@@ -1791,6 +1791,45 @@ fn write_nats_config(dir: &Path, url: &str, stream: &str) -> PathBuf {
     config_path
 }
 
+/// `[store.nats]`'s timing keys reach the binary: an append deadline shorter than one request is
+/// refused when the configuration loads, naming both keys, before any server is asked; valid
+/// ones are accepted and the CLI reads a real server's log with them.
+#[test]
+fn the_nats_timing_keys_reach_the_binary_and_are_checked() {
+    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+        return;
+    };
+    let url = cluster.urls()[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = write_nats_config(dir.path(), &url, "timing");
+    let base = std::fs::read_to_string(&config_path).unwrap();
+    let with = |keys: &str| {
+        let text = base.replace(
+            "stream = \"timing\"",
+            &format!("stream = \"timing\"\n{keys}"),
+        );
+        std::fs::write(&config_path, text).unwrap();
+    };
+    with("request_timeout_seconds = 10\nappend_deadline_seconds = 5");
+    let refused = legio_in(dir.path(), &config_path, &["verify"], None);
+    let err = stderr(&refused);
+    assert_ne!(code(&refused), 0, "{err}");
+    assert!(
+        err.contains("append_deadline_seconds (5.0 s) is shorter than one request")
+            && err.contains("request_timeout_seconds, 10.0 s"),
+        "{err}"
+    );
+    // A writer's open creates the stream the CLI then reads.
+    let options = legio_store::NatsOptions {
+        stream: "timing".into(),
+        ..legio_store::NatsOptions::for_servers([url.clone()])
+    };
+    drop(legio_store::NatsLog::open(&options).unwrap());
+    with("request_timeout_seconds = 2\nappend_deadline_seconds = 4");
+    let read = legio_in(dir.path(), &config_path, &["verify"], None);
+    assert_eq!(code(&read), 0, "{}", stderr(&read));
+}
+
 /// Embedded mode on a cluster: two runtimes in one process (nodes e1 and e2, as two host
 /// processes would each embed one) on one nats-server. `Runtime::post` through e2 to a
 /// conversation e1 owns is carried to e1 and answered from there (e2 never takes it), and every
