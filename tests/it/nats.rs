@@ -814,6 +814,29 @@ impl Appending {
         (n, longest)
     }
 
+    /// Runs `step` while `threads` threads append to `log` (each as [`Appending::run`]), then
+    /// stops them; returns how many appends they made, the longest, and what `step` returned.
+    /// The threads stop also when `step` panics.
+    fn during<T>(
+        &self,
+        log: &NatsLog,
+        threads: usize,
+        step: impl FnOnce() -> T,
+    ) -> (u64, Duration, T) {
+        std::thread::scope(|s| {
+            let _stopping = StopOnDrop(&self.stop);
+            let appenders: Vec<_> = (0..threads)
+                .map(|t| s.spawn(move || self.run(log, t)))
+                .collect();
+            let stepped = step();
+            self.stop.store(true, Ordering::SeqCst);
+            let done: Vec<(u64, Duration)> =
+                appenders.into_iter().map(|t| t.join().unwrap()).collect();
+            let longest = done.iter().map(|(_, l)| *l).max().unwrap_or_default();
+            (done.iter().map(|(n, _)| n).sum::<u64>(), longest, stepped)
+        })
+    }
+
     /// Runs `step` with no append in flight.
     fn paused_for<T>(&self, step: impl FnOnce() -> T) -> T {
         self.paused.store(true, Ordering::SeqCst);
@@ -890,27 +913,14 @@ fn a_writer_follows_the_stream_leader_when_it_moves() {
     // append in flight then may wait `request_timeout` for an ack that never comes
     // (docs/cluster.md), which would hide the same wait caused by a move.
     let appending = Appending::default();
-    let (appended, longest, moved_to, counts) = std::thread::scope(|s| {
-        let _stopping = StopOnDrop(&appending.stop);
-        let (log, appending) = (&log, &appending);
-        let threads: Vec<_> = (0..4)
-            .map(|t| s.spawn(move || appending.run(log, t)))
-            .collect();
+    let (appended, longest, (moved_to, counts)) = appending.during(&log, 4, || {
         std::thread::sleep(Duration::from_millis(300));
         let next =
             appending.paused_for(|| step_down_until_moved(&cluster, &options.stream, &first));
         let counts = only_connection_on(&cluster, &next, Duration::from_secs(40));
         // More appends on the new connection.
         std::thread::sleep(Duration::from_secs(1));
-        appending.stop.store(true, Ordering::SeqCst);
-        let done: Vec<(u64, Duration)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        let longest = done.iter().map(|(_, l)| *l).max().unwrap_or_default();
-        (
-            done.iter().map(|(n, _)| n).sum::<u64>(),
-            longest,
-            next,
-            counts,
-        )
+        (next, counts)
     });
     assert_eq!(
         cluster.leader_of(&options.stream).as_deref(),
@@ -949,21 +959,12 @@ fn a_short_request_timeout_bounds_the_stall_of_a_leader_change() {
     let log = NatsLog::open(&options).unwrap();
     let mut leader = leader_shown(&cluster, &options.stream);
     let appending = Appending::default();
-    let (appended, longest) = std::thread::scope(|s| {
-        let _stopping = StopOnDrop(&appending.stop);
-        let (log, appending) = (&log, &appending);
-        let threads: Vec<_> = (0..4)
-            .map(|t| s.spawn(move || appending.run(log, t)))
-            .collect();
+    let (appended, longest, ()) = appending.during(&log, 4, || {
         for _ in 0..STEP_DOWNS {
             std::thread::sleep(Duration::from_millis(500));
             leader = step_down_until_moved(&cluster, &options.stream, &leader);
         }
         std::thread::sleep(Duration::from_millis(500));
-        appending.stop.store(true, Ordering::SeqCst);
-        let done: Vec<(u64, Duration)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
-        let longest = done.iter().map(|(_, l)| *l).max().unwrap_or_default();
-        (done.iter().map(|(n, _)| n).sum::<u64>(), longest)
     });
     eprintln!("{appended} appends through {STEP_DOWNS} step-downs, the longest {longest:?}");
     assert!(

@@ -4,7 +4,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -15,6 +15,7 @@ use super::options::NatsOptions;
 use super::projection::Projection;
 use super::publish::Publisher;
 use super::subject::Subjects;
+use super::sync::lock;
 use crate::error::Result;
 
 /// Events read from the stream per request.
@@ -80,12 +81,6 @@ impl Recent {
         let record = lock(&projection).record_at(seq);
         record
     }
-}
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// An append waiting for its turn: its conversation may have an append in flight.

@@ -5,7 +5,7 @@
 //! [`LEADER_CHECK`] by the dispatcher, which moves it only with no append in flight).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_nats::connection::State;
@@ -13,6 +13,7 @@ use async_nats::jetstream::stream::Stream;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::options::{NatsOptions, Steer};
+use super::sync::lock;
 
 /// How often a writer asks which server leads its stream.
 pub(super) const LEADER_CHECK: Duration = Duration::from_secs(5);
@@ -84,24 +85,19 @@ impl Steering {
     }
 
     /// Moves `client` to `to`'s server (its next connect steered there, then a forced
-    /// reconnect) and waits up to `timeout` for it to land; whether it did. Call it with nothing
+    /// reconnect) and waits up to `timeout` for it to land (it logs whether it did). Call it with nothing
     /// in flight on `client`: a reply the reconnect cuts off is only retried after its timeout.
     /// A client that is not connected now (reconnecting on its own) is left alone: the next
     /// check finds where it went.
-    pub(super) async fn apply(
-        &self,
-        client: &async_nats::Client,
-        to: Move,
-        timeout: Duration,
-    ) -> bool {
+    pub(super) async fn apply(&self, client: &async_nats::Client, to: Move, timeout: Duration) {
         let connected = |client: &async_nats::Client| client.connection_state() == State::Connected;
         let was = client.server_info().server_name;
         if !connected(client) || !self.steer.set(&to.url) {
-            return false;
+            return;
         }
         if client.force_reconnect().await.is_err() {
             self.steer.clear();
-            return false;
+            return;
         }
         let deadline = Instant::now() + timeout;
         loop {
@@ -109,7 +105,7 @@ impl Steering {
             if connected(client) && now == to.leader {
                 tracing::info!(leader = %to.leader, url = %to.url,
                     "the log's connection moved to the stream's leader");
-                return true;
+                return;
             }
             // Landed on a third server (the steered connect failed), or waited long enough.
             let elsewhere = connected(client) && now != was;
@@ -118,7 +114,7 @@ impl Steering {
                 lock(&self.urls).remove(&to.leader);
                 self.leave_alone(&to.leader);
                 stay("the connection to the stream's leader failed");
-                return false;
+                return;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -134,11 +130,6 @@ impl Steering {
     fn leave_alone(&self, leader: &str) {
         *lock(&self.failed) = Some((leader.to_owned(), Instant::now()));
     }
-}
-
-/// `mutex`, also when a panic poisoned it (what it guards stays consistent).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn stay(why: &str) {

@@ -17,7 +17,7 @@ use tokio::sync::{mpsc, oneshot, watch, Semaphore};
 
 use super::backoff::Backoff;
 use super::grouping::Grouping;
-use super::inner::{lock, Inner, Submit, READ_CHUNK};
+use super::inner::{Inner, Submit, READ_CHUNK};
 use super::leader::Steering;
 use super::options::NatsOptions;
 use super::projection::Projection;
@@ -25,6 +25,7 @@ use super::publish::{Publisher, LEGIO_APPEND, MAX_BATCHES_IN_FLIGHT};
 use super::reader::{scan, Scan, Stored};
 use super::runtime::block_on;
 use super::subject::Subjects;
+use super::sync::lock;
 use super::verify::verify_walk;
 use super::write::{dispatch, encode_batch};
 use crate::error::{Result, StoreError};

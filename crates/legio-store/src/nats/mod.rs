@@ -16,6 +16,7 @@ mod publish;
 mod reader;
 mod runtime;
 mod subject;
+mod sync;
 mod verify;
 mod write;
 

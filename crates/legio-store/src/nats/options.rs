@@ -2,11 +2,12 @@
 //! and the one place that turns those options into a connected client.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::ConnectErrorKind;
 
+use super::sync::lock;
 use crate::error::{Result, StoreError};
 
 /// How the client proves who it is to the NATS servers.
@@ -198,16 +199,16 @@ impl Steer {
         let Ok(addr) = url.parse::<async_nats::ServerAddr>() else {
             return false;
         };
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(addr);
+        *lock(&self.0) = Some(addr);
         true
     }
 
     /// Forgets a steer the client did not use.
     pub(crate) fn clear(&self) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take();
+        lock(&self.0).take();
     }
 
     fn take(&self) -> Option<async_nats::ServerAddr> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).take()
+        lock(&self.0).take()
     }
 }

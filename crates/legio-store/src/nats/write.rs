@@ -13,9 +13,10 @@ use tokio::sync::mpsc;
 use tokio::time::{self, MissedTickBehavior};
 
 use super::grouping::Grouping;
-use super::inner::{lock, Inner, Submit};
+use super::inner::{Inner, Submit};
 use super::leader::{Move, LEADER_CHECK};
 use super::publish::{Outcome, Outgoing};
+use super::sync::lock;
 use crate::error::{Result, StoreError};
 use crate::metrics as m;
 
