@@ -896,6 +896,77 @@ fn export_to_dash_writes_standard_output() {
     }
 }
 
+/// `export -o FILE` writes beside FILE and renames over it at the end (`output_file.rs`): an
+/// export that fails midway leaves the previous FILE byte for byte and nothing beside it; a
+/// replaced file keeps its mode, a symbolic link is written through and stays a link, and
+/// `/dev/null` is written in place (never replaced by a file).
+#[test]
+fn an_export_replaces_its_file_whole_or_not_at_all() {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let f = fixture();
+    let folder = f.dir.path().join("exports");
+    std::fs::create_dir(&folder).unwrap();
+    let file = folder.join("all.jsonl");
+    let export = |path: &Path, extra: &[&str]| {
+        let mut args = vec!["export", "-o", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        f.legio(&args)
+    };
+    let out = export(&file, &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let good = std::fs::read(&file).unwrap();
+    assert!(good.len() > 1_000, "the fixture's log exported");
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+
+    std::fs::write(&file, b"an older export\n").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let out = export(&file, &["--no-sync"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let same = |p: &Path| std::fs::read(p).unwrap() == good;
+    assert!(same(&file), "replaced whole");
+    assert_eq!(mode(&file), 0o640, "the replaced file's mode is kept");
+
+    let link = folder.join("link.jsonl");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    std::fs::write(&file, b"an older export\n").unwrap();
+    let out = export(&link, &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(link.symlink_metadata().unwrap().file_type().is_symlink());
+    assert!(same(&file), "written through the link");
+
+    let out = export(Path::new("/dev/null"), &[]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
+
+    // A record that no longer decodes, halfway through the log: the export fails there.
+    let last = f.log().last_seq();
+    legio_store::testing::damage(
+        &f.log(),
+        legio_store::testing::Damage::OverwriteRecord {
+            seq: Seq(last.get() / 2),
+            bytes: vec![1, 0xde, 0xad],
+        },
+    )
+    .unwrap();
+    let out = export(&file, &[]);
+    assert_ne!(code(&out), 0, "an export of a damaged log must fail");
+    assert!(
+        same(&file),
+        "a failed export left the previous file as it was: {} bytes now, {} before",
+        std::fs::metadata(&file).unwrap().len(),
+        good.len()
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&folder)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["all.jsonl", "link.jsonl"], "nothing left beside it");
+}
+
 #[test]
 fn missing_and_locked_databases_are_clear_errors() {
     let f = fixture();

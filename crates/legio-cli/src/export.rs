@@ -14,14 +14,21 @@ use legio_store::{ReadAround, SledLog};
 
 use crate::common::{self, for_each_record};
 use crate::invocation::Context;
+use crate::output_file::OutputFile;
 use crate::replay::{Format, Printer, OUT_BUFFER};
 
 /// Arguments of `legio export`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Write to this file instead of standard output (`-` is standard output).
+    /// Write to this file instead of standard output (`-` is standard output). The file is
+    /// written beside FILE and renamed over it at the end, so a failed or interrupted export
+    /// leaves an existing FILE as it was.
     #[arg(long, short)]
     output: Option<std::path::PathBuf>,
+    /// Do not wait for the file to reach the disk before putting it in place (faster; a power
+    /// loss soon after may leave FILE empty or short).
+    #[arg(long)]
+    no_sync: bool,
     /// Only this conversation (its seqs are kept; an import renumbers them).
     #[arg(long)]
     conversation: Option<String>,
@@ -33,13 +40,14 @@ pub struct Args {
 
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
+    let sync = !args.no_sync;
     if args.salvage {
-        return salvage(context, args.output);
+        return salvage(context, args.output, sync);
     }
     let conversation = args.conversation.map(ConversationKey::new).transpose()?;
     let log = common::open_log_for_reading(context)?;
     let output = args.output.filter(|path| path.as_os_str() != "-");
-    let mut out = sink(output.as_deref())?;
+    let mut out = Sink::open(output.as_deref())?;
     let last = log.last_seq();
     let bar = common::progress(last.get(), "export", true);
     let mut written = 0u64;
@@ -52,7 +60,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         written += 1;
         Ok(())
     })?;
-    out.flush()?;
+    out.finish(sync)?;
     bar.finish_and_clear();
     if let Some(path) = &output {
         eprintln!("exported {written} events to {}", path.display());
@@ -60,27 +68,64 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Where the lines go: the file, or standard output (`-o -` means standard output, as in every
-/// Unix tool).
-fn sink(output: Option<&Path>) -> Result<BufWriter<Box<dyn Write>>> {
-    let sink: Box<dyn Write> = match output {
-        Some(path) => Box::new(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
-        ),
-        None => Box::new(std::io::stdout().lock()),
-    };
-    Ok(BufWriter::with_capacity(OUT_BUFFER, sink))
+/// Where the lines go: a file written whole or not at all (`output_file.rs`), or standard
+/// output (`-o -` means standard output, as in every Unix tool).
+enum Sink {
+    File(BufWriter<OutputFile>),
+    Stdout(BufWriter<std::io::StdoutLock<'static>>),
+}
+
+impl Sink {
+    fn open(output: Option<&Path>) -> Result<Self> {
+        Ok(match output {
+            Some(path) => Self::File(BufWriter::with_capacity(
+                OUT_BUFFER,
+                OutputFile::create(path)?,
+            )),
+            None => Self::Stdout(BufWriter::with_capacity(
+                OUT_BUFFER,
+                std::io::stdout().lock(),
+            )),
+        })
+    }
+
+    /// Writes out what is buffered and, for a file, puts it in place (synced first with `sync`).
+    fn finish(self, sync: bool) -> Result<()> {
+        match self {
+            Self::File(out) => out
+                .into_inner()
+                .map_err(|e| e.into_error())
+                .context("cannot write the output")?
+                .commit(sync),
+            Self::Stdout(mut out) => Ok(out.flush()?),
+        }
+    }
+}
+
+impl Write for Sink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Self::File(out) => out.write(buf),
+            Self::Stdout(out) => out.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Self::File(out) => out.flush(),
+            Self::Stdout(out) => out.flush(),
+        }
+    }
 }
 
 /// `export --salvage`: every event that still decodes, and what could not be read, on stderr.
-fn salvage(context: &Context, output: Option<PathBuf>) -> Result<ExitCode> {
+fn salvage(context: &Context, output: Option<PathBuf>, sync: bool) -> Result<ExitCode> {
     if common::nats_options(context)?.is_some() {
         bail!("--salvage reads a sled database; a NATS stream is read with a plain `legio export`");
     }
     let store = context.store()?;
     let output = output.filter(|path| path.as_os_str() != "-");
-    let mut out = sink(output.as_deref())?;
+    let mut out = Sink::open(output.as_deref())?;
     let mut failure = None;
     let mut printer = Printer::new(Format::Jsonl, false);
     let salvaged = SledLog::salvage(&store.path, &store.options, &mut |record| match printer
@@ -95,7 +140,7 @@ fn salvage(context: &Context, output: Option<PathBuf>) -> Result<ExitCode> {
     if let Some(e) = failure {
         return Err(e);
     }
-    out.flush()?;
+    out.finish(sync)?;
     let target = output.map_or("standard output".to_owned(), |p| p.display().to_string());
     eprintln!("salvaged {} events to {target}", salvaged.events);
     if let Some(why) = &salvaged.read_around {

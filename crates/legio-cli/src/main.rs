@@ -32,6 +32,7 @@ mod invocation;
 mod mcp;
 mod migrate;
 mod output;
+mod output_file;
 #[cfg(feature = "runtime")]
 mod post;
 mod remote;
