@@ -1220,6 +1220,7 @@ impl Served {
             .env("LEGIO_API_TOKEN", token)
             .env_remove("LEGIO_OPERATOR_TOKEN")
             .env_remove("LEGIO_STORE_PATH")
+            .env_remove("LEGIO_NODE")
             .envs(env.iter().copied())
             .env("NO_COLOR", "1")
             .args(["serve", "--bind", "127.0.0.1:0"])
@@ -1860,6 +1861,150 @@ fn write_nats_config(dir: &Path, url: &str, stream: &str) -> PathBuf {
     );
     std::fs::write(&config_path, text).unwrap();
     config_path
+}
+
+/// `scripts/nats-cluster.sh`, whose interface issue 12 fixes for operators' scripts: `start DIR`
+/// prints three client URLs of one JetStream cluster (a replicas-3 stream is created on it, an
+/// append is acknowledged, and `legio --nats` reads it back from another server); a second
+/// `start` on the same DIR is refused while it runs; `stop DIR` ends every server it started.
+#[test]
+fn the_cluster_script_starts_a_cluster_legio_stores_on_and_stops_it() {
+    let Some(server) = legio_tests::nats::nats_server_binary() else {
+        let what =
+            "no nats-server found: run scripts/install-nats-server.sh or set LEGIO_NATS_SERVER";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{what}");
+        println!("skipped: {what}");
+        return;
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/nats-cluster.sh");
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("cluster");
+    let run = |args: &[&str]| {
+        Command::new("bash")
+            .arg(&script)
+            .args(args)
+            .env("LEGIO_NATS_SERVER", &server)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    /// Stops the servers however the test ends.
+    struct Stop<'a>(&'a dyn Fn(&[&str]) -> Output, &'a str);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            (self.0)(&["stop", self.1]);
+        }
+    }
+    let data_arg = data.to_str().unwrap();
+    let _stop = Stop(&run, data_arg);
+    let started = run(&["start", data_arg]);
+    assert_eq!(code(&started), 0, "{}", stderr(&started));
+    let urls: Vec<String> = stdout(&started).lines().map(str::to_owned).collect();
+    assert_eq!(urls.len(), 3, "one client URL per server: {urls:?}");
+    assert!(
+        urls.iter().all(|u| u.starts_with("nats://127.0.0.1:")),
+        "{urls:?}"
+    );
+    let pids: Vec<u32> = (1..=3)
+        .map(|i| {
+            let pid = std::fs::read_to_string(data.join(format!("n{i}.pid"))).unwrap();
+            pid.trim().parse().unwrap()
+        })
+        .collect();
+    // Running: a process that exists and is not a zombie waiting for its parent to reap it.
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|s| !s.starts_with(" Z"))
+        })
+    };
+    assert!(pids.iter().all(|pid| running(*pid)), "{pids:?}");
+
+    let again = run(&["start", data_arg]);
+    assert_eq!(code(&again), 1, "{}", stdout(&again));
+    assert!(stderr(&again).contains("already run"), "{}", stderr(&again));
+
+    let options = legio_store::NatsOptions {
+        replicas: 3,
+        ..legio_store::NatsOptions::for_servers([urls[0].clone()])
+    };
+    let log = legio_store::NatsLog::open(&options).unwrap();
+    log.append(vec![legio_tests::text_message(
+        1,
+        "t:script",
+        "user",
+        "lead",
+        "on three servers",
+    )])
+    .unwrap();
+    drop(log);
+    write_config(dir.path(), "", "");
+    let config = dir.path().join("legio.toml");
+    let read = |args: &[&str]| {
+        let mut all = vec!["--nats", urls[2].as_str()];
+        all.extend_from_slice(args);
+        legio_in(dir.path(), &config, &all, None)
+    };
+    let out = read(&["replay", "--format", "jsonl"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("on three servers"),
+        "{}",
+        stdout(&out)
+    );
+
+    let stopped = run(&["stop", data_arg]);
+    assert_eq!(code(&stopped), 0, "{}", stderr(&stopped));
+    for pid in pids {
+        assert!(!running(pid), "server {pid} still runs after stop");
+    }
+}
+
+/// A node's id when `legio serve` is given no `--node` (every cluster test gives one):
+/// `LEGIO_NODE`, else the host name. `legio inspect nodes` lists the running node under it (its
+/// presence lease), and a graceful stop takes it off the list.
+#[test]
+fn a_node_without_dash_dash_node_is_named_by_legio_node_then_the_host_name() {
+    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+        return;
+    };
+    let url = cluster.urls()[0].clone();
+    let f = Fixture {
+        dir: tempfile::tempdir().unwrap(),
+        requests: Vec::new(),
+    };
+    write_nats_config(f.dir.path(), &url, "nodeid");
+    let nodes = || {
+        let out = f.legio(&["inspect", "nodes", "--format", "json"]);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        let rows: Vec<serde_json::Value> = serde_json::from_str(&stdout(&out)).unwrap();
+        rows.iter()
+            .map(|r| r["node"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_owned();
+    for (env, want) in [
+        (vec![("LEGIO_NODE", "from-env")], "from-env"),
+        (vec![], host.as_str()),
+    ] {
+        let served = Served::start_with(&f, "node-token", &env);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while nodes() != [want] {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "inspect nodes lists {:?}, not {want:?}",
+                nodes()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let (status, said) = served.terminate();
+        assert!(status.success(), "{said}");
+        assert!(nodes().is_empty(), "{want} released its presence on stop");
+    }
 }
 
 /// `[store.nats]`'s timing keys reach the binary: an append deadline shorter than one request is

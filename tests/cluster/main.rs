@@ -8,7 +8,7 @@
 mod legion;
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use legio_core::{ConversationKey, Event, Seq};
 use legio_store::EventLog;
@@ -146,7 +146,14 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
         "{acquired} leases taken\n{}",
         lease_metrics(&legion)
     );
-    let renewals: f64 = total(&legion, "legio_cluster_lease_renew_seconds_count", "");
+    // Renewals come every TTL/3: on a fast machine the posts above can all be answered before
+    // the first, so wait for one (for up to two TTLs).
+    let deadline = Instant::now() + legion.ttl * 2;
+    let mut renewals: f64 = total(&legion, "legio_cluster_lease_renew_seconds_count", "");
+    while renewals == 0.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        renewals = total(&legion, "legio_cluster_lease_renew_seconds_count", "");
+    }
     assert!(
         renewals > 0.0,
         "no renewal timed\n{}",
@@ -658,13 +665,17 @@ fn an_idle_conversation_is_released_once_its_actors_are_reaped() {
 }
 
 /// A node cut off from the cluster (a network partition between it and the nats-servers, both
-/// sides running) cannot renew its lease: it stands down, another node takes the conversation
+/// sides running) cannot renew its lease: it stands down before the lease expires at the servers
+/// (a TTL after the write the bucket stored), another node takes the conversation
 /// over after the TTL, and once the partition heals the cut-off node serves posts by carrying
 /// them to the new owner. Every acknowledged post is in the log once; verify is clean.
 #[test]
 fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
     let _one_at_a_time = one_at_a_time();
-    let Some(mut legion) = Legion::start(0) else {
+    // A 4 s TTL: a node stands down at most 7/8 of the TTL after its last renewal was sent
+    // (trusted for 3/4, watched every 1/8), so 0.5 s before the lease can expire, which leaves
+    // room for this test's polling on a loaded machine.
+    let Some(mut legion) = Legion::start_with_ttl(0, Duration::from_secs(4)) else {
         return;
     };
     const CONV: &str = "cut:1";
@@ -679,8 +690,27 @@ fn a_node_cut_off_from_the_cluster_stands_down_and_its_conversation_moves() {
 
     proxy.cut();
     let cut_at = Instant::now();
+    // The cut closed n4's connection: the lease's last write is final (a write in flight at the
+    // cut that still landed would only make this bound earlier, so stricter).
+    std::thread::sleep(Duration::from_millis(200));
+    let (holder, written) = legion
+        .lease_written(CONV)
+        .expect("n4's lease is in the bucket right after the cut");
+    assert_eq!(holder, "n4");
+    let expires = written + legion.ttl;
     let stood_down_after = stands_down_in_time(&legion, cut, cut_at);
+    let seen = SystemTime::now();
     println!("stood down {stood_down_after:?} after the cut");
+    // Seen after the node stood down (the metric is polled), so this shows it stood down first.
+    assert!(
+        seen < expires,
+        "n4 stood down {:?} after its lease expired at the servers",
+        seen.duration_since(expires).unwrap_or_default()
+    );
+    println!(
+        "stood down at least {:?} before its lease expired at the servers",
+        expires.duration_since(seen).unwrap_or_default()
+    );
     acked.push(served_by(&legion, &[0, 1, 2], CONV, "@ann after the cut"));
     let moved_after = cut_at.elapsed();
     let new_owner = legion.owner(CONV).expect("an owner");
@@ -898,9 +928,10 @@ fn a_partition_between_servers_moves_the_minority_sides_conversations_to_the_maj
 /// did once its lease was no longer trusted (3/4 of the TTL after its last renewal began), not
 /// when its pending renewal timed out (`request_timeout`, 5 s): within the TTL of the cut, with
 /// 1 s of slack for a loaded machine. That bounds the stand-down from above only: the lease
-/// expires at the servers a TTL after its last renewal, which came before the cut, so this does
-/// not show that the node stood down first (the paused-owner test shows that a late owner's
-/// appends are refused). Returns how long after the cut.
+/// expires at the servers a TTL after its last renewal, which came before the cut; the cut-off
+/// node's test also compares with the lease's stored time to show that it stood down first (the
+/// paused-owner test shows that a late owner's appends are refused). Returns how long after the
+/// cut.
 fn stands_down_in_time(legion: &Legion, i: usize, cut_at: Instant) -> Duration {
     let deadline = cut_at + Duration::from_secs(20);
     while metric(&legion.nodes[i], "legio_cluster_leases_lost_total", "") < 1.0 {
