@@ -23,7 +23,7 @@ pub struct Args {
     /// Write to this file instead of standard output (`-` is standard output). The file is
     /// written beside FILE and renamed over it at the end, so a failed or interrupted export
     /// leaves an existing FILE as it was.
-    #[arg(long, short)]
+    #[arg(long, short, value_name = "FILE")]
     output: Option<std::path::PathBuf>,
     /// Do not wait for the file to reach the disk before putting it in place (faster; a power
     /// loss soon after may leave FILE empty or short).

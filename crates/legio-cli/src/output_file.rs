@@ -116,10 +116,7 @@ impl Write for OutputFile {
 /// A new file in `target`'s folder, named after it: with `mode` exactly (an existing target's),
 /// or 0666 less the umask (a new one).
 fn stage_beside(target: &Path, mode: Option<u32>) -> io::Result<NamedTempFile> {
-    let folder = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
+    let folder = folder_of(target);
     let name = target
         .file_name()
         .map_or_else(|| "export".into(), |n| n.to_string_lossy());
@@ -137,13 +134,18 @@ fn stage_beside(target: &Path, mode: Option<u32>) -> io::Result<NamedTempFile> {
 
 /// Makes a rename in `target`'s folder durable.
 fn sync_parent(target: &Path) -> Result<()> {
-    let folder = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
+    let folder = folder_of(target);
     OpenOptions::new()
         .read(true)
         .open(folder)
         .and_then(|dir| dir.sync_all())
         .with_context(|| format!("cannot sync {}", folder.display()))
+}
+
+/// The folder `target` is in (`.` for a bare file name).
+fn folder_of(target: &Path) -> &Path {
+    match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
