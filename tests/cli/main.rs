@@ -953,6 +953,11 @@ fn an_export_replaces_its_file_whole_or_not_at_all() {
     .unwrap();
     let out = export(&file, &[]);
     assert_ne!(code(&out), 0, "an export of a damaged log must fail");
+    let said = stderr(&out);
+    assert!(
+        said.contains(&format!("seq {}", last.get() / 2)) && !said.contains("OtherString"),
+        "the failure names the damaged record in words: {said}"
+    );
     assert!(
         same(&file),
         "a failed export left the previous file as it was: {} bytes now, {} before",

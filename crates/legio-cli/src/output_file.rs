@@ -1,17 +1,22 @@
 //! A file an export writes whole or not at all. `legio export -o FILE` writes into a new file
-//! beside FILE (`.FILE.XXXXXX.part`), syncs it, and renames it over FILE only once every line is
-//! written: an export that fails (a damaged record, a full disk) or is interrupted leaves the
-//! previous FILE as it was, never a truncated one that an import would take for a shorter log.
+//! beside FILE (`.FILE.XXXXXX.part`; in place of an existing file, readable by its owner only
+//! until it takes that file's mode), syncs it, and renames it over FILE only once every line is
+//! written: an export that fails (a damaged
+//! record, a full disk) or is interrupted leaves the previous FILE as it was, never a truncated
+//! one that an import would take for a shorter log.
 //!
 //! What `File::create` did and this keeps: a new file gets mode 0666 less the umask, an existing
-//! one keeps its mode, a symbolic link is written through (the file it points to is replaced),
-//! and a path that is not a regular file (`/dev/null`, a named pipe) is written in place. What
-//! differs: the replaced file is a new inode, so another hard link to the old one keeps the old
-//! lines, and its owner is the exporting user.
+//! one keeps its mode, a file this user may not write is refused, a symbolic link is written
+//! through (the file it points to is replaced), and a path that is not a regular file
+//! (`/dev/null`, a named pipe) is written in place. Where no file can be made beside FILE (a
+//! folder this user may not write, a name too long for a longer one) or FILE cannot be renamed
+//! over (a file bind-mounted on its own, another user's file in a sticky folder), FILE is written
+//! in place, with a note. What differs: replacing a file needs room for both copies for a moment,
+//! the replaced file is a new inode (another hard link keeps the old lines), and its owner is the
+//! exporting user.
 
-use std::fs::{File, OpenOptions, Permissions};
-use std::io::{self, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::fs::{File, OpenOptions};
+use std::io::{self, ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
@@ -23,14 +28,16 @@ pub struct OutputFile {
 }
 
 enum Kind {
-    /// A regular file (or a new one): written beside it, renamed over it by `commit`.
+    /// A regular file (or a new one): written beside it, renamed over it by `commit`, with the
+    /// replaced file's mode (`None`: a new file, created with 0666 less the umask).
     Staged {
         temp: NamedTempFile,
         target: PathBuf,
+        mode: Option<u32>,
     },
-    /// Not a regular file (a device, a pipe), or a folder where a new file cannot be made: the
-    /// path itself, opened as `File::create` opens it.
-    InPlace(File),
+    /// Written where it is, as `File::create` writes; `regular` when it is a plain file (synced
+    /// on commit), not a device or a pipe.
+    InPlace { file: File, regular: bool },
 }
 
 impl OutputFile {
@@ -39,25 +46,38 @@ impl OutputFile {
         let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let existing = match std::fs::metadata(&target) {
             Ok(meta) => Some(meta),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) if e.kind() == ErrorKind::NotFound => None,
             Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
         };
         let dangling_link = existing.is_none() && std::fs::symlink_metadata(path).is_ok();
         if dangling_link || existing.as_ref().is_some_and(|m| !m.is_file()) {
             return Self::in_place(path);
         }
-        let mode = existing.map(|m| m.permissions().mode() & 0o7777);
-        match stage_beside(&target, mode) {
+        if existing.is_some() {
+            // As `File::create`: a file this user may not write is refused, not replaced.
+            OpenOptions::new()
+                .write(true)
+                .open(&target)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        let mode = existing.as_ref().and_then(mode_of);
+        match stage_beside(&target, existing.is_none()) {
             Ok(temp) => Ok(Self {
-                kind: Kind::Staged { temp, target },
+                kind: Kind::Staged { temp, target, mode },
             }),
-            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::PermissionDenied | ErrorKind::InvalidFilename
+                ) =>
+            {
+                let out = Self::in_place(path)?;
                 eprintln!(
                     "note: cannot create a file beside {} ({e}); writing it in place, so an \
                      interrupted export leaves it incomplete",
                     path.display()
                 );
-                Self::in_place(path)
+                Ok(out)
             }
             Err(e) => {
                 Err(e).with_context(|| format!("cannot create a file beside {}", path.display()))
@@ -68,30 +88,36 @@ impl OutputFile {
     fn in_place(path: &Path) -> Result<Self> {
         let file =
             File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let regular = file.metadata().is_ok_and(|m| m.is_file());
         Ok(Self {
-            kind: Kind::InPlace(file),
+            kind: Kind::InPlace { file, regular },
         })
     }
 
-    /// Puts the written file in place: with `sync`, its bytes reach the disk first and the
-    /// rename after. Dropping an `OutputFile` without committing removes what was written beside
-    /// the target and leaves the target untouched.
+    /// Puts the written file in place: with `sync`, its bytes reach the disk before the rename,
+    /// and the rename before this returns. Dropping an `OutputFile` without committing removes
+    /// what was written beside the target and leaves the target untouched.
     pub fn commit(self, sync: bool) -> Result<()> {
         match self.kind {
-            Kind::InPlace(mut file) => file.flush().context("cannot write the output"),
-            Kind::Staged { temp, target } => {
+            Kind::InPlace { mut file, regular } => {
+                file.flush().context("cannot write the output")?;
+                if sync && regular {
+                    file.sync_all().context("cannot sync the output")?;
+                }
+                Ok(())
+            }
+            Kind::Staged { temp, target, mode } => {
+                if let Some(mode) = mode {
+                    set_mode(temp.as_file(), mode).with_context(|| {
+                        format!("cannot set the mode of {}", temp.path().display())
+                    })?;
+                }
                 if sync {
                     temp.as_file()
                         .sync_all()
                         .with_context(|| format!("cannot sync {}", temp.path().display()))?;
                 }
-                temp.persist(&target)
-                    .map_err(|e| e.error)
-                    .with_context(|| format!("cannot rename the export to {}", target.display()))?;
-                if sync {
-                    sync_parent(&target)?;
-                }
-                Ok(())
+                rename_over(temp, &target, sync)
             }
         }
     }
@@ -101,39 +127,113 @@ impl Write for OutputFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match &mut self.kind {
             Kind::Staged { temp, .. } => temp.as_file_mut().write(buf),
-            Kind::InPlace(file) => file.write(buf),
+            Kind::InPlace { file, .. } => file.write(buf),
         }
     }
 
     fn flush(&mut self) -> io::Result<()> {
         match &mut self.kind {
             Kind::Staged { temp, .. } => temp.as_file_mut().flush(),
-            Kind::InPlace(file) => file.flush(),
+            Kind::InPlace { file, .. } => file.flush(),
         }
     }
 }
 
-/// A new file in `target`'s folder, named after it: with `mode` exactly (an existing target's),
-/// or 0666 less the umask (a new one).
-fn stage_beside(target: &Path, mode: Option<u32>) -> io::Result<NamedTempFile> {
-    let folder = folder_of(target);
+/// Renames `temp` over `target`; where the rename is refused but the target can be written
+/// (see the module docs), copies it in place instead. With `sync`, makes the result durable; a
+/// folder that cannot be synced after the rename is a warning, as the file is in place.
+fn rename_over(temp: NamedTempFile, target: &Path, sync: bool) -> Result<()> {
+    match temp.persist(target) {
+        Ok(_) => {
+            if sync {
+                if let Err(e) = sync_folder(target) {
+                    eprintln!(
+                        "warning: {} is written, but its folder could not be synced ({e:#}); a \
+                         power loss soon after may bring the previous file back",
+                        target.display()
+                    );
+                }
+            }
+            Ok(())
+        }
+        Err(e) if refused_rename(&e.error) => {
+            eprintln!(
+                "note: cannot rename over {} ({}); copying the export into it",
+                target.display(),
+                e.error
+            );
+            std::fs::copy(e.file.path(), target)
+                .with_context(|| format!("cannot write {}", target.display()))?;
+            if sync {
+                File::open(target)
+                    .and_then(|f| f.sync_all())
+                    .with_context(|| format!("cannot sync {}", target.display()))?;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.error)
+            .with_context(|| format!("cannot rename the export to {}", target.display())),
+    }
+}
+
+/// A rename the file system refuses although the target itself can be written: a file mounted
+/// on its own (EBUSY, EXDEV), another user's file in a sticky folder (EPERM).
+fn refused_rename(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        ErrorKind::ResourceBusy | ErrorKind::CrossesDevices | ErrorKind::PermissionDenied
+    )
+}
+
+/// A new file in `target`'s folder, named after it: 0666 less the umask when `new` (as
+/// `File::create` makes it), else the owner's only until `commit` gives it the replaced file's.
+fn stage_beside(target: &Path, new: bool) -> io::Result<NamedTempFile> {
     let name = target
         .file_name()
         .map_or_else(|| "export".into(), |n| n.to_string_lossy());
-    let temp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".part")
-        .permissions(Permissions::from_mode(0o666))
-        .tempfile_in(folder)?;
-    if let Some(mode) = mode {
-        temp.as_file()
-            .set_permissions(Permissions::from_mode(mode))?;
+    let prefix = format!(".{name}.");
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).suffix(".part");
+    #[cfg(unix)]
+    if new {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
     }
-    Ok(temp)
+    #[cfg(not(unix))]
+    let _ = new;
+    builder.tempfile_in(folder_of(target))
+}
+
+/// The permission bits of an existing file (Unix).
+fn mode_of(meta: &std::fs::Metadata) -> Option<u32> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        Some(meta.permissions().mode() & 0o7777)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
+    }
+}
+
+/// Gives `file` the permission bits `mode` (Unix).
+fn set_mode(file: &File, mode: u32) -> io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        file.set_permissions(std::fs::Permissions::from_mode(mode))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (file, mode);
+        Ok(())
+    }
 }
 
 /// Makes a rename in `target`'s folder durable.
-fn sync_parent(target: &Path) -> Result<()> {
+fn sync_folder(target: &Path) -> Result<()> {
     let folder = folder_of(target);
     OpenOptions::new()
         .read(true)

@@ -94,7 +94,7 @@ fn payload_of<T: DeserializeOwned>(payload: &[u8], what: &impl Fn() -> String) -
         bincode::serde::decode_from_slice(payload, decode_config()).map_err(|e| {
             StoreError::Corrupt {
                 what: what(),
-                reason: e.to_string(),
+                reason: decode_reason(&e),
             }
         })?;
     if used != payload.len() {
@@ -104,6 +104,26 @@ fn payload_of<T: DeserializeOwned>(payload: &[u8], what: &impl Fn() -> String) -
         });
     }
     Ok(value)
+}
+
+/// Why bincode could not decode a record, in words: its own `Display` prints the error's `Debug`
+/// (`OtherString("invalid value: ...")`), which is no text for an operator.
+fn decode_reason(e: &bincode::error::DecodeError) -> String {
+    use bincode::error::DecodeError as E;
+    match e {
+        E::OtherString(text) => text.clone(),
+        E::Other(text) => (*text).to_owned(),
+        E::UnexpectedEnd { additional } => {
+            format!("the record ends early ({additional} more bytes expected)")
+        }
+        E::LimitExceeded => "a length in the record is over the size limit".to_owned(),
+        E::Utf8 { inner } => format!("a text in the record is not UTF-8 ({inner})"),
+        E::InvalidBooleanValue(value) => format!("{value} where a boolean (0 or 1) belongs"),
+        E::UnexpectedVariant {
+            type_name, found, ..
+        } => format!("variant {found} of {type_name} does not exist"),
+        _ => "the bytes do not form a record".to_owned(),
+    }
 }
 
 /// Encodes an event as a versioned record.
@@ -230,6 +250,10 @@ mod tests {
                 matches!(err, StoreError::Corrupt { .. }),
                 "{bytes:?}: {err}"
             );
+            // Words, not bincode's `Debug` (`OtherString("...")`, `UnexpectedEnd { .. }`).
+            let text = err.to_string();
+            assert!(!text.contains('(') || !text.contains('"'), "{text}");
+            assert!(!text.contains(" { "), "{text}");
         }
         let err = decode_event(Seq(3), &[7, 0]).unwrap_err();
         assert!(
