@@ -264,35 +264,16 @@ impl Legion {
             .map(|l| l.holder)
     }
 
-    /// The holder of `conversation`'s lease and when the servers stored its last write (taken
-    /// or renewed), read from the lease bucket through server 0: the bucket's max age (the TTL)
-    /// removes the lease that long after, and only then can another node take it. `None` when
-    /// the bucket holds no lease for it.
+    /// The holder of `conversation`'s lease and a time no later than when the servers stored
+    /// its last write (taken or renewed), read from the stream's leader: the bucket's max age
+    /// (the TTL) removes the lease that long after, and only then can another node take it.
+    /// `None` when nobody holds it.
     pub fn lease_written(&self, conversation: &str) -> Option<(String, SystemTime)> {
-        use async_nats::jetstream::kv::Operation;
-        let url = self.nats.urls()[0].clone();
-        let bucket = format!("{STREAM}_leases");
-        let key = lease_key(conversation);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let client = async_nats::connect(url)
-                .await
-                .expect("connecting to server 0");
-            let kv = async_nats::jetstream::new(client)
-                .get_key_value(bucket)
-                .await
-                .expect("the lease bucket");
-            let entry = kv.entry(key).await.expect("reading a lease")?;
-            if entry.operation != Operation::Put {
-                return None;
-            }
-            let nanos = u64::try_from(entry.created.unix_timestamp_nanos()).expect("after 1970");
-            let holder = String::from_utf8_lossy(&entry.value).into_owned();
-            Some((holder, SystemTime::UNIX_EPOCH + Duration::from_nanos(nanos)))
-        })
+        let before = SystemTime::now();
+        let leases = Leases::open(&self.options()).expect("the lease bucket");
+        let (lease, age) = leases.get(conversation).expect("reading a lease")?;
+        // The age is counted from a clock read after `before`: this is the earlier bound.
+        Some((lease.holder, before - age))
     }
 
     pub fn node_index(&self, name: &str) -> usize {
@@ -626,15 +607,4 @@ pub fn post_until_served_by(
         std::thread::sleep(Duration::from_millis(50));
     }
     unreachable!()
-}
-
-/// A lease's key in the bucket: the name as one subject token, as legio-store writes it (letters,
-/// digits, `_` and `-` stay; every other byte becomes `=XX`).
-fn lease_key(name: &str) -> String {
-    name.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'-' => char::from(b).to_string(),
-            _ => format!("={b:02X}"),
-        })
-        .collect()
 }
