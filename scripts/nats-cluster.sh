@@ -143,6 +143,18 @@ start() {
   exit 1
 }
 
+# Whether PID runs: it exists and is not a zombie (ended, waiting for its parent to reap it,
+# which `kill -0` would still find). Without `ps`, `kill -0` it is.
+running() { # PID
+  local state
+  if ! command -v ps >/dev/null 2>&1; then
+    kill -0 "$1" 2>/dev/null
+    return
+  fi
+  state="$(ps -o stat= -p "$1" 2>/dev/null)" || return 1
+  [[ "$state" != Z* ]]
+}
+
 stop() {
   local dir=$1 pid
   shopt -s nullglob
@@ -150,7 +162,7 @@ stop() {
     pid="$(cat "$file")"
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do
-      kill -0 "$pid" 2>/dev/null || break
+      running "$pid" || break
       sleep 0.1
     done
     kill -9 "$pid" 2>/dev/null || true

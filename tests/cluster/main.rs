@@ -234,6 +234,17 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
             Duration::from_secs(30),
         );
     }
+    // It caught up: its own copy of the stream reaches the log's last seq.
+    let last = legion.log().last_seq().get();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while legion.nats.stream_last_seq(0, STREAM) != Some(last) {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted server's copy ends at {:?}, the log at {last}",
+            legion.nats.stream_last_seq(0, STREAM)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     legion.verify();
     check_sessions(&legion);
 }

@@ -466,6 +466,21 @@ impl NatsCluster {
             .map(str::to_owned)
     }
 
+    /// The last seq of `stream` in server `i`'s own copy (its `/jsz`), if it holds one.
+    pub fn stream_last_seq(&self, i: usize, stream: &str) -> Option<u64> {
+        let jsz = monitor_json(
+            self.servers[i].monitor_port,
+            "/jsz?accounts=true&streams=true",
+        )?;
+        jsz["account_details"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+            .find(|s| s["name"] == stream)
+            .and_then(|s| s["state"]["last_seq"].as_u64())
+    }
+
     /// How many client connections each server has now, by server name (their `/varz`).
     pub fn connections(&self) -> Vec<(String, u64)> {
         (0..self.servers.len())
