@@ -452,22 +452,18 @@ impl NatsCluster {
 
     /// The name of the server that leads `stream` (from the first server's monitoring page).
     pub fn leader_of(&self, stream: &str) -> Option<String> {
-        let jsz = monitor_json(
-            self.servers[0].monitor_port,
-            "/jsz?accounts=true&streams=true",
-        )?;
-        jsz["account_details"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
-            .find(|s| s["name"] == stream)
-            .and_then(|s| s["cluster"]["leader"].as_str())
+        self.stream_detail(0, stream)?["cluster"]["leader"]
+            .as_str()
             .map(str::to_owned)
     }
 
     /// The last seq of `stream` in server `i`'s own copy (its `/jsz`), if it holds one.
     pub fn stream_last_seq(&self, i: usize, stream: &str) -> Option<u64> {
+        self.stream_detail(i, stream)?["state"]["last_seq"].as_u64()
+    }
+
+    /// What server `i`'s `/jsz` says of `stream` (its state, its cluster), if it holds a copy.
+    fn stream_detail(&self, i: usize, stream: &str) -> Option<serde_json::Value> {
         let jsz = monitor_json(
             self.servers[i].monitor_port,
             "/jsz?accounts=true&streams=true",
@@ -478,7 +474,7 @@ impl NatsCluster {
             .flatten()
             .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
             .find(|s| s["name"] == stream)
-            .and_then(|s| s["state"]["last_seq"].as_u64())
+            .cloned()
     }
 
     /// How many client connections each server has now, by server name (their `/varz`).
