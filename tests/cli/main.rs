@@ -1698,12 +1698,9 @@ fn context_applies_the_window_check() {
 /// the cluster's log with `--nats` (no node running), agreeing with what is stored.
 #[test]
 fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
-    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+    let Some((_cluster, url, dir, config_path)) = on_one_nats_server("clitest") else {
         return;
     };
-    let url = cluster.urls()[0].clone();
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = write_nats_config(dir.path(), &url, "clitest");
     let config = RuntimeConfig::load(&config_path).unwrap();
     let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
         resumable: true,
@@ -1856,6 +1853,24 @@ fn follow_lines(
     (child, lines_rx, reader)
 }
 
+/// One real nats-server and a new folder holding the fixture's configuration on it (stream
+/// `stream`): the server (stopped when dropped), its URL, the folder and the configuration's
+/// path; `None` when the test is skipped (no nats-server found; never under CI).
+fn on_one_nats_server(
+    stream: &str,
+) -> Option<(
+    legio_tests::nats::NatsCluster,
+    String,
+    tempfile::TempDir,
+    PathBuf,
+)> {
+    let cluster = legio_tests::nats::NatsCluster::start(1)?;
+    let url = cluster.urls()[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = write_nats_config(dir.path(), &url, stream);
+    Some((cluster, url, dir, config_path))
+}
+
 /// The fixture's configuration in `dir` on the NATS backend (`url`, stream `stream`): its path.
 fn write_nats_config(dir: &Path, url: &str, stream: &str) -> PathBuf {
     write_config(dir, "", "");
@@ -1971,15 +1986,13 @@ fn the_cluster_script_starts_a_cluster_legio_stores_on_and_stops_it() {
 /// presence lease), and a graceful stop takes it off the list.
 #[test]
 fn a_node_without_dash_dash_node_is_named_by_legio_node_then_the_host_name() {
-    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+    let Some((_cluster, _, dir, _)) = on_one_nats_server("nodeid") else {
         return;
     };
-    let url = cluster.urls()[0].clone();
     let f = Fixture {
-        dir: tempfile::tempdir().unwrap(),
+        dir,
         requests: Vec::new(),
     };
-    write_nats_config(f.dir.path(), &url, "nodeid");
     let nodes = || {
         let out = f.legio(&["inspect", "nodes", "--format", "json"]);
         assert_eq!(code(&out), 0, "{}", stderr(&out));
@@ -2017,12 +2030,9 @@ fn a_node_without_dash_dash_node_is_named_by_legio_node_then_the_host_name() {
 /// ones are accepted and the CLI reads a real server's log with them.
 #[test]
 fn the_nats_timing_keys_reach_the_binary_and_are_checked() {
-    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+    let Some((_cluster, url, dir, config_path)) = on_one_nats_server("timing") else {
         return;
     };
-    let url = cluster.urls()[0].clone();
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = write_nats_config(dir.path(), &url, "timing");
     let base = std::fs::read_to_string(&config_path).unwrap();
     let with = |keys: &str| {
         let text = base.replace(
@@ -2057,12 +2067,10 @@ fn the_nats_timing_keys_reach_the_binary_and_are_checked() {
 /// post is in the log once, in order.
 #[test]
 fn an_embedded_runtime_carries_a_post_to_the_runtime_that_owns_the_conversation() {
-    let Some(cluster) = legio_tests::nats::NatsCluster::start(1) else {
+    let Some((_cluster, url, _dir, config_path)) = on_one_nats_server("embedded") else {
         return;
     };
-    let url = cluster.urls()[0].clone();
-    let dir = tempfile::tempdir().unwrap();
-    let config = RuntimeConfig::load(&write_nats_config(dir.path(), &url, "embedded")).unwrap();
+    let config = RuntimeConfig::load(&config_path).unwrap();
     let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
         resumable: true,
     }));

@@ -123,19 +123,23 @@ impl OutputFile {
     }
 }
 
+impl OutputFile {
+    /// The file being written: the one beside the target, or the target itself.
+    fn file(&mut self) -> &mut File {
+        match &mut self.kind {
+            Kind::Staged { temp, .. } => temp.as_file_mut(),
+            Kind::InPlace { file, .. } => file,
+        }
+    }
+}
+
 impl Write for OutputFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match &mut self.kind {
-            Kind::Staged { temp, .. } => temp.as_file_mut().write(buf),
-            Kind::InPlace { file, .. } => file.write(buf),
-        }
+        self.file().write(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
-        match &mut self.kind {
-            Kind::Staged { temp, .. } => temp.as_file_mut().flush(),
-            Kind::InPlace { file, .. } => file.flush(),
-        }
+        self.file().flush()
     }
 }
 

@@ -106,7 +106,7 @@ fn nats_options(
     Ok(options)
 }
 
-/// `store.nats.<key> = seconds` as a duration, if it is a finite number of at least `least`.
+/// `store.nats.<key> = seconds` as a duration, if it is a finite number from `least` to a day.
 fn seconds_at_least(key: &str, seconds: f64, least: f64) -> Result<Duration, String> {
     if seconds.is_finite() && seconds >= least && seconds <= 86_400.0 {
         Ok(Duration::from_secs_f64(seconds))
