@@ -22,7 +22,8 @@ pub struct Capabilities {
 }
 
 /// A tool offered to the model: its name, what it does, and the JSON schema of its arguments.
-#[derive(Clone, Debug, PartialEq)]
+/// (Serializable: a host's tools cross the cluster's node bus with a forwarded turn.)
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolDef {
     /// Its name, unique among the tools of one request.
     pub name: String,

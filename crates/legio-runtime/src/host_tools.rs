@@ -36,7 +36,7 @@ pub struct HostToolCall {
 }
 
 /// The host's result of one call.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostToolResult {
     /// The call it answers.
     pub call_id: String,

@@ -48,9 +48,13 @@ struct HostPost {
 }
 
 impl HostPost {
-    /// No host tools and no fixed addressee: an ordinary post.
-    fn is_plain(&self) -> bool {
-        self.to.is_none() && self.tools.is_none()
+    /// As a forwarded post carries it.
+    fn forwarded(post: &mut ForwardedPost) -> Self {
+        let tools = std::mem::take(&mut post.tools);
+        Self {
+            to: post.to.take(),
+            tools: (!tools.is_empty()).then(|| tools.into()),
+        }
     }
 }
 
@@ -303,17 +307,20 @@ impl Runtime {
             let runtime = Arc::clone(&runtime);
             Box::pin(async move {
                 match request {
-                    Forwarded::Post(post) => runtime
-                        .post_with(
-                            post.conversation,
-                            post.sender,
-                            &post.text,
-                            progress,
-                            HostPost::default(),
-                            true,
-                        )
-                        .await
-                        .map(Answered::Posted),
+                    Forwarded::Post(mut post) => {
+                        let host = HostPost::forwarded(&mut post);
+                        runtime
+                            .post_with(
+                                post.conversation,
+                                post.sender,
+                                &post.text,
+                                progress,
+                                host,
+                                true,
+                            )
+                            .await
+                            .map(Answered::Posted)
+                    }
                     Forwarded::Reset {
                         conversation,
                         agent,
@@ -329,6 +336,13 @@ impl Runtime {
                         .heartbeat_with(conversation, agent, &text, true)
                         .await
                         .map(Answered::Heartbeat),
+                    Forwarded::ToolResults {
+                        conversation,
+                        results,
+                    } => runtime
+                        .submit_tool_results_with(conversation, results, true)
+                        .await
+                        .map(|()| Answered::ToolResults),
                 }
             })
         })
@@ -568,20 +582,47 @@ impl Runtime {
     }
 
     /// Hands the host's results to the calls waiting in `conversation` (all or none: an id that
-    /// is not waiting refuses them all); each waiting turn goes on.
-    pub fn submit_tool_results(
+    /// is not waiting refuses them all); each waiting turn goes on. On a cluster, results for
+    /// calls that do not wait here go to the node that owns the conversation (whose turn made
+    /// the calls, when another node forwarded it there).
+    pub async fn submit_tool_results(
         &self,
         conversation: impl IntoName<ConversationKey>,
         results: Vec<HostToolResult>,
     ) -> Result<(), RuntimeError> {
-        let key = conversation.into_name()?;
-        self.shared.host_desk.submit(&key, results)
+        self.submit_tool_results_with(conversation.into_name()?, results, false)
+            .await
     }
 
-    /// The post path; on a cluster, a plain post to a conversation another node owns goes there
-    /// (unless it was `forwarded` here already). A host's turn with tools or a fixed addressee is
-    /// served where it arrives (its calls wait in this process for the host's results): this
-    /// node takes the conversation if nobody owns it, else the post fails as moved.
+    async fn submit_tool_results_with(
+        &self,
+        key: ConversationKey,
+        results: Vec<HostToolResult>,
+        forwarded: bool,
+    ) -> Result<(), RuntimeError> {
+        let refused = match self.shared.host_desk.submit(&key, results.clone()) {
+            Err(e @ RuntimeError::NoPendingToolCall { .. }) if self.cluster.is_some() => e,
+            here => return here,
+        };
+        if forwarded {
+            return Err(refused);
+        }
+        let request = || Forwarded::ToolResults {
+            conversation: key.clone(),
+            results: results.clone(),
+        };
+        match self.elsewhere(request, None, false).await {
+            // This node owns the conversation: its own desk's answer stands (asked again, in
+            // case a call began to wait meanwhile).
+            Ok(_in_use) => self.shared.host_desk.submit(&key, results),
+            Err(answer) => answer.and_then(Answered::into_tool_results),
+        }
+    }
+
+    /// The post path; on a cluster, a post to a conversation another node owns goes there
+    /// (unless it was `forwarded` here already), a host's turn with its addressee and tools too:
+    /// its calls wait there, announced through `progress`, for the host's results
+    /// ([`Runtime::submit_tool_results`] carries them to it).
     async fn post_with(
         &self,
         conversation: impl IntoName<ConversationKey>,
@@ -600,22 +641,18 @@ impl Runtime {
             Participant::User => Participant::User,
             Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
         };
-        let _in_use = if host.is_plain() {
-            let post = || {
-                Forwarded::Post(ForwardedPost {
-                    conversation: key.clone(),
-                    sender: sender.clone(),
-                    text: text.to_owned(),
-                })
-            };
-            match self.elsewhere(post, progress.as_ref(), forwarded).await {
-                Ok(in_use) => in_use,
-                Err(answer) => return answer.and_then(Answered::into_posted),
-            }
-        } else if let Some(cluster) = &self.cluster {
-            Some(cluster.here(&key).await?)
-        } else {
-            None
+        let post = || {
+            Forwarded::Post(ForwardedPost {
+                conversation: key.clone(),
+                sender: sender.clone(),
+                text: text.to_owned(),
+                to: host.to.clone(),
+                tools: host.tools.as_deref().map(<[_]>::to_vec).unwrap_or_default(),
+            })
+        };
+        let _in_use = match self.elsewhere(post, progress.as_ref(), forwarded).await {
+            Ok(in_use) => in_use,
+            Err(answer) => return answer.and_then(Answered::into_posted),
         };
         let (audience, targets, unknown_mentions) = match host.to {
             Some(to) => {

@@ -124,7 +124,7 @@ pub(crate) async fn results(
             is_error: r.is_error,
         })
         .collect();
-    let run = state.resume(&key, results)?;
+    let run = state.resume(&key, results).await?;
     follow(&state, key, run, wants_stream(&headers)).await
 }
 

@@ -42,24 +42,43 @@ impl AppState {
     }
 
     /// Hands the host's results to the runtime and takes back the run that waited for them. An
-    /// id no call waits for refuses them all (the run stays parked).
-    pub(crate) fn resume(
+    /// id no call waits for refuses them all (the run stays parked). On a cluster the calls may
+    /// wait on the conversation's owner (the runtime carries the results there) while the run
+    /// is parked here, on the node the turn was posted to.
+    pub(crate) async fn resume(
         &self,
         conversation: &ConversationKey,
         results: Vec<HostToolResult>,
     ) -> Result<Run, ApiError> {
-        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
-        let found = parked.iter().position(|p| {
-            p.conversation == *conversation
-                && results.iter().any(|r| p.call_ids.contains(&r.call_id))
-        });
-        self.runtime.submit_tool_results(conversation, results)?;
-        let Some(index) = found else {
-            return Err(ApiError::new(
-                "no_pending_tool_call",
-                "the results were taken, but no request follows that turn any more (its server restarted or the turn ended)",
-            ));
+        let taken = {
+            let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+            parked
+                .iter()
+                .position(|p| {
+                    p.conversation == *conversation
+                        && results.iter().any(|r| p.call_ids.contains(&r.call_id))
+                })
+                .map(|index| parked.swap_remove(index))
         };
-        Ok(parked.swap_remove(index).run)
+        if let Err(e) = self
+            .runtime
+            .submit_tool_results(conversation, results)
+            .await
+        {
+            if let Some(run) = taken {
+                self.parked
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(run);
+            }
+            return Err(e.into());
+        }
+        match taken {
+            Some(parked) => Ok(parked.run),
+            None => Err(ApiError::new(
+                "no_pending_tool_call",
+                "the results were taken, but no request here follows that turn any more (its server restarted, the turn ended, or it was posted to another node: post the results to the node that answered requires_action)",
+            )),
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! The cluster layer of a runtime on the NATS backend (`docs/cluster.md`): a conversation's
 //! actors run on one node at a time, the holder of the conversation's lease (ownership.rs; one
 //! process per node id, node_id.rs), and a
-//! post, reset or heartbeat that reaches another node is carried to the owner over the node bus
+//! post (a host's turn with tools too), reset, heartbeat or host's tool results that reaches
+//! another node is carried to the owner over the node bus
 //! (routing.rs, with its wire form in wire.rs). A runtime on sled, or on a log the host opened,
 //! has none of it.
 
@@ -17,6 +18,8 @@ use legio_core::{AgentName, ConversationKey, Participant};
 use legio_store::{Leases, NatsLog, NatsOptions, NodeBus};
 
 use crate::error::RuntimeError;
+use crate::host_tools::HostToolResult;
+use crate::memory::ToolSpec;
 use crate::progress::ProgressSink;
 use crate::reply::{AgentReply, Posted};
 
@@ -41,13 +44,21 @@ pub(crate) struct ForwardedPost {
     pub(crate) conversation: ConversationKey,
     pub(crate) sender: Participant,
     pub(crate) text: String,
+    /// A host's turn: the one agent it is for (`None`: its mentions say).
+    #[serde(default)]
+    pub(crate) to: Option<AgentName>,
+    /// A host's turn: the tools the host runs, the conversation's declared ones (on the node
+    /// the turn reached) and the turn's own; the owner offers them, and its calls of them come
+    /// back as progress and wait there for `Forwarded::ToolResults`.
+    #[serde(default)]
+    pub(crate) tools: Vec<ToolSpec>,
 }
 
 /// A request the owner of its conversation serves, as it crosses the bus: already parsed and
 /// checked by the node it reached (wire.rs sends it as it is).
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) enum Forwarded {
-    /// `Runtime::post` (plain posts: a host's turn with tools is served where it arrives).
+    /// `Runtime::post` and a host's turn (`Runtime::post_host_turn`).
     Post(ForwardedPost),
     /// `Runtime::reset`.
     Reset {
@@ -60,13 +71,20 @@ pub(crate) enum Forwarded {
         agent: AgentName,
         text: String,
     },
+    /// `Runtime::submit_tool_results`: the host's results, for calls waiting on the owner.
+    ToolResults {
+        conversation: ConversationKey,
+        results: Vec<HostToolResult>,
+    },
 }
 
 impl Forwarded {
     pub(crate) fn conversation(&self) -> &ConversationKey {
         match self {
             Self::Post(post) => &post.conversation,
-            Self::Reset { conversation, .. } | Self::Heartbeat { conversation, .. } => conversation,
+            Self::Reset { conversation, .. }
+            | Self::Heartbeat { conversation, .. }
+            | Self::ToolResults { conversation, .. } => conversation,
         }
     }
 
@@ -76,6 +94,7 @@ impl Forwarded {
             Self::Post(_) => "post",
             Self::Reset { .. } => "reset",
             Self::Heartbeat { .. } => "heartbeat",
+            Self::ToolResults { .. } => "tool_results",
         }
     }
 }
@@ -86,6 +105,8 @@ pub(crate) enum Answered {
     Posted(Posted),
     Reset,
     Heartbeat(AgentReply),
+    /// The results were handed to the calls waiting for them.
+    ToolResults,
 }
 
 impl Answered {
@@ -115,6 +136,13 @@ impl Answered {
         match self {
             Self::Heartbeat(reply) => Ok(reply),
             other => Err(other.mismatch("heartbeat")),
+        }
+    }
+
+    pub(crate) fn into_tool_results(self) -> Result<(), RuntimeError> {
+        match self {
+            Self::ToolResults => Ok(()),
+            other => Err(other.mismatch("tool results")),
         }
     }
 }
@@ -189,18 +217,16 @@ impl Cluster {
         routing::route(self, request, progress, forwarded).await
     }
 
-    /// For a request that cannot be carried to another node (a host's turn with tools): this
-    /// node owns `conversation` (taking its lease if nobody holds it), with the guard to keep
-    /// until the request ended; `Moved` if another node owns it.
+    /// For work that runs only on the owner and is never carried (a scheduled heartbeat, which
+    /// every node's schedule starts): this node owns `conversation` (taking its lease if nobody
+    /// holds it), with the guard to keep until the work ended; `Moved` if another node owns it.
     pub(crate) async fn here(&self, conversation: &ConversationKey) -> Result<InUse, RuntimeError> {
         let in_use = self.ownership.pin(conversation);
         match self.ownership.owner(conversation).await? {
             Owner::Here => Ok(in_use),
             Owner::Node(node) => Err(RuntimeError::Moved {
                 conversation: conversation.to_string(),
-                reason: format!(
-                    "node {node} owns it, and a host's turn with tools runs where it arrives"
-                ),
+                reason: format!("node {node} owns it"),
             }),
         }
     }

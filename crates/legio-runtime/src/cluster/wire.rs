@@ -1,5 +1,5 @@
 //! The wire form of a forwarded request (JSON on the node bus): the parsed request (a post, a
-//! reset, a heartbeat), a post's progress and the typed answer, each convertible to and from the
+//! reset, a heartbeat, a host's tool results), a post's progress and the typed answer, each convertible to and from the
 //! runtime's own types. Only nodes of the same version talk to each other; an unknown kind or
 //! code reads as the most general one.
 
@@ -63,6 +63,7 @@ pub(super) enum WireAnswer {
     Heartbeat {
         reply: WireReply,
     },
+    ToolResults,
     Error {
         code: String,
         message: String,
@@ -104,8 +105,8 @@ pub(super) enum WireProgress {
         name: String,
         error: String,
     },
-    /// Host tool calls (never on a forwarded post: a host's turn with tools is served where it
-    /// arrives); carried as the calls' JSON for completeness.
+    /// Host tool calls the owner's turn waits on: the host's results come back as
+    /// `Forwarded::ToolResults`.
     ToolCallsRequired {
         agent: AgentName,
         calls: Vec<WireHostCall>,
@@ -233,6 +234,7 @@ impl WireAnswer {
             Ok(Answered::Heartbeat(reply)) => Self::Heartbeat {
                 reply: reply.into(),
             },
+            Ok(Answered::ToolResults) => Self::ToolResults,
             Err(e) => Self::Error {
                 code: code_name(e.code()).to_owned(),
                 message: e.to_string(),
@@ -251,6 +253,7 @@ impl WireAnswer {
             })),
             Self::Reset => Ok(Answered::Reset),
             Self::Heartbeat { reply } => Ok(Answered::Heartbeat(reply.into())),
+            Self::ToolResults => Ok(Answered::ToolResults),
             Self::Error { code, message } => Err(RuntimeError::Remote {
                 node: node.to_owned(),
                 code: code_of(&code),
@@ -390,15 +393,36 @@ mod tests {
                 conversation: conversation.clone(),
                 sender: Participant::User,
                 text: "hi @ann".into(),
+                to: None,
+                tools: Vec::new(),
+            }),
+            Forwarded::Post(ForwardedPost {
+                conversation: conversation.clone(),
+                sender: Participant::User,
+                text: "look it up".into(),
+                to: Some(agent.clone()),
+                tools: vec![crate::ToolSpec {
+                    name: "lookup".into(),
+                    description: "finds a fact".into(),
+                    parameters: serde_json::json!({"type": "object", "properties": {}}),
+                }],
             }),
             Forwarded::Reset {
                 conversation: conversation.clone(),
                 agent: agent.clone(),
             },
             Forwarded::Heartbeat {
-                conversation,
+                conversation: conversation.clone(),
                 agent,
                 text: "still there?".into(),
+            },
+            Forwarded::ToolResults {
+                conversation,
+                results: vec![crate::HostToolResult {
+                    call_id: "call-1".into(),
+                    content: "the fact".into(),
+                    is_error: true,
+                }],
             },
         ];
         for request in requests {
@@ -431,7 +455,7 @@ mod tests {
     }
 
     #[test]
-    fn a_posted_a_reset_a_heartbeat_and_an_error_cross_the_wire_typed() {
+    fn a_posted_a_reset_a_heartbeat_tool_results_and_an_error_cross_the_wire_typed() {
         let agent = AgentName::new("ann").unwrap();
         let posted = Posted {
             replies: vec![
@@ -452,7 +476,11 @@ mod tests {
         let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(back.into_result("n1").unwrap(), Answered::Posted(posted));
         let reply = AgentReply::failed(&agent, TurnErrorKind::Provider, "no model");
-        for answered in [Answered::Reset, Answered::Heartbeat(reply)] {
+        for answered in [
+            Answered::Reset,
+            Answered::Heartbeat(reply),
+            Answered::ToolResults,
+        ] {
             let bytes = serde_json::to_vec(&WireAnswer::of(&Ok(answered.clone()))).unwrap();
             let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();
             assert_eq!(back.into_result("n1").unwrap(), answered);

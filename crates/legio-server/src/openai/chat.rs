@@ -189,7 +189,7 @@ async fn start(
                 is_error: false,
             })
             .collect();
-        return state.resume(key, results);
+        return state.resume(key, results).await;
     }
     let last = messages.last().ok_or_else(|| {
         ApiError::new(

@@ -190,7 +190,7 @@ async fn start(
         })
         .collect();
     if !outputs.is_empty() {
-        return state.resume(key, outputs);
+        return state.resume(key, outputs).await;
     }
     let said: Vec<(usize, &str, Option<String>)> = items
         .iter()

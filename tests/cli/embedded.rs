@@ -1,0 +1,218 @@
+//! Embedded mode on a cluster: two runtimes in one process (nodes e1 and e2, as two host
+//! processes would each embed one) on one nats-server, sharing one scripted provider. A request
+//! through e2 to a conversation e1 owns is carried to e1 and served there: plain posts, and a
+//! host's turn with tools whose calls wait on e1 while the host hands its results to e2.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use legio_core::{ConversationKey, Event, Part, Participant, Seq};
+use legio_llm::{Fault, Provider, ScriptedConfig, ScriptedProvider};
+use legio_runtime::{
+    ErrorCode, HostToolResult, HostTurn, Progress, Runtime, RuntimeConfig, ToolSpec,
+};
+use legio_store::{EventLog, NatsLog, NatsOptions};
+use legio_tests::nats::NatsCluster;
+
+use super::{on_one_nats_server, CONV};
+
+/// Runs `body` with nodes e1 and e2 (shut down after it) and their shared provider, on one
+/// nats-server with stream `stream`; then the server (stopped when dropped) and the log as a
+/// reader of the cluster sees it. `None`: skipped (no nats-server).
+fn with_two_nodes<F>(
+    stream: &str,
+    body: impl FnOnce(Runtime, Runtime, ScriptedProvider) -> F,
+) -> Option<(NatsCluster, NatsLog)>
+where
+    F: Future<Output = (Runtime, Runtime)>,
+{
+    let (cluster, url, _dir, config_path) = on_one_nats_server(stream)?;
+    let config = RuntimeConfig::load(&config_path).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
+        resumable: true,
+    }));
+    let overrides = HashMap::from([(
+        "local".to_owned(),
+        Arc::new(provider.clone()) as Arc<dyn Provider>,
+    )]);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let open = |node: &'static str| {
+            Runtime::builder(config.clone())
+                .providers(overrides.clone())
+                .node(node)
+                .open()
+        };
+        let e1 = open("e1").await.unwrap();
+        let e2 = open("e2").await.unwrap();
+        let (e1, e2) = body(e1, e2, provider).await;
+        e2.shutdown().await.unwrap();
+        e1.shutdown().await.unwrap();
+    });
+    let options = NatsOptions {
+        stream: stream.into(),
+        ..NatsOptions::for_servers([url])
+    };
+    Some((cluster, NatsLog::open_read_only(&options).unwrap()))
+}
+
+fn owns(runtime: &Runtime, key: &ConversationKey) -> bool {
+    runtime
+        .owned_conversations()
+        .iter()
+        .any(|(owned, _, _)| owned == key)
+}
+
+fn key() -> ConversationKey {
+    ConversationKey::new(CONV).unwrap()
+}
+
+/// `Runtime::post` through e2 to a conversation e1 owns is carried to e1 and answered from
+/// there (e2 never takes it), and every post is in the log once, in order.
+#[test]
+fn an_embedded_runtime_carries_a_post_to_the_runtime_that_owns_the_conversation() {
+    let texts = [
+        "hello",
+        "@ann through e2",
+        "@all through e1",
+        "through e2 again",
+    ];
+    let Some((_cluster, log)) = with_two_nodes("embedded", |e1, e2, _| async move {
+        for (i, text) in texts.iter().enumerate() {
+            let via = if i % 2 == 0 { &e1 } else { &e2 };
+            let posted = via.post(CONV, text).await.unwrap();
+            assert!(!posted.is_empty(), "{text}");
+            assert!(
+                posted.iter().all(|reply| reply.outcome.is_ok()),
+                "{text}: {posted:?}"
+            );
+            assert!(
+                owns(&e1, &key()) && !owns(&e2, &key()),
+                "{text}: e1 owns the conversation"
+            );
+        }
+        (e1, e2)
+    }) else {
+        return;
+    };
+    let stored: Vec<String> = log
+        .conversation_events(&key(), Seq::ZERO, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::MessagePosted(m) if m.sender == Participant::User => Some(m.plain_text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(stored, texts, "each post once, in order");
+}
+
+fn tool(name: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: format!("the host's {name}"),
+        parameters: serde_json::json!({"type": "object", "properties": {}}),
+    }
+}
+
+/// A host's turn with tools posted to e2, for a conversation e1 owns, runs on e1 (it once failed
+/// as moved): e1's model is offered the tools e2 knows (declared there, and the turn's own), its
+/// call comes back to e2's caller as progress, a wrong id handed to e2 is refused by e1 (nothing
+/// waits for it), the right result goes on to e1's waiting call, and the turn ends with the
+/// agent's reply, though the host took longer than a silent owner is waited for. The call and
+/// its result are in the log once; e2 never takes the conversation.
+#[test]
+fn a_hosts_turn_with_tools_posted_to_a_non_owner_runs_on_the_owner() {
+    let Some((_cluster, log)) = with_two_nodes("embedded_tools", |e1, e2, provider| async move {
+        e1.post(CONV, "hello").await.unwrap();
+        assert!(owns(&e1, &key()), "e1 took the conversation");
+        e2.declare_tools(CONV, vec![tool("lookup")]).unwrap();
+        let ann = legio_core::AgentName::new("ann").unwrap();
+        provider.inject(
+            Some(&ann),
+            Fault::tool_calls([("call-1", "lookup", r#"{"q":"x"}"#)]),
+        );
+        let turn = HostTurn {
+            sender: Participant::User,
+            to: Some(ann.clone()),
+            text: "look it up".into(),
+            tools: vec![tool("note")],
+        };
+        let (progress, mut updates) = tokio::sync::mpsc::unbounded_channel();
+        let host = async {
+            let calls = loop {
+                match updates.recv().await.expect("the turn's progress") {
+                    Progress::ToolCallsRequired { calls, .. } => break calls,
+                    _ => continue,
+                }
+            };
+            let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+            assert_eq!(ids, ["call-1"]);
+            let result = |id: &str| HostToolResult {
+                call_id: id.into(),
+                content: "the fact".into(),
+                is_error: false,
+            };
+            let wrong = e2.submit_tool_results(CONV, vec![result("nope")]).await;
+            let err = wrong.expect_err("no call waits for nope");
+            assert_eq!(err.code(), ErrorCode::NoPendingToolCall, "{err}");
+            assert!(
+                err.to_string().contains("call-1"),
+                "names what waits: {err}"
+            );
+            // A host takes its time: longer than e2 waits without a word from e1 (3 s), so the
+            // forwarded turn lives on e1's keepalives alone meanwhile.
+            tokio::time::sleep(std::time::Duration::from_millis(3500)).await;
+            e2.submit_tool_results(CONV, vec![result("call-1")])
+                .await
+                .unwrap();
+        };
+        let (posted, ()) = tokio::join!(e2.post_host_turn(CONV, turn, progress), host);
+        let posted = posted.unwrap();
+        assert_eq!(posted.replies.len(), 1, "{posted:?}");
+        assert!(posted.replies[0].outcome.is_ok(), "{posted:?}");
+        assert!(owns(&e1, &key()) && !owns(&e2, &key()), "e1 kept it");
+        let offered: Vec<String> = provider
+            .requests()
+            .iter()
+            .filter(|r| r.agent == ann)
+            .flat_map(|r| r.tool_names().into_iter().map(str::to_owned))
+            .collect();
+        for name in ["lookup", "note"] {
+            assert!(offered.iter().any(|o| o == name), "{name}: {offered:?}");
+        }
+        (e1, e2)
+    }) else {
+        return;
+    };
+    let parts: Vec<Part> = log
+        .conversation_events(&key(), Seq::ZERO, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| r.event.as_message().cloned())
+        .flat_map(|m| m.parts)
+        .filter(|p| !matches!(p, Part::Text { .. }))
+        .collect();
+    let calls = parts
+        .iter()
+        .filter(|p| matches!(p, Part::ToolCall { id, .. } if id == "call-1"))
+        .count();
+    let results: Vec<(&str, bool)> = parts
+        .iter()
+        .filter_map(|p| match p {
+            Part::ToolResult {
+                call_id,
+                content,
+                is_error,
+            } if call_id == "call-1" => Some((content.as_str(), *is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls, 1, "{parts:?}");
+    assert_eq!(results, [("the fact", false)], "{parts:?}");
+}
