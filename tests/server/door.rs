@@ -13,7 +13,12 @@ use super::{messages_of, Harness, OPERATOR_TOKEN, TOKEN};
 
 impl Harness {
     /// A POST with the API token, checked against the OpenAPI document.
-    async fn post_json(&self, template: &str, path: &str, body: &Value) -> (StatusCode, Value) {
+    pub(crate) async fn post_json(
+        &self,
+        template: &str,
+        path: &str,
+        body: &Value,
+    ) -> (StatusCode, Value) {
         let request = self
             .client
             .post(self.url(path))
@@ -23,7 +28,12 @@ impl Harness {
     }
 
     /// A streamed POST: the `data:` payloads of the server-sent events, in order.
-    async fn post_stream(&self, path: &str, body: &Value, headers: bool) -> Vec<(String, String)> {
+    pub(crate) async fn post_stream(
+        &self,
+        path: &str,
+        body: &Value,
+        headers: bool,
+    ) -> Vec<(String, String)> {
         let mut request = self
             .client
             .post(self.url(path))
@@ -320,10 +330,10 @@ fn hex(text: &str) -> String {
 
 /// A conversation's tool traffic: the calls (call id, name), the results (call id, content,
 /// is_error), and whether every results message replies to its calls' message.
-type Traffic = (Vec<(String, String)>, Vec<(String, String, bool)>, bool);
+pub(crate) type Traffic = (Vec<(String, String)>, Vec<(String, String, bool)>, bool);
 
 /// The tool calls and results of a conversation's log.
-fn tool_traffic(h: &Harness, key: &str) -> Traffic {
+pub(crate) fn tool_traffic(h: &Harness, key: &str) -> Traffic {
     let key = ConversationKey::new(key).unwrap();
     let messages: Vec<_> = messages_of(h.runtime.log().as_ref(), &key)
         .into_iter()

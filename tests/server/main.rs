@@ -5,6 +5,7 @@
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
 mod behaviours;
+mod cluster;
 mod door;
 mod fuzz;
 mod heartbeats;
@@ -135,6 +136,19 @@ impl Harness {
         store: &str,
         latency: Duration,
     ) -> Self {
+        Self::start_node(dir, server, runtime, store, latency, None).await
+    }
+
+    /// Like [`Harness::start_in`]; with `node`, the runtime's node id in its cluster (a
+    /// `[store]` on the NATS backend).
+    async fn start_node(
+        dir: tempfile::TempDir,
+        server: &str,
+        runtime: &str,
+        store: &str,
+        latency: Duration,
+        node: Option<&str>,
+    ) -> Self {
         let config = write_config_with_store(dir.path(), server, runtime, store);
         let mut providers = HashMap::new();
         let mut overrides: HashMap<String, Arc<dyn Provider>> = HashMap::new();
@@ -151,11 +165,11 @@ impl Harness {
             providers.insert(name, provider);
         }
         let settings = legio_server::ServerSettings::from_config(&config).unwrap();
-        let runtime = Runtime::builder(config)
-            .providers(overrides)
-            .open()
-            .await
-            .unwrap();
+        let mut builder = Runtime::builder(config).providers(overrides);
+        if let Some(node) = node {
+            builder = builder.node(node);
+        }
+        let runtime = builder.open().await.unwrap();
         let metrics = install_metrics().unwrap();
         let bind: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let server = Server::bind(runtime, settings, Some(bind), metrics)

@@ -1,0 +1,145 @@
+//! The HTTP API on a cluster: two servers in one process, each on a runtime that is a node
+//! (n1, n2) of one real nats-server, as two machines behind a load balancer would be. A turn
+//! with host tools posted to the node that does not own its conversation runs on the owner and
+//! pauses and resumes through the node it was posted to (docs/cluster.md, Routing).
+
+use std::time::Duration;
+
+use legio_llm::Fault;
+use legio_tests::nats::NatsCluster;
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::door::tool_traffic;
+use super::{Harness, OPERATOR_TOKEN, TOKEN};
+
+const KEY: &str = "s:tools";
+
+/// A node `name` of the cluster at `url` (stream `stream`).
+async fn node(url: &str, stream: &str, name: &str) -> Harness {
+    let store = format!(
+        "backend = \"nats\"\n[store.nats]\nservers = [\"{url}\"]\nstream = \"{stream}\"\nlease_ttl_seconds = 10"
+    );
+    Harness::start_node(
+        tempfile::tempdir().unwrap(),
+        &format!("token = \"{TOKEN}\"\noperator_token = \"{OPERATOR_TOKEN}\""),
+        "history_window = 4",
+        &store,
+        Duration::ZERO,
+        Some(name),
+    )
+    .await
+}
+
+fn tool(name: &str) -> Value {
+    json!({"name": name, "description": format!("the host's {name}"), "parameters": {"type": "object", "properties": {}}})
+}
+
+/// The owner (n1) and the node the host talks to (n2): n2 knows the declared `lookup`, the turn
+/// brings `note`; n1's model calls `lookup`, and n2 answers `requires_action` (JSON, then a
+/// stream) and, given the results, the replies. Results posted to n1 instead reach its waiting
+/// call (the turn goes on), but n1 follows no run of that turn: 409 saying so. Each call and
+/// result is in the log once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_with_host_tools_posted_to_a_non_owner_pauses_and_resumes_through_it() {
+    let Some(nats) = tokio::task::spawn_blocking(|| NatsCluster::start(1))
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let url = nats.urls()[0].clone();
+    let n1 = node(&url, "srvtools", "n1").await;
+    let n2 = node(&url, "srvtools", "n2").await;
+    n1.turn(KEY, "hello").await;
+    let (status, body) = n2
+        .post_json(
+            "/sessions/{id}/tools",
+            &format!("/sessions/{KEY}/tools"),
+            &json!({"tools": [tool("lookup")]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let agent_a = legio_core::AgentName::new("a").unwrap();
+    let inject = |id: &str| {
+        n1.providers["stateless"].inject(Some(&agent_a), Fault::tool_calls([(id, "lookup", "{}")]));
+    };
+    let turn = json!({"content": "@a look it up", "tools": [tool("note")]});
+    let turns = format!("/sessions/{KEY}/turns");
+    let results = format!("/sessions/{KEY}/tool_results");
+    let answer =
+        |id: &str| json!({"tool_results": [{"tool_call_id": id, "content": format!("fact {id}")}]});
+
+    inject("call-1");
+    let (status, paused) = n2.post_json("/sessions/{id}/turns", &turns, &turn).await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    assert_eq!(paused["status"], "requires_action", "{paused}");
+    let call = &paused["required_action"]["tool_calls"][0];
+    assert_eq!(
+        (call["id"].as_str(), call["agent"].as_str()),
+        (Some("call-1"), Some("a"))
+    );
+    let offered = n1.providers["stateless"]
+        .requests()
+        .last()
+        .unwrap()
+        .tool_names()
+        .join(",");
+    assert!(
+        offered.contains("lookup") && offered.contains("note"),
+        "n1 offered {offered}"
+    );
+    let (status, done) = n2
+        .post_json("/sessions/{id}/tool_results", &results, &answer("call-1"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(done["replies"][0]["error"].is_null(), "{done}");
+    assert!(
+        !done["replies"][0]["content"]
+            .as_str()
+            .unwrap_or("")
+            .is_empty(),
+        "{done}"
+    );
+
+    inject("call-2");
+    let events = n2.post_stream(&turns, &turn, true).await;
+    assert_eq!(events.last().unwrap().0, "requires_action", "{events:?}");
+    let events = n2.post_stream(&results, &answer("call-2"), true).await;
+    assert_eq!(events.last().unwrap().0, "replies", "{events:?}");
+
+    inject("call-3");
+    let (status, paused) = n2.post_json("/sessions/{id}/turns", &turns, &turn).await;
+    assert_eq!(paused["status"], "requires_action", "{status} {paused}");
+    let (status, body) = n1
+        .post_json("/sessions/{id}/tool_results", &results, &answer("call-3"))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains("results were taken"), "{body}");
+
+    // The third turn ends on n1 all the same; then the log holds each call and result once.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let traffic = loop {
+        let traffic = tool_traffic(&n1, KEY);
+        if traffic.1.len() == 3 || std::time::Instant::now() > deadline {
+            break traffic;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (calls, results, linked) = traffic;
+    let ids: Vec<&str> = calls.iter().map(|(id, _)| id.as_str()).collect();
+    assert_eq!(ids, ["call-1", "call-2", "call-3"]);
+    let contents: Vec<&str> = results.iter().map(|(_, c, _)| c.as_str()).collect();
+    assert_eq!(contents, ["fact call-1", "fact call-2", "fact call-3"]);
+    assert!(linked, "each results message replies to its calls");
+    let owned = |h: &Harness| {
+        h.runtime
+            .owned_conversations()
+            .iter()
+            .any(|(k, ..)| k.as_str() == KEY)
+    };
+    assert!(owned(&n1) && !owned(&n2), "n1 kept the conversation");
+    n2.stop().await;
+    n1.stop().await;
+}
