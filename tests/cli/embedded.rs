@@ -125,7 +125,8 @@ fn tool(name: &str) -> ToolSpec {
 /// call comes back to e2's caller as progress, a wrong id handed to e2 is refused by e1 (nothing
 /// waits for it), the right result goes on to e1's waiting call, and the turn ends with the
 /// agent's reply, though the host took longer than a silent owner is waited for. The call and
-/// its result are in the log once; e2 never takes the conversation.
+/// its result are in the log once; e2 never takes the conversation (nor one results were
+/// refused for).
 #[test]
 fn a_hosts_turn_with_tools_posted_to_a_non_owner_runs_on_the_owner() {
     let Some((_cluster, log)) = with_two_nodes("embedded_tools", |e1, e2, provider| async move {
@@ -186,6 +187,28 @@ fn a_hosts_turn_with_tools_posted_to_a_non_owner_runs_on_the_owner() {
         for name in ["lookup", "note"] {
             assert!(offered.iter().any(|o| o == name), "{name}: {offered:?}");
         }
+        // Results for a conversation nobody owns, or under a reserved key (`legio:node:e9`
+        // names a node's presence lease), are refused, and no lease is taken for them.
+        for (conversation, code) in [
+            ("cli:nobody", ErrorCode::NoPendingToolCall),
+            ("legio:node:e9", ErrorCode::ReservedConversation),
+        ] {
+            let late = vec![HostToolResult {
+                call_id: "call-9".into(),
+                content: "late".into(),
+                is_error: false,
+            }];
+            let err = e2
+                .submit_tool_results(conversation, late)
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), code, "{conversation}: {err}");
+        }
+        assert!(
+            e2.owned_conversations().is_empty(),
+            "{:?}",
+            e2.owned_conversations()
+        );
         (e1, e2)
     }) else {
         return;

@@ -143,3 +143,101 @@ async fn a_turn_with_host_tools_posted_to_a_non_owner_pauses_and_resumes_through
     n2.stop().await;
     n1.stop().await;
 }
+
+/// The full history of `key`, as node `h` shows it.
+async fn history(h: &Harness, key: &str) -> (StatusCode, Value) {
+    let path = format!("/sessions/{key}/history");
+    h.call("get", "/sessions/{id}/history", h.get(&path)).await
+}
+
+/// The OpenAI-compatible door and the history on a node that does not own the conversation
+/// read it as the owner wrote it: a chat posted to n2 three times (each resending the whole
+/// transcript) runs on n1 and passes n2's check of the earlier messages (n2's copy of the
+/// conversation, loaded by a history read, is caught up first: it once stayed as first read, and
+/// the third request failed 409 `history_mismatch`), and n2's history then shows n1's latest turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_door_and_the_history_on_a_non_owner_read_what_the_owner_wrote() {
+    let Some(nats) = tokio::task::spawn_blocking(|| NatsCluster::start(1))
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let url = nats.urls()[0].clone();
+    let n1 = node(&url, "srvdoor", "n1").await;
+    let n2 = node(&url, "srvdoor", "n2").await;
+    const DOOR: &str = "s:door";
+    let first = n1.turn(DOOR, "hello").await;
+    let (status, _) = history(&n2, DOOR).await;
+    assert_eq!(status, StatusCode::OK);
+    let mut transcript = vec![
+        json!({"role": "user", "content": "hello"}),
+        json!({"role": "assistant", "content": first["replies"][0]["content"]}),
+    ];
+    for text in ["second", "third", "fourth"] {
+        transcript.push(json!({"role": "user", "content": text}));
+        let body = super::door::chat(Some(DOOR), "legio", Value::Array(transcript.clone()));
+        let (status, answer) = n2
+            .post_json("/v1/chat/completions", "/v1/chat/completions", &body)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{text}: {answer}");
+        let reply = answer["choices"][0]["message"]["content"].clone();
+        transcript.push(json!({"role": "assistant", "content": reply}));
+    }
+    n1.turn(DOOR, "@a fifth").await;
+    let (status, shown) = history(&n2, DOOR).await;
+    assert_eq!(status, StatusCode::OK, "{shown}");
+    assert!(
+        shown.to_string().contains("fifth"),
+        "n2 shows n1's turn: {shown}"
+    );
+    let owned = |h: &Harness| {
+        h.runtime
+            .owned_conversations()
+            .iter()
+            .any(|(k, ..)| k.as_str() == DOOR)
+    };
+    assert!(owned(&n1) && !owned(&n2), "n1 kept the conversation");
+    n2.stop().await;
+    n1.stop().await;
+}
+
+/// Results nobody's call can take are refused without taking anything: for a conversation
+/// nobody owns (no lease is taken just to refuse), and for a reserved key (`legio:node:n9` would
+/// name a node's presence lease; the runtime refuses it too, tests/cli/embedded.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_no_call_waits_for_take_no_lease() {
+    let Some(nats) = tokio::task::spawn_blocking(|| NatsCluster::start(1))
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let url = nats.urls()[0].clone();
+    let n2 = node(&url, "srvnobody", "n2").await;
+    let body = json!({"tool_results": [{"tool_call_id": "call-9", "content": "late"}]});
+    for (key, status, code) in [
+        ("s:nobody", StatusCode::CONFLICT, "no_pending_tool_call"),
+        (
+            "legio:node:n9",
+            StatusCode::BAD_REQUEST,
+            "bad_conversation_key",
+        ),
+    ] {
+        let path = format!("/sessions/{key}/tool_results");
+        let (got, answer) = n2
+            .post_json("/sessions/{id}/tool_results", &path, &body)
+            .await;
+        assert_eq!(
+            (got, answer["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{key}: {answer}"
+        );
+    }
+    assert!(
+        n2.runtime.owned_conversations().is_empty(),
+        "{:?}",
+        n2.runtime.owned_conversations()
+    );
+    n2.stop().await;
+}

@@ -80,7 +80,7 @@ fn user_texts(h: &Harness, key: &str) -> Vec<String> {
         .collect()
 }
 
-fn chat(conversation: Option<&str>, model: &str, messages: Value) -> Value {
+pub(crate) fn chat(conversation: Option<&str>, model: &str, messages: Value) -> Value {
     let mut body = json!({"model": model, "messages": messages});
     if let Some(c) = conversation {
         body["metadata"] = json!({"conversation": c});

@@ -308,6 +308,8 @@ impl Runtime {
             Box::pin(async move {
                 match request {
                     Forwarded::Post(mut post) => {
+                        // Checked where it arrived; again against this process's own tools.
+                        check_host_tools(&post.tools, &runtime.shared.tools)?;
                         let host = HostPost::forwarded(&mut post);
                         runtime
                             .post_with(
@@ -365,9 +367,12 @@ impl Runtime {
         })
     }
 
-    /// On a cluster, before a read of `conversation`: a node that does not own it reads it
-    /// again, so the read shows the owner's appends.
-    async fn catch_up(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+    /// On a cluster, before a read of `conversation`: a node that does not own it reads what its
+    /// owner appended since this node last looked (this node's copy moves only with its own
+    /// appends), so the read shows the owner's appends. The runtime's own reads (history,
+    /// status, context) do it themselves; call it before reading a conversation through
+    /// [`Runtime::log`]. Off a cluster, and on the owner, it does nothing.
+    pub async fn catch_up(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
         match &self.cluster {
             Some(cluster) => cluster.ownership.catch_up(conversation).await,
             None => Ok(()),
@@ -590,8 +595,8 @@ impl Runtime {
         conversation: impl IntoName<ConversationKey>,
         results: Vec<HostToolResult>,
     ) -> Result<(), RuntimeError> {
-        self.submit_tool_results_with(conversation.into_name()?, results, false)
-            .await
+        let key = Self::host_conversation(conversation)?;
+        self.submit_tool_results_with(key, results, false).await
     }
 
     async fn submit_tool_results_with(
@@ -601,11 +606,17 @@ impl Runtime {
         forwarded: bool,
     ) -> Result<(), RuntimeError> {
         let refused = match self.shared.host_desk.submit(&key, results.clone()) {
-            Err(e @ RuntimeError::NoPendingToolCall { .. }) if self.cluster.is_some() => e,
+            Err(e @ RuntimeError::NoPendingToolCall { .. }) if !forwarded => e,
             here => return here,
         };
-        if forwarded {
+        let Some(cluster) = &self.cluster else {
             return Err(refused);
+        };
+        // Calls wait only on the conversation's owner: if nobody holds it, or this node does,
+        // none waits anywhere (the refusal stands, and no lease is taken for it).
+        match cluster.ownership.holder(&key).await? {
+            Some(node) if node != cluster.ownership.node() => {}
+            _ => return Err(refused),
         }
         let request = || Forwarded::ToolResults {
             conversation: key.clone(),

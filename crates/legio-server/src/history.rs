@@ -66,6 +66,8 @@ pub(crate) async fn history(
         ),
         None => None,
     };
+    // On a cluster node that does not own the conversation: what its owner appended first.
+    runtime.catch_up(&key).await?;
     let view = query.view.as_deref().unwrap_or("full");
     if view != "full" && query.limit.is_some() {
         return Err(ApiError::new(

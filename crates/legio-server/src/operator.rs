@@ -143,6 +143,10 @@ pub(crate) async fn events(
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
     let conversation = optional_key(query.conversation.as_deref())?;
+    if let Some(key) = &conversation {
+        // On a cluster node that does not own it: what its owner appended first.
+        state.runtime.catch_up(key).await?;
+    }
     let from = Seq(query.from.unwrap_or(1).max(1));
     let to = Seq(query.to.unwrap_or(u64::MAX));
     if from > to {
@@ -243,6 +247,9 @@ pub(crate) async fn inspect(
         )
     })?;
     let only = optional_key(query.conversation.as_deref())?;
+    if let Some(key) = &only {
+        state.runtime.catch_up(key).await?;
+    }
     let log = Arc::clone(state.runtime.log());
     let runtime = Arc::clone(&state.runtime);
     let table = blocking(move || {

@@ -27,7 +27,7 @@ impl AppState {
 
     /// Parks a run until the host posts the results of `calls`.
     pub(crate) fn park(&self, conversation: &ConversationKey, calls: &[HostToolCall], run: Run) {
-        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        let mut parked = self.parked();
         // Runs whose turn ended meanwhile (their host never answered: the calls timed out) go.
         parked.retain_mut(|p| {
             p.run.done.as_mut().is_some_and(|done| {
@@ -44,41 +44,34 @@ impl AppState {
     /// Hands the host's results to the runtime and takes back the run that waited for them. An
     /// id no call waits for refuses them all (the run stays parked). On a cluster the calls may
     /// wait on the conversation's owner (the runtime carries the results there) while the run
-    /// is parked here, on the node the turn was posted to.
+    /// is parked here, on the node the turn was posted to. The run is taken only once the
+    /// results were: of two requests racing with the same results, the one whose results the
+    /// calls took follows the run, the other is refused.
     pub(crate) async fn resume(
         &self,
         conversation: &ConversationKey,
         results: Vec<HostToolResult>,
     ) -> Result<Run, ApiError> {
-        let taken = {
-            let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
-            parked
-                .iter()
-                .position(|p| {
-                    p.conversation == *conversation
-                        && results.iter().any(|r| p.call_ids.contains(&r.call_id))
-                })
-                .map(|index| parked.swap_remove(index))
+        let waits_for = |p: &Parked| {
+            p.conversation == *conversation
+                && results.iter().any(|r| p.call_ids.contains(&r.call_id))
         };
-        if let Err(e) = self
-            .runtime
-            .submit_tool_results(conversation, results)
-            .await
-        {
-            if let Some(run) = taken {
-                self.parked
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push(run);
-            }
-            return Err(e.into());
-        }
-        match taken {
-            Some(parked) => Ok(parked.run),
+        self.runtime
+            .submit_tool_results(conversation, results.clone())
+            .await?;
+        let mut parked = self.parked();
+        // The run is still parked: only the request whose results the calls took gets here, and
+        // a parked run waits for the results of its own calls before it can move on.
+        match parked.iter().position(waits_for) {
+            Some(index) => Ok(parked.swap_remove(index).run),
             None => Err(ApiError::new(
                 "no_pending_tool_call",
                 "the results were taken, but no request here follows that turn any more (its server restarted, the turn ended, or it was posted to another node: post the results to the node that answered requires_action)",
             )),
         }
+    }
+
+    fn parked(&self) -> std::sync::MutexGuard<'_, Vec<Parked>> {
+        self.parked.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

@@ -200,6 +200,21 @@ impl Ownership {
         out
     }
 
+    /// Who holds `conversation`'s lease now (`None`: nobody), without taking it.
+    pub(crate) async fn holder(
+        &self,
+        conversation: &ConversationKey,
+    ) -> Result<Option<String>, RuntimeError> {
+        if self.fresh(conversation) {
+            return Ok(Some(self.node.clone()));
+        }
+        let (leases, name) = (Arc::clone(&self.leases), conversation.to_string());
+        let lease = blocking("reading a lease", move || leases.get(&name)).await??;
+        Ok(lease
+            .map(|(lease, _)| lease.holder)
+            .filter(|holder| !holder.is_empty()))
+    }
+
     /// Who runs `conversation`: this node if it holds the lease, or takes it now because nobody
     /// does; otherwise the holder.
     pub(crate) async fn owner(

@@ -45,6 +45,8 @@ async fn transcript(
     state: &AppState,
     key: &ConversationKey,
 ) -> Result<Vec<(Seq, &'static str, String)>, ApiError> {
+    // On a cluster node that does not own the conversation: what its owner appended first.
+    state.runtime.catch_up(key).await?;
     let log = Arc::clone(state.runtime.log());
     let key = key.clone();
     tokio::task::spawn_blocking(move || {
