@@ -37,7 +37,7 @@ fn tool(name: &str) -> Value {
 
 /// The owner (n1) and the node the host talks to (n2): n2 knows the declared `lookup`, the turn
 /// brings `note`; n1's model calls `lookup`, and n2 answers `requires_action` (JSON, then a
-/// stream) and, given the results, the replies. Results posted to n1 instead reach its waiting
+/// stream), refuses a wrong id as n1 does, and, given the results, answers the replies. Results posted to n1 instead reach its waiting
 /// call (the turn goes on), but n1 follows no run of that turn: 409 saying so. Each call and
 /// result is in the log once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -89,6 +89,13 @@ async fn a_turn_with_host_tools_posted_to_a_non_owner_pauses_and_resumes_through
         offered.contains("lookup") && offered.contains("note"),
         "n1 offered {offered}"
     );
+    // A wrong id is refused by n1, naming the call that waits; the run stays parked on n2.
+    let (status, body) = n2
+        .post_json("/sessions/{id}/tool_results", &results, &answer("nope"))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"]["code"], "no_pending_tool_call", "{body}");
+    assert!(body.to_string().contains("call-1"), "{body}");
     let (status, done) = n2
         .post_json("/sessions/{id}/tool_results", &results, &answer("call-1"))
         .await;
