@@ -31,26 +31,32 @@ async fn node(url: &str, stream: &str, name: &str) -> Harness {
     .await
 }
 
+/// One real nats-server (stopped when dropped) and two nodes on it, n1 and n2 (stream
+/// `stream`); `None`: skipped (no nats-server).
+async fn two_nodes(stream: &str) -> Option<(NatsCluster, Harness, Harness)> {
+    let nats = tokio::task::spawn_blocking(|| NatsCluster::start(1))
+        .await
+        .unwrap()?;
+    let url = nats.urls()[0].clone();
+    let n1 = node(&url, stream, "n1").await;
+    let n2 = node(&url, stream, "n2").await;
+    Some((nats, n1, n2))
+}
+
 fn tool(name: &str) -> Value {
     json!({"name": name, "description": format!("the host's {name}"), "parameters": {"type": "object", "properties": {}}})
 }
 
 /// The owner (n1) and the node the host talks to (n2): n2 knows the declared `lookup`, the turn
 /// brings `note`; n1's model calls `lookup`, and n2 answers `requires_action` (JSON, then a
-/// stream), refuses a wrong id as n1 does, and, given the results, answers the replies. Results posted to n1 instead reach its waiting
-/// call (the turn goes on), but n1 follows no run of that turn: 409 saying so. Each call and
-/// result is in the log once.
+/// stream), refuses a wrong id as n1 does, and, given the results, answers the replies.
+/// Results posted to n1 instead reach its waiting call (the turn goes on), but n1 follows no
+/// run of that turn: 409 saying so. Each call and result is in the log once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_with_host_tools_posted_to_a_non_owner_pauses_and_resumes_through_it() {
-    let Some(nats) = tokio::task::spawn_blocking(|| NatsCluster::start(1))
-        .await
-        .unwrap()
-    else {
+    let Some((_nats, n1, n2)) = two_nodes("srvtools").await else {
         return;
     };
-    let url = nats.urls()[0].clone();
-    let n1 = node(&url, "srvtools", "n1").await;
-    let n2 = node(&url, "srvtools", "n2").await;
     n1.turn(KEY, "hello").await;
     let (status, body) = n2
         .post_json(
@@ -164,15 +170,9 @@ async fn history(h: &Harness, key: &str) -> (StatusCode, Value) {
 /// the third request failed 409 `history_mismatch`), and n2's history then shows n1's latest turn.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_door_and_the_history_on_a_non_owner_read_what_the_owner_wrote() {
-    let Some(nats) = tokio::task::spawn_blocking(|| NatsCluster::start(1))
-        .await
-        .unwrap()
-    else {
+    let Some((_nats, n1, n2)) = two_nodes("srvdoor").await else {
         return;
     };
-    let url = nats.urls()[0].clone();
-    let n1 = node(&url, "srvdoor", "n1").await;
-    let n2 = node(&url, "srvdoor", "n2").await;
     const DOOR: &str = "s:door";
     let first = n1.turn(DOOR, "hello").await;
     let (status, _) = history(&n2, DOOR).await;
@@ -214,14 +214,9 @@ async fn the_door_and_the_history_on_a_non_owner_read_what_the_owner_wrote() {
 /// name a node's presence lease; the runtime refuses it too, tests/cli/embedded.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_no_call_waits_for_take_no_lease() {
-    let Some(nats) = tokio::task::spawn_blocking(|| NatsCluster::start(1))
-        .await
-        .unwrap()
-    else {
+    let Some((_nats, n1, n2)) = two_nodes("srvnobody").await else {
         return;
     };
-    let url = nats.urls()[0].clone();
-    let n2 = node(&url, "srvnobody", "n2").await;
     let body = json!({"tool_results": [{"tool_call_id": "call-9", "content": "late"}]});
     for (key, status, code) in [
         ("s:nobody", StatusCode::CONFLICT, "no_pending_tool_call"),
@@ -241,10 +236,10 @@ async fn results_no_call_waits_for_take_no_lease() {
             "{key}: {answer}"
         );
     }
-    assert!(
-        n2.runtime.owned_conversations().is_empty(),
-        "{:?}",
-        n2.runtime.owned_conversations()
-    );
+    for h in [&n1, &n2] {
+        let owned = h.runtime.owned_conversations();
+        assert!(owned.is_empty(), "{owned:?}");
+    }
     n2.stop().await;
+    n1.stop().await;
 }
