@@ -1,7 +1,8 @@
 //! Embedded mode on a cluster: two runtimes in one process (nodes e1 and e2, as two host
 //! processes would each embed one) on one nats-server, sharing one scripted provider. A request
-//! through e2 to a conversation e1 owns is carried to e1 and served there: plain posts, and a
-//! host's turn with tools whose calls wait on e1 while the host hands its results to e2.
+//! through e2 to a conversation e1 owns is carried to e1 and served there: plain posts, a host's
+//! turn with tools whose calls wait on e1 while the host hands its results to e2, and an MCP
+//! client's tool call.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -238,4 +239,49 @@ fn a_hosts_turn_with_tools_posted_to_a_non_owner_runs_on_the_owner() {
         .collect();
     assert_eq!(calls, 1, "{parts:?}");
     assert_eq!(results, [("the fact", false)], "{parts:?}");
+}
+
+/// An MCP client's tool call (`Runtime::call_tool_as`, what `/mcp` and `legio mcp serve` run)
+/// reaching e2 for a conversation e1 owns runs on e1: the history it answers holds e1's latest
+/// message, and the call and its result are in the log once, from e1. For a conversation nobody
+/// owns, the node the call reached takes it and runs it (it once failed as moved on every node
+/// but the owner, and on all of them when nobody owned the conversation).
+#[test]
+fn an_mcp_clients_tool_call_runs_on_the_owner_of_its_conversation() {
+    const IDLE: &str = "cli:idle";
+    let Some((_cluster, log)) = with_two_nodes("embedded_mcp", |e1, e2, _| async move {
+        e1.post(CONV, "@ann the password is swordfish")
+            .await
+            .unwrap();
+        let ann = legio_core::AgentName::new("ann").unwrap();
+        let history = e2
+            .call_tool_as(&key(), &ann, "get_history", r#"{"limit": 5}"#)
+            .await
+            .unwrap()
+            .expect("get_history answers");
+        assert!(history.contains("swordfish"), "{history}");
+        assert!(owns(&e1, &key()) && !owns(&e2, &key()), "e1 kept it");
+        let idle = ConversationKey::new(IDLE).unwrap();
+        let answer = e2
+            .call_tool_as(&idle, &ann, "get_history", "{}")
+            .await
+            .unwrap();
+        assert!(answer.is_ok(), "{answer:?}");
+        assert!(owns(&e2, &idle), "e2 took the conversation nobody owned");
+        (e1, e2)
+    }) else {
+        return;
+    };
+    for (conversation, wanted) in [(CONV, 1), (IDLE, 1)] {
+        let key = ConversationKey::new(conversation).unwrap();
+        let calls = log
+            .conversation_events(&key, Seq::ZERO, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .filter_map(|r| r.event.as_message().cloned())
+            .flat_map(|m| m.parts)
+            .filter(|p| matches!(p, Part::ToolCall { name, .. } if name == "get_history"))
+            .count();
+        assert_eq!(calls, wanted, "{conversation}");
+    }
 }

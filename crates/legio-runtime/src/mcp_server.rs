@@ -25,6 +25,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::clock::{fresh_uuid, now};
+use crate::cluster::{Answered, Forwarded};
 use crate::dispatch::Route;
 use crate::error::RuntimeError;
 pub use crate::mcp_token::McpScope;
@@ -164,7 +165,9 @@ impl Runtime {
     /// turn (an MCP client's call), as a turn would: the call is recorded first as the agent's
     /// message (seen by that agent only), then the result as the message answering it. Answers
     /// the result text, or the error text the model would get. An unknown tool is an error result,
-    /// as in a turn; `dispatch` waits at most `runtime.turn_timeout_seconds`.
+    /// as in a turn; `dispatch` waits at most `runtime.turn_timeout_seconds`. On a cluster the
+    /// call runs on the node that owns the conversation (carried there if another node does;
+    /// taken here if nobody does), where the agent's actors and its appends are.
     pub async fn call_tool_as(
         &self,
         conversation: &ConversationKey,
@@ -172,8 +175,30 @@ impl Runtime {
         name: &str,
         arguments: &str,
     ) -> Result<Result<String, String>, RuntimeError> {
+        self.call_tool_with(conversation, agent, name, arguments, false)
+            .await
+    }
+
+    pub(crate) async fn call_tool_with(
+        &self,
+        conversation: &ConversationKey,
+        agent: &AgentName,
+        name: &str,
+        arguments: &str,
+        forwarded: bool,
+    ) -> Result<Result<String, String>, RuntimeError> {
         let conversation = Self::host_conversation(conversation.clone())?;
         let spec = self.shared.roster_spec(agent)?.clone();
+        let request = || Forwarded::ToolCall {
+            conversation: conversation.clone(),
+            agent: agent.clone(),
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+        };
+        let _in_use = match self.elsewhere(request, None, forwarded).await {
+            Ok(in_use) => in_use,
+            Err(answer) => return answer.and_then(Answered::into_tool_call),
+        };
         let call_id = format!("mcp_{}", fresh_uuid().simple());
         let call_message = MessageId(fresh_uuid());
         let own = |parts: Vec<Part>, reply_to: Option<MessageId>| Message {

@@ -345,6 +345,15 @@ impl Runtime {
                         .submit_tool_results_with(conversation, results, true)
                         .await
                         .map(|()| Answered::ToolResults),
+                    Forwarded::ToolCall {
+                        conversation,
+                        agent,
+                        name,
+                        arguments,
+                    } => runtime
+                        .call_tool_with(&conversation, &agent, &name, &arguments, true)
+                        .await
+                        .map(Answered::ToolCall),
                 }
             })
         })
@@ -384,7 +393,7 @@ impl Runtime {
     /// is not released under it), `Err` with the owner's answer (the request was carried there,
     /// unless it was `forwarded` here already: then it fails as moved).
     /// `request` is built only on a cluster (a post copies its text into it).
-    async fn elsewhere(
+    pub(crate) async fn elsewhere(
         &self,
         request: impl FnOnce() -> Forwarded,
         progress: Option<&ProgressSink>,

@@ -1,8 +1,8 @@
 //! The cluster layer of a runtime on the NATS backend (`docs/cluster.md`): a conversation's
 //! actors run on one node at a time, the holder of the conversation's lease (ownership.rs; one
 //! process per node id, node_id.rs), and a
-//! post (a host's turn with tools too), reset, heartbeat or host's tool results that reaches
-//! another node is carried to the owner over the node bus
+//! post (a host's turn with tools too), reset, heartbeat, host's tool results or MCP client's
+//! tool call that reaches another node is carried to the owner over the node bus
 //! (routing.rs, with its wire form in wire.rs). A runtime on sled, or on a log the host opened,
 //! has none of it.
 
@@ -76,6 +76,13 @@ pub(crate) enum Forwarded {
         conversation: ConversationKey,
         results: Vec<HostToolResult>,
     },
+    /// `Runtime::call_tool_as`: an MCP client's call of an agent's tool.
+    ToolCall {
+        conversation: ConversationKey,
+        agent: AgentName,
+        name: String,
+        arguments: String,
+    },
 }
 
 impl Forwarded {
@@ -84,7 +91,8 @@ impl Forwarded {
             Self::Post(post) => &post.conversation,
             Self::Reset { conversation, .. }
             | Self::Heartbeat { conversation, .. }
-            | Self::ToolResults { conversation, .. } => conversation,
+            | Self::ToolResults { conversation, .. }
+            | Self::ToolCall { conversation, .. } => conversation,
         }
     }
 
@@ -95,6 +103,7 @@ impl Forwarded {
             Self::Reset { .. } => "reset",
             Self::Heartbeat { .. } => "heartbeat",
             Self::ToolResults { .. } => "tool_results",
+            Self::ToolCall { .. } => "tool_call",
         }
     }
 }
@@ -107,6 +116,8 @@ pub(crate) enum Answered {
     Heartbeat(AgentReply),
     /// The results were handed to the calls waiting for them.
     ToolResults,
+    /// The tool's result text, or the error text the model would get.
+    ToolCall(Result<String, String>),
 }
 
 impl Answered {
@@ -143,6 +154,13 @@ impl Answered {
         match self {
             Self::ToolResults => Ok(()),
             other => Err(other.mismatch("tool results")),
+        }
+    }
+
+    pub(crate) fn into_tool_call(self) -> Result<Result<String, String>, RuntimeError> {
+        match self {
+            Self::ToolCall(outcome) => Ok(outcome),
+            other => Err(other.mismatch("tool call")),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Routing: a request (a post, a host's turn with tools too, a reset, a heartbeat, a host's tool
-//! results) to a conversation another node owns is
+//! results, an MCP client's tool call) to a conversation another node owns is
 //! carried to that node over the node bus (core NATS request/reply, `legio_store::NodeBus`) and
 //! answered there; a post's progress comes back as frames. A request to a conversation nobody
 //! owns is run here (this node takes the lease). While an owner that died still holds its lease

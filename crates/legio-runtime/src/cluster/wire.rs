@@ -1,5 +1,5 @@
 //! The wire form of a forwarded request (JSON on the node bus): the parsed request (a post, a
-//! reset, a heartbeat, a host's tool results), a post's progress and the typed answer, each convertible to and from the
+//! reset, a heartbeat, a host's tool results, an MCP client's tool call), a post's progress and the typed answer, each convertible to and from the
 //! runtime's own types. Only nodes of the same version talk to each other; an unknown kind or
 //! code reads as the most general one.
 
@@ -64,6 +64,9 @@ pub(super) enum WireAnswer {
         reply: WireReply,
     },
     ToolResults,
+    ToolCall {
+        outcome: Result<String, String>,
+    },
     Error {
         code: String,
         message: String,
@@ -235,6 +238,9 @@ impl WireAnswer {
                 reply: reply.into(),
             },
             Ok(Answered::ToolResults) => Self::ToolResults,
+            Ok(Answered::ToolCall(outcome)) => Self::ToolCall {
+                outcome: outcome.clone(),
+            },
             Err(e) => Self::Error {
                 code: code_name(e.code()).to_owned(),
                 message: e.to_string(),
@@ -254,6 +260,7 @@ impl WireAnswer {
             Self::Reset => Ok(Answered::Reset),
             Self::Heartbeat { reply } => Ok(Answered::Heartbeat(reply.into())),
             Self::ToolResults => Ok(Answered::ToolResults),
+            Self::ToolCall { outcome } => Ok(Answered::ToolCall(outcome)),
             Self::Error { code, message } => Err(RuntimeError::Remote {
                 node: node.to_owned(),
                 code: code_of(&code),
@@ -417,12 +424,18 @@ mod tests {
                 text: "still there?".into(),
             },
             Forwarded::ToolResults {
-                conversation,
+                conversation: conversation.clone(),
                 results: vec![crate::HostToolResult {
                     call_id: "call-1".into(),
                     content: "the fact".into(),
                     is_error: true,
                 }],
+            },
+            Forwarded::ToolCall {
+                conversation,
+                agent: AgentName::new("bob").unwrap(),
+                name: "get_history".into(),
+                arguments: r#"{"limit": 3}"#.into(),
             },
         ];
         for request in requests {
@@ -455,7 +468,7 @@ mod tests {
     }
 
     #[test]
-    fn a_posted_a_reset_a_heartbeat_tool_results_and_an_error_cross_the_wire_typed() {
+    fn every_answer_and_an_error_cross_the_wire_typed() {
         let agent = AgentName::new("ann").unwrap();
         let posted = Posted {
             replies: vec![
@@ -480,6 +493,8 @@ mod tests {
             Answered::Reset,
             Answered::Heartbeat(reply),
             Answered::ToolResults,
+            Answered::ToolCall(Ok("three messages".into())),
+            Answered::ToolCall(Err("no such tool".into())),
         ] {
             let bytes = serde_json::to_vec(&WireAnswer::of(&Ok(answered.clone()))).unwrap();
             let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();
