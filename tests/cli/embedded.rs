@@ -285,3 +285,46 @@ fn an_mcp_clients_tool_call_runs_on_the_owner_of_its_conversation() {
         assert_eq!(calls, wanted, "{conversation}");
     }
 }
+
+/// Shared memory on a cluster: every node writes `legio:memory` (it has no owner). A node whose
+/// copy of it is behind another node's write reads that write (reads catch up) and writes after
+/// it (its append, refused as fenced, is decided again on the caught-up memory): it once saw only
+/// what it had read first, and was refused every memory write from then on.
+#[test]
+fn every_node_reads_and_writes_the_shared_memory_after_the_others() {
+    let Some((_cluster, _log)) = with_two_nodes("embedded_memory", |e1, e2, _| async move {
+        let lead = legio_core::AgentName::new("lead").unwrap();
+        let write = |runtime: &Runtime, key: &str, text: &str| {
+            let tools = Arc::clone(runtime.memory_tools());
+            let (lead, args) = (lead.clone(), serde_json::json!({"key": key, "text": text}));
+            async move { tools.call(&lead, "write_note", args).await }
+        };
+        write(&e1, "plan", "one").await.unwrap();
+        // e2 reads memory once (its copy now ends at e1's first write).
+        assert_eq!(e2.memory().await.unwrap().notes["plan"].text, "one");
+        write(&e1, "plan", "two").await.unwrap();
+        assert_eq!(
+            e2.memory().await.unwrap().notes["plan"].text,
+            "two",
+            "e2 reads e1's write"
+        );
+        write(&e1, "risk", "low").await.unwrap();
+        write(&e2, "owner", "e2")
+            .await
+            .expect("e2 writes after e1's writes");
+        write(&e1, "plan", "three")
+            .await
+            .expect("e1 writes after e2's write");
+        for runtime in [&e1, &e2] {
+            let notes = runtime.memory().await.unwrap().notes;
+            let texts: Vec<(&str, &str)> = notes
+                .iter()
+                .map(|(k, n)| (k.as_str(), n.text.as_str()))
+                .collect();
+            assert_eq!(texts, [("owner", "e2"), ("plan", "three"), ("risk", "low")]);
+        }
+        (e1, e2)
+    }) else {
+        return;
+    };
+}

@@ -551,6 +551,59 @@ fn a_stood_down_conversation_is_refused_until_taken_again() {
     );
 }
 
+/// The shared memory (`legio:memory`) has no owner: every node writes it. A node whose copy is
+/// behind another's write is refused once (its expectation is stale), then, its copy read again
+/// (`EventLog::catch_up`, or the append itself), writes after it: never refused for good, as an
+/// owned conversation is until it is taken again (it once was, so a node that lost one race for
+/// memory could write no memory until it restarted).
+#[test]
+fn a_refused_memory_write_is_refused_once_not_for_good() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let note = |text: &str| {
+        legio_core::Event::NoteWritten(legio_core::NoteWritten {
+            key: "plan".into(),
+            author: legio_core::AgentName::new("lead").unwrap(),
+            at: ts(1),
+            text: text.into(),
+        })
+    };
+    let memory = legio_core::ConversationKey::memory();
+    let a = NatsLog::open(&cluster.options(1)).unwrap();
+    let b = NatsLog::open(&cluster.options(1)).unwrap();
+    a.append(vec![note("a1")]).unwrap();
+    assert_eq!(
+        b.conversation_events(memory, Seq::ZERO, 10).unwrap().len(),
+        1
+    );
+    a.append(vec![note("a2")]).unwrap();
+    let refused = b.append(vec![note("b stale")]).unwrap_err();
+    assert!(matches!(refused, StoreError::Fenced { .. }), "{refused}");
+    let r = b
+        .append(vec![note("b1")])
+        .expect("the next write is not refused");
+    assert_eq!(r.first, Seq(3));
+    a.append(vec![note("a3")]).unwrap_err();
+    EventLog::catch_up(&a, memory).unwrap();
+    assert_eq!(
+        a.conversation_events(memory, Seq::ZERO, 10).unwrap().len(),
+        3
+    );
+    a.append(vec![note("a3")])
+        .expect("a caught up writes after b");
+    let texts: Vec<String> = b
+        .read_range(Seq::FIRST, Seq(10), 10)
+        .unwrap()
+        .into_iter()
+        .map(|r| match r.event {
+            legio_core::Event::NoteWritten(n) => n.text,
+            other => format!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(texts, ["a1", "a2", "b1", "a3"], "nothing refused is stored");
+}
+
 #[test]
 fn a_single_event_from_a_stale_writer_is_refused_too() {
     let Some(cluster) = NatsCluster::start(1) else {

@@ -167,7 +167,9 @@ async fn history(h: &Harness, key: &str) -> (StatusCode, Value) {
 /// read it as the owner wrote it: a chat posted to n2 three times (each resending the whole
 /// transcript) runs on n1 and passes n2's check of the earlier messages (n2's copy of the
 /// conversation, loaded by a history read, is caught up first: it once stayed as first read, and
-/// the third request failed 409 `history_mismatch`), and n2's history then shows n1's latest turn.
+/// the third request failed 409 `history_mismatch`), and n2's history then shows n1's latest turn
+/// and its operator's context report finds the conversation (it once answered
+/// `unknown_conversation` when n2 had first read it empty).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_door_and_the_history_on_a_non_owner_read_what_the_owner_wrote() {
     let Some((_nats, n1, n2)) = two_nodes("srvdoor").await else {
@@ -198,6 +200,16 @@ async fn the_door_and_the_history_on_a_non_owner_read_what_the_owner_wrote() {
         shown.to_string().contains("fifth"),
         "n2 shows n1's turn: {shown}"
     );
+    // A read on n2 before anything is written leaves n2 an empty copy of a conversation; the
+    // operator's context report on n2 still finds what n1 then wrote.
+    const LATER: &str = "s:later";
+    history(&n2, LATER).await;
+    n1.turn(LATER, "hello").await;
+    let path = format!("/operator/context?conversation={LATER}&agent=lead");
+    let (status, report) = n2
+        .call("get", "/operator/context", n2.operator(&path))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{report}");
     let owned = |h: &Harness| {
         h.runtime
             .owned_conversations()

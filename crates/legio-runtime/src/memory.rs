@@ -17,8 +17,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use legio_core::{
-    check_permission, AgentName, Caller, Event, MemoryCommand, MemoryError, MemoryOperation,
-    MemoryState, MemoryStore,
+    check_permission, AgentName, Caller, ConversationKey, Event, MemoryCommand, MemoryError,
+    MemoryOperation, MemoryState, MemoryStore,
 };
 use legio_store::{EventLog, StoreError};
 use serde_json::{json, Map, Value};
@@ -113,6 +113,9 @@ struct ToolDef {
     description: &'static str,
     params: &'static [Param],
 }
+
+/// How many times a memory write is decided and submitted when another node wrote first.
+const WRITE_ATTEMPTS: u32 = 3;
 
 const LIST_DIRECTIVES: ToolDef = ToolDef {
     name: "list_directives",
@@ -380,14 +383,17 @@ impl MemoryTools {
         Ok(state.clone())
     }
 
-    /// Folds in what the log gained since the cached state (off the async workers). The state
+    /// Folds in what the log gained since the cached state (off the async workers), other
+    /// nodes' writes included on a cluster (`EventLog::catch_up`). The state
     /// moves to the blocking thread and back; if it is lost on the way, the empty state left in
     /// its place is folded again from the start next time (the fold is idempotent).
     async fn catch_up(&self, state: &mut MemoryState) -> Result<(), RuntimeError> {
         let log = Arc::clone(&self.log);
         let mut moved = std::mem::take(state);
         let (result, moved) = tokio::task::spawn_blocking(move || {
-            let result = fold_memory(log.as_ref(), &mut moved);
+            let result = log
+                .catch_up(ConversationKey::memory())
+                .and_then(|()| fold_memory(log.as_ref(), &mut moved));
             (result, moved)
         })
         .await
@@ -443,19 +449,29 @@ impl MemoryTools {
         };
         let args = def.validate(arguments)?;
         let mut state = self.state.lock().await;
-        self.catch_up(&mut state)
-            .await
-            .map_err(|e| ToolError::Store(e.to_string()))?;
-        if let Some(read) = self.read(&state, &who, caller, role, def.name, &args) {
-            return read;
+        let mut attempt = 1;
+        loop {
+            self.catch_up(&mut state)
+                .await
+                .map_err(|e| ToolError::Store(e.to_string()))?;
+            if let Some(read) = self.read(&state, &who, caller, role, def.name, &args) {
+                return read;
+            }
+            let Some(command) = command_of(def.name, &args) else {
+                return Err(unknown_tool(caller, role, def.name));
+            };
+            let event = state.decide(&who, command, now())?;
+            match self.log.submit(vec![event.clone()])?.await {
+                Ok(range) => {
+                    state.apply(range.first, &event);
+                    return Ok(written(&state, &event));
+                }
+                // On a cluster another node wrote memory first: read it again and decide anew
+                // (the write may now be refused, e.g. a directive revoked meanwhile).
+                Err(StoreError::Fenced { .. }) if attempt < WRITE_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e.into()),
+            }
         }
-        let Some(command) = command_of(def.name, &args) else {
-            return Err(unknown_tool(caller, role, def.name));
-        };
-        let event = state.decide(&who, command, now())?;
-        let range = self.log.submit(vec![event.clone()])?.await?;
-        state.apply(range.first, &event);
-        Ok(written(&state, &event))
     }
 
     /// The answer of a reading tool (`None` for a writing one).

@@ -915,6 +915,9 @@ impl Runtime {
     ) -> Result<ContextReport, RuntimeError> {
         let key = conversation.into_name()?;
         let agent = self.roster_agent(agent)?;
+        // Before the lookup: an earlier read on this node may have left it an empty copy of a
+        // conversation another node has written since.
+        self.catch_up(&key).await?;
         let lookup = key.clone();
         let last = self
             .shared

@@ -110,6 +110,14 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     /// Bytes the log occupies on disk (0 in memory).
     fn size_on_disk(&self) -> Result<u64>;
 
+    /// Brings this process's view of `conversation` up to what the log holds, for a log other
+    /// processes append to as well (the NATS log: another node's appends, e.g. to the shared
+    /// `legio:memory`). A log this process alone writes is always current: nothing to do.
+    fn catch_up(&self, conversation: &ConversationKey) -> Result<()> {
+        let _ = conversation;
+        Ok(())
+    }
+
     /// The failure that stopped the log taking appends (a failed commit: a full disk, too many
     /// open files, an I/O error; `docs/storage.md`, "Storage failures"), once there is one. Such
     /// a log refuses every append with it until it is opened again. `None` for a log that never

@@ -644,6 +644,10 @@ impl Inner {
 }
 
 impl EventLog for NatsLog {
+    fn catch_up(&self, conversation: &ConversationKey) -> Result<()> {
+        NatsLog::catch_up(self, conversation)
+    }
+
     fn submit(&self, events: Vec<Event>) -> Result<AppendHandle> {
         let Some(submits) = &self.inner.submits else {
             return Err(StoreError::ReadOnly);

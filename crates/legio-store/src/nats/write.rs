@@ -415,7 +415,10 @@ async fn fence(
     }
     inner.forget(&refused);
     let mut fenced = lock(&inner.fenced);
-    for conversation in &refused {
+    // A reserved conversation (`legio:memory`) has no owner: every node writes it, so a refusal
+    // only says another node wrote first. Its copy is dropped (above); the next append reads
+    // it again and expects its true last seq, so it is never refused for good.
+    for conversation in refused.iter().filter(|c| !c.is_reserved()) {
         fenced.insert(conversation.clone(), expected[conversation]);
     }
     tracing::warn!(conversations = ?refused, "append refused: another writer appended first");
