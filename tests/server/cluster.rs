@@ -43,6 +43,19 @@ async fn two_nodes(stream: &str) -> Option<(NatsCluster, Harness, Harness)> {
     Some((nats, n1, n2))
 }
 
+/// Checks that n1 owns `key` and n2 does not, then stops both.
+async fn stop_with_n1_owning(n1: Harness, n2: Harness, key: &str) {
+    let owned = |h: &Harness| {
+        h.runtime
+            .owned_conversations()
+            .iter()
+            .any(|(k, ..)| k.as_str() == key)
+    };
+    assert!(owned(&n1) && !owned(&n2), "n1 kept {key}");
+    n2.stop().await;
+    n1.stop().await;
+}
+
 fn tool(name: &str) -> Value {
     json!({"name": name, "description": format!("the host's {name}"), "parameters": {"type": "object", "properties": {}}})
 }
@@ -146,15 +159,7 @@ async fn a_turn_with_host_tools_posted_to_a_non_owner_pauses_and_resumes_through
     let contents: Vec<&str> = results.iter().map(|(_, c, _)| c.as_str()).collect();
     assert_eq!(contents, ["fact call-1", "fact call-2", "fact call-3"]);
     assert!(linked, "each results message replies to its calls");
-    let owned = |h: &Harness| {
-        h.runtime
-            .owned_conversations()
-            .iter()
-            .any(|(k, ..)| k.as_str() == KEY)
-    };
-    assert!(owned(&n1) && !owned(&n2), "n1 kept the conversation");
-    n2.stop().await;
-    n1.stop().await;
+    stop_with_n1_owning(n1, n2, KEY).await;
 }
 
 /// The full history of `key`, as node `h` shows it.
@@ -210,15 +215,7 @@ async fn the_door_and_the_history_on_a_non_owner_read_what_the_owner_wrote() {
         .call("get", "/operator/context", n2.operator(&path))
         .await;
     assert_eq!(status, StatusCode::OK, "{report}");
-    let owned = |h: &Harness| {
-        h.runtime
-            .owned_conversations()
-            .iter()
-            .any(|(k, ..)| k.as_str() == DOOR)
-    };
-    assert!(owned(&n1) && !owned(&n2), "n1 kept the conversation");
-    n2.stop().await;
-    n1.stop().await;
+    stop_with_n1_owning(n1, n2, DOOR).await;
 }
 
 /// Results nobody's call can take are refused without taking anything: for a conversation
