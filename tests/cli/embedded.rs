@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use legio_core::{ConversationKey, Event, Part, Participant, Seq};
+use legio_core::{ConversationKey, Message, Part, Participant, Seq};
 use legio_llm::{Fault, Provider, ScriptedConfig, ScriptedProvider};
 use legio_runtime::{
     ErrorCode, HostToolResult, HostTurn, Progress, Runtime, RuntimeConfig, ToolSpec,
@@ -69,6 +69,15 @@ fn owns(runtime: &Runtime, key: &ConversationKey) -> bool {
         .any(|(owned, _, _)| owned == key)
 }
 
+/// The messages of `key` in `log`, in order.
+fn messages(log: &NatsLog, key: &ConversationKey) -> Vec<Message> {
+    log.conversation_events(key, Seq::ZERO, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| r.event.as_message().cloned())
+        .collect()
+}
+
 fn key() -> ConversationKey {
     ConversationKey::new(CONV).unwrap()
 }
@@ -101,14 +110,10 @@ fn an_embedded_runtime_carries_a_post_to_the_runtime_that_owns_the_conversation(
     }) else {
         return;
     };
-    let stored: Vec<String> = log
-        .conversation_events(&key(), Seq::ZERO, usize::MAX)
-        .unwrap()
+    let stored: Vec<String> = messages(&log, &key())
         .into_iter()
-        .filter_map(|r| match r.event {
-            Event::MessagePosted(m) if m.sender == Participant::User => Some(m.plain_text()),
-            _ => None,
-        })
+        .filter(|m| m.sender == Participant::User)
+        .map(|m| m.plain_text())
         .collect();
     assert_eq!(stored, texts, "each post once, in order");
 }
@@ -214,11 +219,8 @@ fn a_hosts_turn_with_tools_posted_to_a_non_owner_runs_on_the_owner() {
     }) else {
         return;
     };
-    let parts: Vec<Part> = log
-        .conversation_events(&key(), Seq::ZERO, usize::MAX)
-        .unwrap()
+    let parts: Vec<Part> = messages(&log, &key())
         .into_iter()
-        .filter_map(|r| r.event.as_message().cloned())
         .flat_map(|m| m.parts)
         .filter(|p| !matches!(p, Part::Text { .. }))
         .collect();
@@ -274,11 +276,8 @@ fn an_mcp_clients_tool_call_runs_on_the_owner_of_its_conversation() {
     };
     for (conversation, wanted) in [(CONV, 1), (IDLE, 1)] {
         let key = ConversationKey::new(conversation).unwrap();
-        let calls = log
-            .conversation_events(&key, Seq::ZERO, usize::MAX)
-            .unwrap()
+        let calls = messages(&log, &key)
             .into_iter()
-            .filter_map(|r| r.event.as_message().cloned())
             .flat_map(|m| m.parts)
             .filter(|p| matches!(p, Part::ToolCall { name, .. } if name == "get_history"))
             .count();
