@@ -305,58 +305,64 @@ impl Runtime {
         let runtime = Arc::new(self.handle());
         Arc::new(move |request: Forwarded, progress| {
             let runtime = Arc::clone(&runtime);
-            Box::pin(async move {
-                match request {
-                    Forwarded::Post(mut post) => {
-                        // Checked where it arrived; again against this process's own tools.
-                        check_host_tools(&post.tools, &runtime.shared.tools)?;
-                        let host = HostPost::forwarded(&mut post);
-                        runtime
-                            .post_with(
-                                post.conversation,
-                                post.sender,
-                                &post.text,
-                                progress,
-                                host,
-                                true,
-                            )
-                            .await
-                            .map(Answered::Posted)
-                    }
-                    Forwarded::Reset {
-                        conversation,
-                        agent,
-                    } => runtime
-                        .reset_with(conversation, agent, true)
-                        .await
-                        .map(|()| Answered::Reset),
-                    Forwarded::Heartbeat {
-                        conversation,
-                        agent,
-                        text,
-                    } => runtime
-                        .heartbeat_with(conversation, agent, &text, true)
-                        .await
-                        .map(Answered::Heartbeat),
-                    Forwarded::ToolResults {
-                        conversation,
-                        results,
-                    } => runtime
-                        .submit_tool_results_with(conversation, results, true)
-                        .await
-                        .map(|()| Answered::ToolResults),
-                    Forwarded::ToolCall {
-                        conversation,
-                        agent,
-                        name,
-                        arguments,
-                    } => runtime
-                        .call_tool_with(&conversation, &agent, &name, &arguments, true)
-                        .await
-                        .map(Answered::ToolCall),
-                }
-            })
+            Box::pin(async move { runtime.serve_forwarded(request, progress).await })
         })
+    }
+
+    /// Runs a request another node forwarded here (see `forwarded_requests`).
+    async fn serve_forwarded(
+        &self,
+        request: Forwarded,
+        progress: Option<ProgressSink>,
+    ) -> Result<Answered, RuntimeError> {
+        match request {
+            Forwarded::Post(mut post) => {
+                // Checked where it arrived; again against this process's own tools.
+                check_host_tools(&post.tools, &self.shared.tools)?;
+                let host = HostPost::forwarded(&mut post);
+                self.post_with(
+                    post.conversation,
+                    post.sender,
+                    &post.text,
+                    progress,
+                    host,
+                    true,
+                )
+                .await
+                .map(Answered::Posted)
+            }
+            Forwarded::Reset {
+                conversation,
+                agent,
+            } => self
+                .reset_with(conversation, agent, true)
+                .await
+                .map(|()| Answered::Reset),
+            Forwarded::Heartbeat {
+                conversation,
+                agent,
+                text,
+            } => self
+                .heartbeat_with(conversation, agent, &text, true)
+                .await
+                .map(Answered::Heartbeat),
+            Forwarded::ToolResults {
+                conversation,
+                results,
+            } => self
+                .submit_tool_results_with(conversation, results, true)
+                .await
+                .map(|()| Answered::ToolResults),
+            Forwarded::ToolCall {
+                conversation,
+                agent,
+                name,
+                arguments,
+            } => self
+                .call_tool_with(&conversation, &agent, &name, &arguments, true)
+                .await
+                .map(Answered::ToolCall),
+        }
     }
 
     /// This node's id in its cluster (`None` off a cluster).
