@@ -28,11 +28,24 @@ fn with_two_nodes<F>(
 where
     F: Future<Output = (Runtime, Runtime)>,
 {
+    with_two_slow_nodes(stream, std::time::Duration::ZERO, body)
+}
+
+/// [`with_two_nodes`] with a provider that takes `latency` per call.
+fn with_two_slow_nodes<F>(
+    stream: &str,
+    latency: std::time::Duration,
+    body: impl FnOnce(Runtime, Runtime, ScriptedProvider) -> F,
+) -> Option<(NatsCluster, NatsLog)>
+where
+    F: Future<Output = (Runtime, Runtime)>,
+{
     let (cluster, url, _dir, config_path) = on_one_nats_server(stream)?;
     let config = RuntimeConfig::load(&config_path).unwrap();
-    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
-        resumable: true,
-    }));
+    let provider = ScriptedProvider::new(ScriptedConfig {
+        latency,
+        ..ScriptedConfig::new(legio_core::History::Session { resumable: true })
+    });
     let overrides = HashMap::from([(
         "local".to_owned(),
         Arc::new(provider.clone()) as Arc<dyn Provider>,
@@ -322,6 +335,38 @@ fn every_node_reads_and_writes_the_shared_memory_after_the_others() {
                 .collect();
             assert_eq!(texts, [("owner", "e2"), ("plan", "three"), ("risk", "low")]);
         }
+        (e1, e2)
+    }) else {
+        return;
+    };
+}
+
+/// `Runtime::status` on a node that does not own the conversation shows what the agents are
+/// doing on the owner (an agent works where its actors run): ann working while e1 runs her turn,
+/// idle after it. It once showed every agent idle on e2.
+#[test]
+fn status_on_a_non_owner_shows_what_the_owners_agents_are_doing() {
+    let latency = std::time::Duration::from_millis(1500);
+    let Some(_) = with_two_slow_nodes("embedded_status", latency, |e1, e2, _| async move {
+        e1.post(CONV, "hello").await.unwrap();
+        let activity = |statuses: Vec<legio_runtime::AgentStatus>| {
+            let ann = statuses.into_iter().find(|s| s.agent.as_str() == "ann");
+            ann.map(|s| s.activity)
+        };
+        let asked = async {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            activity(e2.status(CONV).await.unwrap())
+        };
+        let (posted, during) = tokio::join!(e1.post(CONV, "@ann slowly"), asked);
+        assert!(posted.unwrap().iter().all(|r| r.outcome.is_ok()));
+        assert_eq!(
+            during,
+            Some(legio_runtime::Activity::Working),
+            "during ann's turn"
+        );
+        let after = activity(e2.status(CONV).await.unwrap());
+        assert_eq!(after, Some(legio_runtime::Activity::Idle), "after it");
+        assert!(owns(&e1, &key()) && !owns(&e2, &key()), "e1 kept it");
         (e1, e2)
     }) else {
         return;

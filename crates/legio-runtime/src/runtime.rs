@@ -362,6 +362,9 @@ impl Runtime {
                 .call_tool_with(&conversation, &agent, &name, &arguments, true)
                 .await
                 .map(Answered::ToolCall),
+            Forwarded::Activities { conversation } => {
+                Ok(Answered::Activities(self.board_here(&conversation)))
+            }
         }
     }
 
@@ -1030,6 +1033,7 @@ impl Runtime {
             .shared
             .read(move |log| log.session_states(&lookup))
             .await?;
+        let board = self.board(&key).await;
         Ok(self
             .shared
             .config
@@ -1038,10 +1042,10 @@ impl Runtime {
             .map(|spec| {
                 let session = states.iter().find(|s| s.agent == spec.name).cloned();
                 let failed = session.as_ref().is_some_and(|s| s.failed.is_some());
-                let activity = if failed {
-                    Activity::Failed
-                } else {
-                    self.shared.board.get(&key, &spec.name)
+                let activity = match board.iter().find(|(agent, _)| *agent == spec.name) {
+                    _ if failed => Activity::Failed,
+                    Some((_, activity)) => *activity,
+                    None => Activity::Idle,
                 };
                 AgentStatus {
                     agent: spec.name.clone(),
@@ -1051,6 +1055,41 @@ impl Runtime {
                 }
             })
             .collect())
+    }
+
+    /// What each agent of `conversation` is doing on this node.
+    fn board_here(&self, conversation: &ConversationKey) -> Vec<(AgentName, Activity)> {
+        let board = &self.shared.board;
+        self.shared
+            .config
+            .agents
+            .iter()
+            .map(|spec| (spec.name.clone(), board.get(conversation, &spec.name)))
+            .collect()
+    }
+
+    /// What each agent of `conversation` is doing where its actors run: here, or on a cluster
+    /// on the node holding the conversation (asked over the bus; this node's own board, where
+    /// they all idle, if that node cannot answer). Nobody holding it, no lease is taken.
+    async fn board(&self, conversation: &ConversationKey) -> Vec<(AgentName, Activity)> {
+        let Some(cluster) = &self.cluster else {
+            return self.board_here(conversation);
+        };
+        match cluster.ownership.holder(conversation).await {
+            Ok(Some(node)) if node != cluster.ownership.node() => {}
+            _ => return self.board_here(conversation),
+        }
+        let request = || Forwarded::Activities {
+            conversation: conversation.clone(),
+        };
+        let answer = match self.elsewhere(request, None, false).await {
+            Ok(_in_use) => return self.board_here(conversation),
+            Err(answer) => answer.and_then(Answered::into_activities),
+        };
+        answer.unwrap_or_else(|e| {
+            tracing::debug!(conversation = %conversation, error = %e, "the owner did not say what its agents are doing");
+            self.board_here(conversation)
+        })
     }
 
     /// Stops every agent idle longer than the configured timeout (the reaper does this on its

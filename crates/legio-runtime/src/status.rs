@@ -7,8 +7,9 @@ use std::sync::Mutex;
 
 use legio_core::{AgentName, ConversationKey};
 
-/// What an agent is doing.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// What an agent is doing. (Serializable: on a cluster a node asks the owner of a conversation
+/// what its agents are doing.)
+#[derive(Clone, Copy, PartialEq, Eq, Debug, serde::Serialize, serde::Deserialize)]
 pub enum Activity {
     /// No turn in progress.
     Idle,

@@ -22,6 +22,7 @@ use crate::host_tools::HostToolResult;
 use crate::memory::ToolSpec;
 use crate::progress::ProgressSink;
 use crate::reply::{AgentReply, Posted};
+use crate::status::Activity;
 
 pub(crate) use ownership::{InUse, Owner, Ownership};
 pub(crate) use routing::{RequestHandler, Routed};
@@ -83,6 +84,9 @@ pub(crate) enum Forwarded {
         name: String,
         arguments: String,
     },
+    /// For `Runtime::status`: what the conversation's agents are doing (only the node that runs
+    /// their actors knows).
+    Activities { conversation: ConversationKey },
 }
 
 impl Forwarded {
@@ -92,7 +96,8 @@ impl Forwarded {
             Self::Reset { conversation, .. }
             | Self::Heartbeat { conversation, .. }
             | Self::ToolResults { conversation, .. }
-            | Self::ToolCall { conversation, .. } => conversation,
+            | Self::ToolCall { conversation, .. }
+            | Self::Activities { conversation } => conversation,
         }
     }
 
@@ -104,6 +109,7 @@ impl Forwarded {
             Self::Heartbeat { .. } => "heartbeat",
             Self::ToolResults { .. } => "tool_results",
             Self::ToolCall { .. } => "tool_call",
+            Self::Activities { .. } => "activities",
         }
     }
 }
@@ -118,6 +124,8 @@ pub(crate) enum Answered {
     ToolResults,
     /// The tool's result text, or the error text the model would get.
     ToolCall(Result<String, String>),
+    /// Each agent of the roster, with what it is doing on the owner.
+    Activities(Vec<(AgentName, Activity)>),
 }
 
 impl Answered {
@@ -161,6 +169,13 @@ impl Answered {
         match self {
             Self::ToolCall(outcome) => Ok(outcome),
             other => Err(other.mismatch("tool call")),
+        }
+    }
+
+    pub(crate) fn into_activities(self) -> Result<Vec<(AgentName, Activity)>, RuntimeError> {
+        match self {
+            Self::Activities(activities) => Ok(activities),
+            other => Err(other.mismatch("activities")),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The wire form of a forwarded request (JSON on the node bus): the parsed request (a post, a
-//! reset, a heartbeat, a host's tool results, an MCP client's tool call), a post's progress and the typed answer, each convertible to and from the
+//! reset, a heartbeat, a host's tool results, an MCP client's tool call, a status's question of
+//! what the agents are doing), a post's progress and the typed answer, each convertible to and from the
 //! runtime's own types. Only nodes of the same version talk to each other; an unknown kind or
 //! code reads as the most general one.
 
@@ -10,6 +11,7 @@ use super::{Answered, Forwarded};
 use crate::error::{ErrorCode, RuntimeError};
 use crate::progress::Progress;
 use crate::reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
+use crate::status::Activity;
 
 /// The request, and whether the caller listens to its progress (posts only).
 #[derive(Serialize, Deserialize)]
@@ -66,6 +68,9 @@ pub(super) enum WireAnswer {
     ToolResults,
     ToolCall {
         outcome: Result<String, String>,
+    },
+    Activities {
+        activities: Vec<(AgentName, Activity)>,
     },
     Error {
         code: String,
@@ -241,6 +246,9 @@ impl WireAnswer {
             Ok(Answered::ToolCall(outcome)) => Self::ToolCall {
                 outcome: outcome.clone(),
             },
+            Ok(Answered::Activities(activities)) => Self::Activities {
+                activities: activities.clone(),
+            },
             Err(e) => Self::Error {
                 code: code_name(e.code()).to_owned(),
                 message: e.to_string(),
@@ -261,6 +269,7 @@ impl WireAnswer {
             Self::Heartbeat { reply } => Ok(Answered::Heartbeat(reply.into())),
             Self::ToolResults => Ok(Answered::ToolResults),
             Self::ToolCall { outcome } => Ok(Answered::ToolCall(outcome)),
+            Self::Activities { activities } => Ok(Answered::Activities(activities)),
             Self::Error { code, message } => Err(RuntimeError::Remote {
                 node: node.to_owned(),
                 code: code_of(&code),
@@ -432,11 +441,12 @@ mod tests {
                 }],
             },
             Forwarded::ToolCall {
-                conversation,
+                conversation: conversation.clone(),
                 agent: AgentName::new("bob").unwrap(),
                 name: "get_history".into(),
                 arguments: r#"{"limit": 3}"#.into(),
             },
+            Forwarded::Activities { conversation },
         ];
         for request in requests {
             let bytes = serde_json::to_vec(&WireRequest::new(&request, true)).unwrap();
@@ -495,6 +505,7 @@ mod tests {
             Answered::ToolResults,
             Answered::ToolCall(Ok("three messages".into())),
             Answered::ToolCall(Err("no such tool".into())),
+            Answered::Activities(vec![(agent.clone(), Activity::Working)]),
         ] {
             let bytes = serde_json::to_vec(&WireAnswer::of(&Ok(answered.clone()))).unwrap();
             let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();
