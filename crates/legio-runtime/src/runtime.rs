@@ -627,24 +627,36 @@ impl Runtime {
             Err(e @ RuntimeError::NoPendingToolCall { .. }) if !forwarded => e,
             here => return here,
         };
-        let Some(cluster) = &self.cluster else {
-            return Err(refused);
-        };
-        // Calls wait only on the conversation's owner: if nobody holds it, or this node does,
-        // none waits anywhere (the refusal stands, and no lease is taken for it).
-        match cluster.ownership.holder(&key).await? {
-            Some(node) if node != cluster.ownership.node() => {}
-            _ => return Err(refused),
-        }
+        // Calls wait only on the conversation's owner: if no other node holds it, none waits
+        // anywhere and the refusal stands (no lease is taken for it).
         let request = || Forwarded::ToolResults {
             conversation: key.clone(),
             results: results.clone(),
         };
+        match self.ask_holder(&key, request).await? {
+            Some(answer) => answer.into_tool_results(),
+            None => Err(refused),
+        }
+    }
+
+    /// On a cluster, for a request only the node holding `conversation` can answer and that
+    /// must not take the conversation: that node's answer, or `None` to answer here (off a
+    /// cluster, nobody holds it, this node does, or it came to this node meanwhile).
+    async fn ask_holder(
+        &self,
+        conversation: &ConversationKey,
+        request: impl FnOnce() -> Forwarded,
+    ) -> Result<Option<Answered>, RuntimeError> {
+        let Some(cluster) = &self.cluster else {
+            return Ok(None);
+        };
+        match cluster.ownership.holder(conversation).await? {
+            Some(node) if node != cluster.ownership.node() => {}
+            _ => return Ok(None),
+        }
         match self.elsewhere(request, None, false).await {
-            // This node owns the conversation: its own desk's answer stands (asked again, in
-            // case a call began to wait meanwhile).
-            Ok(_in_use) => self.shared.host_desk.submit(&key, results),
-            Err(answer) => answer.and_then(Answered::into_tool_results),
+            Ok(_in_use) => Ok(None),
+            Err(answer) => answer.map(Some),
         }
     }
 
@@ -1072,19 +1084,13 @@ impl Runtime {
     /// on the node holding the conversation (asked over the bus; this node's own board, where
     /// they all idle, if that node cannot answer). Nobody holding it, no lease is taken.
     async fn board(&self, conversation: &ConversationKey) -> Vec<(AgentName, Activity)> {
-        let Some(cluster) = &self.cluster else {
-            return self.board_here(conversation);
-        };
-        match cluster.ownership.holder(conversation).await {
-            Ok(Some(node)) if node != cluster.ownership.node() => {}
-            _ => return self.board_here(conversation),
-        }
         let request = || Forwarded::Activities {
             conversation: conversation.clone(),
         };
-        let answer = match self.elsewhere(request, None, false).await {
-            Ok(_in_use) => return self.board_here(conversation),
-            Err(answer) => answer.and_then(Answered::into_activities),
+        let answer = match self.ask_holder(conversation, request).await {
+            Ok(None) => return self.board_here(conversation),
+            Ok(Some(answer)) => answer.into_activities(),
+            Err(e) => Err(e),
         };
         answer.unwrap_or_else(|e| {
             tracing::debug!(conversation = %conversation, error = %e, "the owner did not say what its agents are doing");
