@@ -622,7 +622,7 @@ fn a_gracefully_stopped_owner_hands_its_conversation_over_at_once() {
 /// A conversation whose actors the reaper stopped (idle) is let go: its owner releases its
 /// lease (the lease TTL here is 30 s, so no expiry is involved), its held-leases gauge drops,
 /// and a post to another node is served there at once, the agents resuming their suspended
-/// sessions.
+/// sessions. A third node that read the conversation drops its copy as idle too.
 #[test]
 fn an_idle_conversation_is_released_once_its_actors_are_reaped() {
     let _one_at_a_time = one_at_a_time();
@@ -638,11 +638,20 @@ fn an_idle_conversation_is_released_once_its_actors_are_reaped() {
     let i = legion.node_index(&owner);
     let held = |node: &Node| metric(node, "legio_cluster_leases_held", "");
     assert_eq!(held(&legion.nodes[i]), 1.0, "{owner} holds the lease");
+    // A node that reads the conversation without owning it keeps a copy of it, dropped once
+    // unread for the idle timeout (it once kept every copy it ever read).
+    let reader = &legion.nodes[(i + 2) % legion.nodes.len()];
+    let (status, body) = get(reader, &format!("/sessions/{CONV}/history"));
+    assert_eq!(status, 200, "{body}");
+    let copies = |node: &Node| metric(node, "legio_cluster_read_copies", "");
+    assert_eq!(copies(reader), 1.0, "{} keeps a copy", reader.name);
     let deadline = Instant::now() + Duration::from_secs(15);
-    while legion.owner(CONV).is_some() {
+    while legion.owner(CONV).is_some() || copies(reader) > 0.0 {
         assert!(
             Instant::now() < deadline,
-            "{owner} kept the lease of an idle conversation"
+            "{owner} kept the lease of an idle conversation, or {} its copy ({} copies)",
+            reader.name,
+            copies(reader)
         );
         std::thread::sleep(Duration::from_millis(100));
     }

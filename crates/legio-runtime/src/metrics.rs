@@ -47,6 +47,9 @@ pub const LEASES_LOST: &str = "legio_cluster_leases_lost_total";
 pub const LEASES_RELEASED: &str = "legio_cluster_leases_released_total";
 /// Conversation leases this node owns now (gauge).
 pub const LEASES_HELD: &str = "legio_cluster_leases_held";
+/// Conversations this node keeps a copy of because it read them without owning them (gauge):
+/// dropped once unread for the idle timeout.
+pub const READ_COPIES: &str = "legio_cluster_read_copies";
 /// Seconds a lease renewal took (histogram).
 pub const LEASE_RENEW_LATENCY: &str = "legio_cluster_lease_renew_seconds";
 /// Posts sent to the owning node, labelled by `outcome` (ok, error).

@@ -431,6 +431,9 @@ impl Runtime {
                 let reaped = reap(&root, idle).await;
                 shared.prune_dispatch_tails();
                 release_unused(cluster.as_deref(), &root, idle);
+                if let Some(cluster) = &cluster {
+                    cluster.ownership.forget_reads(idle).await;
+                }
                 match reaped {
                     Ok(n) if n > 0 => tracing::info!(reaped = n, "reaped idle agents"),
                     Ok(_) => {}

@@ -66,6 +66,9 @@ pub(crate) struct Ownership {
     renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// This node's presence lease, once taken.
     presence: Mutex<Option<Lease>>,
+    /// Conversations this node read without holding them (the log keeps a copy of each), with
+    /// when last: `forget_reads` drops the copies unread for the idle timeout.
+    read: Mutex<HashMap<ConversationKey, Instant>>,
 }
 
 /// How often taking a lease is tried before the post fails (within a TTL after a cluster error),
@@ -112,6 +115,7 @@ impl Ownership {
             root: OnceLock::new(),
             renewer: Mutex::new(None),
             presence: Mutex::new(Some(presence)),
+            read: Mutex::new(HashMap::new()),
         })
     }
 
@@ -186,7 +190,39 @@ impl Ownership {
             log.catch_up(&key)
         })
         .await??;
+        let mut read = lock(&self.read);
+        read.insert(conversation.clone(), Instant::now());
+        metrics::gauge!(m::READ_COPIES).set(read.len() as f64);
         Ok(())
+    }
+
+    /// Drops the log's copies of the conversations this node read without holding them and has
+    /// not read since `idle` (the reaper calls it): a later read loads them again from the
+    /// stream. Under `acquiring`, so no take runs meanwhile; a conversation held now is left
+    /// alone (its copy is the owner's).
+    pub(crate) async fn forget_reads(&self, idle: Duration) {
+        let _one = self.acquiring.lock().await;
+        let stale: Vec<ConversationKey> = {
+            let held = lock(&self.held);
+            let mut read = lock(&self.read);
+            read.retain(|key, _| !held.contains_key(key));
+            let stale = read
+                .iter()
+                .filter(|(_, at)| at.elapsed() >= idle)
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in &stale {
+                read.remove(key);
+            }
+            metrics::gauge!(m::READ_COPIES).set(read.len() as f64);
+            stale
+        };
+        for conversation in &stale {
+            self.log.forget(conversation);
+        }
+        if !stale.is_empty() {
+            tracing::debug!(node = %self.node, dropped = stale.len(), "dropped the copies of conversations read but not owned");
+        }
     }
 
     /// The conversations this node owns, with their leases and when they were last renewed.
