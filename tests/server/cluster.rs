@@ -172,8 +172,8 @@ async fn history(h: &Harness, key: &str) -> (StatusCode, Value) {
 /// read it as the owner wrote it: a chat posted to n2 three times (each resending the whole
 /// transcript) runs on n1 and passes n2's check of the earlier messages (n2's copy of the
 /// conversation, loaded by a history read, is caught up first: it once stayed as first read, and
-/// the third request failed 409 `history_mismatch`), and n2's history then shows n1's latest turn
-/// and its operator's context report finds the conversation (it once answered
+/// the third request failed 409 `history_mismatch`), and n2's agents table, history and
+/// operator's context report then show n1's latest turn and find the conversation (it once answered
 /// `unknown_conversation` when n2 had first read it empty).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_door_and_the_history_on_a_non_owner_read_what_the_owner_wrote() {
@@ -199,6 +199,21 @@ async fn the_door_and_the_history_on_a_non_owner_read_what_the_owner_wrote() {
         transcript.push(json!({"role": "assistant", "content": reply}));
     }
     n1.turn(DOOR, "@a fifth").await;
+    // n2's table of every conversation's agents shows a's first session in it, opened on n1
+    // (that table once read n2's copies as they stood).
+    let (status, table) = n2
+        .call(
+            "get",
+            "/operator/inspect/{what}",
+            n2.operator("/operator/inspect/agents"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{table}");
+    let rows = table["rows"].as_array().cloned().unwrap_or_default();
+    assert!(
+        rows.iter().any(|r| r[0] == DOOR && r[1] == "a"),
+        "a's session in {DOOR}: {table}"
+    );
     let (status, shown) = history(&n2, DOOR).await;
     assert_eq!(status, StatusCode::OK, "{shown}");
     assert!(

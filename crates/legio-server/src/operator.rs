@@ -247,7 +247,17 @@ pub(crate) async fn inspect(
         )
     })?;
     let only = optional_key(query.conversation.as_deref())?;
-    if let Some(key) = &only {
+    // On a cluster node: what the owners appended first, to the conversation named, or to every
+    // conversation for the agents table (its rows read each conversation's session states).
+    let caught_up = match (&only, kind) {
+        (Some(key), _) => vec![key.clone()],
+        (None, InspectKind::Agents) if state.runtime.node().is_some() => {
+            let log = Arc::clone(state.runtime.log());
+            blocking(move || log.conversations().map_err(RuntimeError::from)).await?
+        }
+        (None, _) => Vec::new(),
+    };
+    for key in &caught_up {
         state.runtime.catch_up(key).await?;
     }
     let log = Arc::clone(state.runtime.log());
