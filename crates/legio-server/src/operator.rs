@@ -10,10 +10,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::{self, Stream, StreamExt};
 use legio_core::{record_to_json, ConversationKey, Record, Seq};
 use legio_runtime::{inspect as inspect_log, InspectKind, RuntimeError};
 use legio_store::{EventLog, Subscription};
@@ -23,7 +23,7 @@ use tokio::sync::watch;
 
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::wire::conversation_key;
+use crate::wire::{conversation_key, sse, wants_stream};
 
 /// Events per read while catching up.
 const CHUNK: usize = 1_000;
@@ -155,21 +155,7 @@ pub(crate) async fn events(
             format!("from={from} is after to={to}"),
         ));
     }
-    let sse_wanted = match query.format.as_deref() {
-        Some("sse") => true,
-        Some("jsonl") => false,
-        Some(other) => {
-            return Err(ApiError::new(
-                "bad_query",
-                format!("format={other:?} is not \"jsonl\" or \"sse\""),
-            ))
-        }
-        None => headers
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.contains("text/event-stream")),
-    };
+    let sse_wanted = wants_sse(query.format.as_deref(), &headers)?;
     let cursor = Cursor {
         log: Arc::clone(state.runtime.log()),
         conversation,
@@ -180,28 +166,58 @@ pub(crate) async fn events(
         stopping: state.stopping.clone(),
     };
     let batches = stream::unfold(cursor, Cursor::next_batch);
-    if sse_wanted {
-        let events = batches.flat_map(|batch| {
-            let events: Vec<SseEvent> = match batch {
-                Ok(records) => records
-                    .iter()
-                    .map(|r| {
-                        SseEvent::default()
-                            .id(r.seq.get().to_string())
-                            .event("record")
-                            .data(record_to_json(r).to_string())
-                    })
-                    .collect(),
-                Err(e) => vec![SseEvent::default()
-                    .event("error")
-                    .data(e.body().to_string())],
-            };
-            stream::iter(events.into_iter().map(Ok::<_, Infallible>))
-        });
-        return Ok(Sse::new(events)
-            .keep_alive(KeepAlive::default())
-            .into_response());
+    Ok(if sse_wanted {
+        sse_records(batches)
+    } else {
+        jsonl_records(batches)
+    })
+}
+
+/// Whether the events go as server-sent events: `format=sse` or `jsonl`, else the `Accept`
+/// header says.
+fn wants_sse(format: Option<&str>, headers: &HeaderMap) -> Result<bool, ApiError> {
+    match format {
+        Some("sse") => Ok(true),
+        Some("jsonl") => Ok(false),
+        Some(other) => Err(ApiError::new(
+            "bad_query",
+            format!("format={other:?} is not \"jsonl\" or \"sse\""),
+        )),
+        None => Ok(wants_stream(headers)),
     }
+}
+
+/// The batches as server-sent events: one `record` event per record (its seq as the id), an
+/// `error` event for a failed read.
+fn sse_records<S>(batches: S) -> Response
+where
+    S: Stream<Item = Result<Vec<Record>, ApiError>> + Send + 'static,
+{
+    let events = batches.flat_map(|batch| {
+        let events: Vec<SseEvent> = match batch {
+            Ok(records) => records
+                .iter()
+                .map(|r| {
+                    SseEvent::default()
+                        .id(r.seq.get().to_string())
+                        .event("record")
+                        .data(record_to_json(r).to_string())
+                })
+                .collect(),
+            Err(e) => vec![SseEvent::default()
+                .event("error")
+                .data(e.body().to_string())],
+        };
+        stream::iter(events.into_iter().map(Ok::<_, Infallible>))
+    });
+    sse(events)
+}
+
+/// The batches as JSON lines: one line per record, the error body for a failed read.
+fn jsonl_records<S>(batches: S) -> Response
+where
+    S: Stream<Item = Result<Vec<Record>, ApiError>> + Send + 'static,
+{
     let lines = batches.map(|batch| {
         let mut out = Vec::new();
         match batch {
@@ -218,11 +234,11 @@ pub(crate) async fn events(
         }
         Ok::<_, Infallible>(Bytes::from(out))
     });
-    Ok((
+    (
         [(header::CONTENT_TYPE, "application/x-ndjson")],
         Body::from_stream(lines),
     )
-        .into_response())
+        .into_response()
 }
 
 /// The query of `GET /operator/inspect/{what}`.

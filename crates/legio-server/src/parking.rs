@@ -52,12 +52,12 @@ impl AppState {
         conversation: &ConversationKey,
         results: Vec<HostToolResult>,
     ) -> Result<Run, ApiError> {
+        let ids: Vec<String> = results.iter().map(|r| r.call_id.clone()).collect();
         let waits_for = |p: &Parked| {
-            p.conversation == *conversation
-                && results.iter().any(|r| p.call_ids.contains(&r.call_id))
+            p.conversation == *conversation && ids.iter().any(|id| p.call_ids.contains(id))
         };
         self.runtime
-            .submit_tool_results(conversation, results.clone())
+            .submit_tool_results(conversation, results)
             .await?;
         let mut parked = self.parked();
         // The run is still parked: only the request whose results the calls took gets here, and
