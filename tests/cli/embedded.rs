@@ -140,7 +140,8 @@ fn tool(name: &str) -> ToolSpec {
 }
 
 /// A host's turn with tools posted to e2, for a conversation e1 owns, runs on e1 (it once failed
-/// as moved): e1's model is offered the tools e2 knows (declared there, and the turn's own), its
+/// as moved): e1's model is offered the declared tools (declared through e2, recorded by e1) and
+/// the turn's own, its
 /// call comes back to e2's caller as progress, a wrong id handed to e2 is refused by e1 (nothing
 /// waits for it), the right result goes on to e1's waiting call, and the turn ends with the
 /// agent's reply, though the host took longer than a silent owner is waited for. The call and
@@ -151,7 +152,7 @@ fn a_hosts_turn_with_tools_posted_to_a_non_owner_runs_on_the_owner() {
     let Some((_cluster, log)) = with_two_nodes("embedded_tools", |e1, e2, provider| async move {
         e1.post(CONV, "hello").await.unwrap();
         assert!(owns(&e1, &key()), "e1 took the conversation");
-        e2.declare_tools(CONV, vec![tool("lookup")]).unwrap();
+        e2.declare_tools(CONV, vec![tool("lookup")]).await.unwrap();
         let ann = legio_core::AgentName::new("ann").unwrap();
         provider.inject(
             Some(&ann),

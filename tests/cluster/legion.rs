@@ -450,16 +450,30 @@ pub fn post(base: &str, conversation: &str, text: &str) -> Result<Vec<Value>, St
 
 /// A counter's value in a node's `/metrics` (summed over its labels; 0 when absent).
 pub fn metric(node: &Node, name: &str, label: &str) -> f64 {
+    metric_with(node, name, &[label])
+}
+
+/// Like [`metric`], over the lines that contain every one of `labels`.
+pub fn metric_with(node: &Node, name: &str, labels: &[&str]) -> f64 {
     let (_, text) = get(node, "/metrics");
     text.lines()
-        .filter(|l| l.starts_with(name) && l.contains(label))
+        .filter(|l| l.starts_with(name) && labels.iter().all(|label| l.contains(label)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
 
 /// A metric summed over every node of the legion (see [`metric`]).
 pub fn total(legion: &Legion, name: &str, label: &str) -> f64 {
-    legion.nodes.iter().map(|n| metric(n, name, label)).sum()
+    total_with(legion, name, &[label])
+}
+
+/// A metric summed over every node of the legion (see [`metric_with`]).
+pub fn total_with(legion: &Legion, name: &str, labels: &[&str]) -> f64 {
+    legion
+        .nodes
+        .iter()
+        .map(|n| metric_with(n, name, labels))
+        .sum()
 }
 
 /// Every node's lease counters (`legio_cluster_lease*` lines of its `/metrics`), to say in a

@@ -67,12 +67,16 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
             .filter(|round| legion.nodes[(c + round) % 3].name != owner)
             .count();
     }
-    let forwarded: f64 = total(
-        &legion,
-        "legio_cluster_forwarded_posts_total",
-        "outcome=\"ok\"",
-    );
-    let served: f64 = total(&legion, "legio_cluster_served_posts_total", "");
+    let forwarded_of = |kind: &str| {
+        let kind = format!("kind=\"{kind}\"");
+        total_with(
+            &legion,
+            "legio_cluster_forwarded_posts_total",
+            &[&kind, "outcome=\"ok\""],
+        )
+    };
+    let (forwarded, asked) = (forwarded_of("post"), forwarded_of("declared_tools"));
+    let served: f64 = total(&legion, "legio_cluster_served_posts_total", "kind=\"post\"");
     // `legio inspect nodes` shows who owns what, as the lease bucket says.
     let out = legion.legio(&["inspect", "nodes", "--format", "json"]);
     let rows: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
@@ -140,6 +144,11 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
     assert_eq!(
         served as usize, forwarded_expected,
         "and served by the owners"
+    );
+    // Before each of them the server asked the owner for the conversation's declared tools.
+    assert_eq!(
+        asked as usize, forwarded_expected,
+        "the declared tools asked of the owners"
     );
     // The lease and publish metrics: every conversation's lease taken (once, unless one moved),
     // renewals timed, and each owner's publishes timed.

@@ -1,7 +1,7 @@
 //! Golden files: the stored v1 encoding must keep decoding. If this test fails, a change broke the
 //! format of existing logs: add a new format version and an upcast instead (docs/storage.md).
 //! `events-v1.bin` holds the first variants; `events-v1-memory.bin` the variants appended later
-//! (memory stores, heartbeats). To write a file after adding events to its samples (new variants
+//! (memory stores, heartbeats); `events-v1-tools.bin` the host's tool declarations. To write a file after adding events to its samples (new variants
 //! only), run with `LEGIO_BLESS=1` and commit the file.
 //!
 //! Session states (the `sessions` index) have their own versions: `session-state-v1.bin` holds
@@ -11,9 +11,9 @@
 
 use legio_core::AgentSessionState;
 use legio_core::{
-    AgentFailed, BoundaryReason, DeliveryMode, DirectivePublished, DirectiveRevoked, Event,
-    EventKind, HeartbeatRan, NoteWritten, NotebookEntryAppended, OpenReason, Seq, SessionStart,
-    SummaryRecorded, TokenUsage, TurnFailed,
+    AgentFailed, BoundaryReason, DeclaredTool, DeliveryMode, DirectivePublished, DirectiveRevoked,
+    Event, EventKind, HeartbeatRan, NoteWritten, NotebookEntryAppended, OpenReason, Seq,
+    SessionStart, SummaryRecorded, TokenUsage, ToolsDeclared, TurnFailed,
 };
 use legio_store::testing::{decode_session_state, encode_session_state, STATE_FORMAT_VERSION};
 use legio_store::{decode_event, encode_event, FORMAT_VERSION};
@@ -23,6 +23,10 @@ const GOLDEN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/events-v
 const GOLDEN_MEMORY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/golden/events-v1-memory.bin"
+);
+const GOLDEN_TOOLS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/events-v1-tools.bin"
 );
 const GOLDEN_STATE_V1: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -159,6 +163,41 @@ pub(crate) fn memory_samples() -> Vec<Event> {
     ]
 }
 
+/// One sample of every variant appended after `events-v1-memory.bin` was written.
+pub(crate) fn tools_samples() -> Vec<Event> {
+    vec![
+        Event::ToolsDeclared(ToolsDeclared {
+            conversation: conv("golden:1"),
+            at: ts(27),
+            tools: vec![
+                DeclaredTool {
+                    name: "lookup_order".into(),
+                    description: "Finds an order by its number".into(),
+                    parameters: r#"{"type":"object","properties":{"number":{"type":"string"}},"required":["number"]}"#.into(),
+                },
+                DeclaredTool {
+                    name: "now".into(),
+                    description: String::new(),
+                    parameters: r#"{"type":"object"}"#.into(),
+                },
+            ],
+        }),
+        Event::ToolsDeclared(ToolsDeclared {
+            conversation: conv("golden:1"),
+            at: ts(28),
+            tools: Vec::new(),
+        }),
+    ]
+}
+
+/// Every sample, of every golden file, in file order.
+pub(crate) fn all_samples() -> Vec<Event> {
+    let mut all = samples();
+    all.extend(memory_samples());
+    all.extend(tools_samples());
+    all
+}
+
 fn frame(records: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     for r in records {
@@ -228,12 +267,14 @@ fn v1_memory_and_heartbeat_records_still_decode_and_encode_identically() {
 }
 
 #[test]
+fn v1_tool_declaration_records_still_decode_and_encode_identically() {
+    check_golden(GOLDEN_TOOLS, tools_samples());
+}
+
+#[test]
 fn the_golden_samples_cover_every_event_kind() {
-    let covered: std::collections::BTreeSet<EventKind> = samples()
-        .iter()
-        .chain(memory_samples().iter())
-        .map(Event::kind)
-        .collect();
+    let covered: std::collections::BTreeSet<EventKind> =
+        all_samples().iter().map(Event::kind).collect();
     let missing: Vec<&str> = EventKind::ALL
         .into_iter()
         .filter(|k| !covered.contains(k))
@@ -247,7 +288,7 @@ fn the_golden_samples_cover_every_event_kind() {
 
 #[test]
 fn every_event_round_trips_through_its_json_line() {
-    for (i, event) in samples().into_iter().chain(memory_samples()).enumerate() {
+    for (i, event) in all_samples().into_iter().enumerate() {
         let record = legio_core::Record {
             seq: Seq(i as u64 + 1),
             event,
@@ -376,7 +417,7 @@ fn every_event_kind_validates_against_the_schema() {
         serde_json::from_str(&std::fs::read_to_string(EVENTS_SCHEMA).unwrap()).unwrap();
     let validator = jsonschema::validator_for(&schema).unwrap();
     let mut kinds = std::collections::BTreeSet::new();
-    for (i, event) in samples().into_iter().chain(memory_samples()).enumerate() {
+    for (i, event) in all_samples().into_iter().enumerate() {
         kinds.insert(event.kind());
         let json = legio_core::record_to_json(&legio_core::Record {
             seq: Seq(i as u64 + 1),

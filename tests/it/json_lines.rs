@@ -10,7 +10,7 @@ use legio_core::{
     Participant, Record, RecordJson, Seq, Timestamp,
 };
 
-use crate::golden::{memory_samples, samples};
+use crate::golden::all_samples;
 
 /// Checks every record with one reused writer (stale state from one record must not leak into
 /// the next); returns how many were checked.
@@ -42,7 +42,7 @@ fn numbered(events: impl IntoIterator<Item = Event>) -> impl Iterator<Item = Rec
 
 #[test]
 fn every_golden_sample_is_written_as_its_json_value() {
-    let all: Vec<Event> = samples().into_iter().chain(memory_samples()).collect();
+    let all: Vec<Event> = all_samples();
     assert_eq!(check(numbered(all.clone())), all.len());
 }
 

@@ -14,7 +14,7 @@ use legio_store::testing::decode_event_with_serde;
 use legio_store::{decode_event, encode_event};
 use legio_tests::TrafficGen;
 
-use crate::golden::{memory_samples, samples};
+use crate::golden::{all_samples, samples};
 
 /// Both decoders give the same answer for `bytes`; returns whether it was an event.
 fn same_outcome(bytes: &[u8]) -> bool {
@@ -113,11 +113,12 @@ fn odd_messages() -> Vec<Event> {
 
 #[test]
 fn every_golden_sample_and_golden_record_decodes_the_same() {
-    let all: Vec<Event> = samples().into_iter().chain(memory_samples()).collect();
+    let all: Vec<Event> = all_samples();
     assert_eq!(check_events(all.clone()), all.len());
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden");
     let mut records = golden_records(&format!("{dir}/events-v1.bin"));
     records.extend(golden_records(&format!("{dir}/events-v1-memory.bin")));
+    records.extend(golden_records(&format!("{dir}/events-v1-tools.bin")));
     assert_eq!(records.len(), all.len());
     for bytes in &records {
         assert!(same_outcome(bytes));
@@ -132,9 +133,8 @@ fn generated_traffic_and_odd_messages_decode_the_same() {
         (0..50).map(|i| gen.tool_exchange("gen:1", if i % 2 == 0 { "user" } else { "a1" })),
     );
     events.extend(odd_messages());
-    let kinds: std::collections::BTreeSet<_> = samples()
+    let kinds: std::collections::BTreeSet<_> = all_samples()
         .into_iter()
-        .chain(memory_samples())
         .chain(events.iter().cloned())
         .map(|e| e.kind())
         .collect();

@@ -267,3 +267,101 @@ async fn results_no_call_waits_for_take_no_lease() {
     n2.stop().await;
     n1.stop().await;
 }
+
+/// The names of the tools node `h` lists as declared for `key`.
+async fn declared_on(h: &Harness, key: &str) -> Vec<String> {
+    let (status, body) = h
+        .call(
+            "get",
+            "/sessions/{id}/tools",
+            h.get(&format!("/sessions/{key}/tools")),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Declares `tools` (a JSON array) for `key` through node `h`.
+async fn declare(h: &Harness, key: &str, tools: Value) {
+    let path = format!("/sessions/{key}/tools");
+    let (status, body) = h
+        .post_json("/sessions/{id}/tools", &path, &json!({ "tools": tools }))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+/// A turn for agent a posted to `h`, whose model (on `runner`, the node running the turn) calls
+/// the declared `lookup` as `call`: it pauses for that call, and the host's result ends it.
+async fn a_turn_pauses_for_lookup(h: &Harness, runner: &Harness, key: &str, call: &str) {
+    let agent_a = legio_core::AgentName::new("a").unwrap();
+    runner.providers["stateless"]
+        .inject(Some(&agent_a), Fault::tool_calls([(call, "lookup", "{}")]));
+    let turns = format!("/sessions/{key}/turns");
+    let (status, paused) = h
+        .post_json(
+            "/sessions/{id}/turns",
+            &turns,
+            &json!({"content": "@a look it up"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    let asked = &paused["required_action"]["tool_calls"][0];
+    assert_eq!(
+        (asked["id"].as_str(), asked["name"].as_str()),
+        (Some(call), Some("lookup")),
+        "{paused}"
+    );
+    let results = format!("/sessions/{key}/tool_results");
+    let answer = json!({"tool_results": [{"tool_call_id": call, "content": "the fact"}]});
+    let (status, done) = h
+        .post_json("/sessions/{id}/tool_results", &results, &answer)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+}
+
+/// Tools declared through one node are the conversation's on every node (a `ToolsDeclared`
+/// event in the log; they were once kept by the node they were declared on): declared on the
+/// owner (n1), n2 lists them (n1 answers), and a turn posted to n2 without tools pauses for n1's
+/// model's call of the declared `lookup`. Cleared through n2 (carried to n1, which records it),
+/// neither node lists any, and the log holds both declarations once each. Declared again, they
+/// outlive n1: n2 takes the conversation over and offers them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_declared_through_one_node_are_declared_on_every_node() {
+    const DECLARED: &str = "s:declared";
+    let Some((_nats, n1, n2)) = two_nodes("srvdeclared").await else {
+        return;
+    };
+    n1.turn(DECLARED, "hello").await;
+    declare(&n1, DECLARED, json!([tool("lookup")])).await;
+    assert_eq!(declared_on(&n2, DECLARED).await, ["lookup"]);
+    a_turn_pauses_for_lookup(&n2, &n1, DECLARED, "call-1").await;
+
+    declare(&n2, DECLARED, json!([])).await;
+    assert!(declared_on(&n1, DECLARED).await.is_empty());
+    assert!(declared_on(&n2, DECLARED).await.is_empty());
+    let key = legio_core::ConversationKey::new(DECLARED).unwrap();
+    let declarations: Vec<usize> = n1
+        .runtime
+        .log()
+        .conversation_events(&key, legio_core::Seq::ZERO, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            legio_core::Event::ToolsDeclared(d) => Some(d.tools.len()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(declarations, [1, 0]);
+
+    // Declared again, they outlive the node that recorded them: n1 stops (releasing the
+    // conversation), and n2, taking it over for the next turn, offers them from the log.
+    declare(&n2, DECLARED, json!([tool("lookup")])).await;
+    n1.stop().await;
+    a_turn_pauses_for_lookup(&n2, &n2, DECLARED, "call-2").await;
+    n2.stop().await;
+}

@@ -151,6 +151,13 @@ fn detail(out: &mut String, event: &Event) {
                 }
             }
         }),
+        Event::ToolsDeclared(e) if e.tools.is_empty() => {
+            write!(out, "host cleared its declared tools")
+        }
+        Event::ToolsDeclared(e) => write!(out, "host declared tools: ").map(|()| {
+            let names: Vec<&str> = e.tools.iter().map(|t| t.name.as_str()).collect();
+            push_cut(out, &[&names.join(", ")]);
+        }),
     };
 }
 

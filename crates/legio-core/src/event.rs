@@ -322,6 +322,31 @@ pub struct HeartbeatRan {
     pub usage: TokenUsage,
 }
 
+/// The host declared the tools it runs for a conversation's turns (replacing any it declared
+/// before; an empty list clears them). Not a message and outside every session: no context shows
+/// it; it is in the log so that the declaration outlives the process and every node of a cluster
+/// reads the same one.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct ToolsDeclared {
+    /// The conversation.
+    pub conversation: ConversationKey,
+    /// When.
+    pub at: Timestamp,
+    /// The tools, as the host declared them.
+    pub tools: Vec<DeclaredTool>,
+}
+
+/// One tool the host runs, as declared.
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct DeclaredTool {
+    /// Its name.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON schema of its arguments, as JSON text.
+    pub parameters: String,
+}
+
 /// Everything the log records. Append new variants at the end only (see the module docs).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum Event {
@@ -353,6 +378,8 @@ pub enum Event {
     NotebookEntryAppended(NotebookEntryAppended),
     /// A heartbeat ran (no history; not a message).
     HeartbeatRan(HeartbeatRan),
+    /// The host declared the tools it runs (not a message).
+    ToolsDeclared(ToolsDeclared),
 }
 
 /// The kind of an event, without its data (for filters and metrics).
@@ -386,11 +413,13 @@ pub enum EventKind {
     NotebookEntryAppended,
     /// [`Event::HeartbeatRan`].
     HeartbeatRan,
+    /// [`Event::ToolsDeclared`].
+    ToolsDeclared,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 14] = [
+    pub const ALL: [EventKind; 15] = [
         Self::MessagePosted,
         Self::SessionOpened,
         Self::ContextDelivered,
@@ -405,6 +434,7 @@ impl EventKind {
         Self::NoteWritten,
         Self::NotebookEntryAppended,
         Self::HeartbeatRan,
+        Self::ToolsDeclared,
     ];
 
     /// The kind as a stable snake_case word.
@@ -424,6 +454,7 @@ impl EventKind {
             Self::NoteWritten => "note_written",
             Self::NotebookEntryAppended => "notebook_entry_appended",
             Self::HeartbeatRan => "heartbeat_ran",
+            Self::ToolsDeclared => "tools_declared",
         }
     }
 
@@ -457,6 +488,7 @@ impl Event {
             Self::NoteWritten(_) => EventKind::NoteWritten,
             Self::NotebookEntryAppended(_) => EventKind::NotebookEntryAppended,
             Self::HeartbeatRan(_) => EventKind::HeartbeatRan,
+            Self::ToolsDeclared(_) => EventKind::ToolsDeclared,
         }
     }
 
@@ -477,6 +509,7 @@ impl Event {
             | Self::NoteWritten(_)
             | Self::NotebookEntryAppended(_) => ConversationKey::memory(),
             Self::HeartbeatRan(e) => &e.conversation,
+            Self::ToolsDeclared(e) => &e.conversation,
         }
     }
 
@@ -496,11 +529,12 @@ impl Event {
             Self::NoteWritten(e) => e.at,
             Self::NotebookEntryAppended(e) => e.at,
             Self::HeartbeatRan(e) => e.at,
+            Self::ToolsDeclared(e) => e.at,
         }
     }
 
-    /// The agent whose session state the event changes; `None` for messages, memory events and
-    /// heartbeats (a heartbeat is outside every session).
+    /// The agent whose session state the event changes; `None` for messages, memory events,
+    /// heartbeats (a heartbeat is outside every session) and tool declarations.
     pub fn session_agent(&self) -> Option<&AgentName> {
         match self {
             Self::MessagePosted(_)
@@ -508,7 +542,8 @@ impl Event {
             | Self::DirectiveRevoked(_)
             | Self::NoteWritten(_)
             | Self::NotebookEntryAppended(_)
-            | Self::HeartbeatRan(_) => None,
+            | Self::HeartbeatRan(_)
+            | Self::ToolsDeclared(_) => None,
             Self::SessionOpened(e) => Some(&e.agent),
             Self::ContextDelivered(e) => Some(&e.agent),
             Self::TurnCompleted(e) => Some(&e.agent),

@@ -45,6 +45,7 @@ impl Serialize for Inner<'_> {
             Event::NoteWritten(e) => e.serialize(s),
             Event::NotebookEntryAppended(e) => e.serialize(s),
             Event::HeartbeatRan(e) => e.serialize(s),
+            Event::ToolsDeclared(e) => e.serialize(s),
         }
     }
 }
@@ -148,6 +149,9 @@ pub fn record_from_json(value: Value) -> Result<Record, JsonEventError> {
         }
         EventKind::HeartbeatRan => {
             Event::HeartbeatRan(serde_json::from_value(fields).map_err(fail)?)
+        }
+        EventKind::ToolsDeclared => {
+            Event::ToolsDeclared(serde_json::from_value(fields).map_err(fail)?)
         }
     };
     Ok(Record {

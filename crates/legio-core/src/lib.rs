@@ -41,9 +41,9 @@ pub use context::{
 };
 pub use error::{MentionError, NameError, TimestampError};
 pub use event::{
-    AgentFailed, BoundaryReason, ContextDelivered, DeliveryMode, Event, EventKind, HeartbeatRan,
-    OpenReason, Record, SessionEnded, SessionId, SessionOpened, SessionStart, SummaryRecorded,
-    TokenUsage, TurnCompleted, TurnFailed,
+    AgentFailed, BoundaryReason, ContextDelivered, DeclaredTool, DeliveryMode, Event, EventKind,
+    HeartbeatRan, OpenReason, Record, SessionEnded, SessionId, SessionOpened, SessionStart,
+    SummaryRecorded, TokenUsage, ToolsDeclared, TurnCompleted, TurnFailed,
 };
 pub use event_json::{record_from_json, record_to_json, JsonEventError, RecordJson};
 pub use lifecycle::{

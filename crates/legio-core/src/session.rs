@@ -158,7 +158,8 @@ impl AgentSessionState {
             | Event::DirectiveRevoked(_)
             | Event::NoteWritten(_)
             | Event::NotebookEntryAppended(_)
-            | Event::HeartbeatRan(_) => return false,
+            | Event::HeartbeatRan(_)
+            | Event::ToolsDeclared(_) => return false,
             Event::SessionSuspended(e) => self.end(&e.session, SessionStatus::Suspended, e.why),
             Event::SessionClosed(e) => {
                 self.end(&e.session, SessionStatus::Closed, e.why);

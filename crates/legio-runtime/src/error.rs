@@ -100,6 +100,19 @@ pub enum RuntimeError {
         /// Where.
         seq: legio_core::Seq,
     },
+    /// A tool declaration in the log does not read (a damaged or hand-made log: run `legio
+    /// verify`).
+    #[error("the tool declaration at seq {seq} of {conversation} does not read: tool {tool}'s schema is not JSON ({reason}); run `legio verify`")]
+    BadDeclaration {
+        /// The conversation.
+        conversation: String,
+        /// The `ToolsDeclared` event's seq.
+        seq: legio_core::Seq,
+        /// The tool.
+        tool: String,
+        /// Why its schema does not parse.
+        reason: String,
+    },
     /// An `[mcp.NAME]` server cannot be started or did not list its tools when the runtime opened.
     #[error("cannot start the MCP server [mcp.{server}]: {reason}; check its command or url")]
     McpUnavailable {
@@ -252,6 +265,7 @@ impl RuntimeError {
             Self::SupervisorStart { .. }
             | Self::PromptUnreadable { .. }
             | Self::MissingRecord { .. }
+            | Self::BadDeclaration { .. }
             | Self::McpUnavailable { .. } => C::Internal,
         }
     }

@@ -13,8 +13,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use legio_core::{AgentName, ConversationKey, Participant};
+use legio_core::{AgentName, ConversationKey, Participant, Seq};
 use tokio::sync::oneshot;
 
 use crate::error::RuntimeError;
@@ -62,13 +63,21 @@ pub struct HostTurn {
 
 type PendingKey = (ConversationKey, String);
 
-/// The host tools declared per conversation and the calls waiting for the host's results.
-/// Process memory, not the log: a host declares again after a restart (the calls and results
-/// themselves are in the log).
+/// The host tools declared per conversation, as this process has read them from the log
+/// (declared_tools.rs keeps them current), and the calls waiting for the host's results.
 #[derive(Default)]
 pub(crate) struct HostToolDesk {
-    declared: Mutex<HashMap<ConversationKey, Vec<ToolSpec>>>,
+    declared: Mutex<HashMap<ConversationKey, Declared>>,
     pending: Mutex<HashMap<PendingKey, oneshot::Sender<ToolOutcome>>>,
+}
+
+/// A conversation's declared tools as of a seq: those of its last `ToolsDeclared` event at or
+/// before `through` (none when it has none); `used`: when it was last noted or read.
+#[derive(Debug)]
+struct Declared {
+    tools: Vec<ToolSpec>,
+    through: Seq,
+    used: Instant,
 }
 
 impl std::fmt::Debug for HostToolDesk {
@@ -96,36 +105,58 @@ pub(crate) fn check_host_tools(
 }
 
 impl HostToolDesk {
-    /// Replaces the conversation's declared tools (an empty list clears them).
-    pub(crate) fn declare(&self, conversation: &ConversationKey, tools: Vec<ToolSpec>) {
+    /// Notes what the conversation's events up to `through` declare: `Some(tools)` when the
+    /// last declaration among them is at `through` or after what was known, `None` when the
+    /// events read since the last note declare nothing. A note older than what is known is
+    /// ignored, so concurrent readers and declarers never take the desk back.
+    pub(crate) fn note(
+        &self,
+        conversation: &ConversationKey,
+        tools: Option<Vec<ToolSpec>>,
+        through: Seq,
+    ) {
         let mut declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
-        if tools.is_empty() {
-            declared.remove(conversation);
-        } else {
-            declared.insert(conversation.clone(), tools);
+        let entry = declared
+            .entry(conversation.clone())
+            .or_insert_with(|| Declared {
+                tools: Vec::new(),
+                through: Seq::ZERO,
+                used: Instant::now(),
+            });
+        entry.used = Instant::now();
+        if through < entry.through {
+            return;
+        }
+        entry.through = through;
+        if let Some(tools) = tools {
+            entry.tools = tools;
         }
     }
 
-    /// The conversation's declared tools.
-    pub(crate) fn declared(&self, conversation: &ConversationKey) -> Vec<ToolSpec> {
-        let declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
-        declared.get(conversation).cloned().unwrap_or_default()
+    /// How far this process has read the conversation's declarations (`None`: not at all); a
+    /// use of them.
+    pub(crate) fn read_through(&self, conversation: &ConversationKey) -> Option<Seq> {
+        let mut declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = declared.get_mut(conversation)?;
+        entry.used = Instant::now();
+        Some(entry.through)
     }
 
-    /// The host tools of a turn: the conversation's, then the turn's own (replacing a declared
-    /// one of the same name). `None` when there are none.
-    pub(crate) fn turn_tools(
-        &self,
-        conversation: &ConversationKey,
-        turn: Vec<ToolSpec>,
-    ) -> Option<Arc<[ToolSpec]>> {
-        let mut tools: Vec<ToolSpec> = self
-            .declared(conversation)
-            .into_iter()
-            .filter(|d| !turn.iter().any(|t| t.name == d.name))
-            .collect();
-        tools.extend(turn);
-        (!tools.is_empty()).then(|| tools.into())
+    /// The conversation's declared tools, as last read.
+    pub(crate) fn declared(&self, conversation: &ConversationKey) -> Vec<ToolSpec> {
+        let declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
+        declared
+            .get(conversation)
+            .map(|d| d.tools.clone())
+            .unwrap_or_default()
+    }
+
+    /// Forgets what was read of the conversations not used for `idle` (the reaper calls it), so
+    /// that conversations no longer posted to cost nothing here: a later use reads the
+    /// conversation's declarations from the log again.
+    pub(crate) fn forget_unused(&self, idle: std::time::Duration) {
+        let mut declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
+        declared.retain(|_, d| d.used.elapsed() < idle);
     }
 
     /// Registers a call that waits for the host: its outcome arrives on the receiver.
@@ -183,5 +214,62 @@ impl HostToolDesk {
             }
         }
         Ok(())
+    }
+}
+
+/// The host tools of a turn: the conversation's `declared` ones, then the turn's own (replacing
+/// a declared one of the same name). `None` when there are none.
+pub(crate) fn turn_tools(declared: Vec<ToolSpec>, turn: Vec<ToolSpec>) -> Option<Arc<[ToolSpec]>> {
+    let mut tools: Vec<ToolSpec> = declared
+        .into_iter()
+        .filter(|d| !turn.iter().any(|t| t.name == d.name))
+        .collect();
+    tools.extend(turn);
+    (!tools.is_empty()).then(|| tools.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> ToolSpec {
+        ToolSpec {
+            name: name.into(),
+            description: String::new(),
+            parameters: serde_json::json!({"type": "object"}),
+        }
+    }
+
+    fn names(tools: &[ToolSpec]) -> Vec<&str> {
+        tools.iter().map(|t| t.name.as_str()).collect()
+    }
+
+    /// The desk keeps the latest declaration by seq whatever order notes arrive in, moves its
+    /// seq on reads that declare nothing, and forgets conversations unused for the idle time.
+    #[test]
+    fn the_desk_keeps_the_latest_declaration_and_forgets_unused_ones() {
+        let desk = HostToolDesk::default();
+        let c = ConversationKey::new("d:1").unwrap();
+        assert_eq!(desk.read_through(&c), None);
+        desk.note(&c, Some(vec![spec("b")]), Seq(7));
+        desk.note(&c, Some(vec![spec("a")]), Seq(5));
+        assert_eq!(names(&desk.declared(&c)), ["b"], "an older note is ignored");
+        desk.note(&c, None, Seq(9));
+        assert_eq!(desk.read_through(&c), Some(Seq(9)));
+        assert_eq!(names(&desk.declared(&c)), ["b"], "nothing new declared");
+        desk.note(&c, Some(Vec::new()), Seq(12));
+        assert!(desk.declared(&c).is_empty(), "cleared");
+        desk.forget_unused(std::time::Duration::from_secs(60));
+        assert_eq!(desk.read_through(&c), Some(Seq(12)), "used just now");
+        desk.forget_unused(std::time::Duration::ZERO);
+        assert_eq!(desk.read_through(&c), None, "forgotten: read again");
+    }
+
+    #[test]
+    fn a_turns_own_tool_replaces_a_declared_one_of_its_name() {
+        let declared = vec![spec("a"), spec("b")];
+        let tools = turn_tools(declared, vec![spec("b"), spec("c")]).unwrap();
+        assert_eq!(names(&tools), ["a", "b", "c"]);
+        assert!(turn_tools(Vec::new(), Vec::new()).is_none());
     }
 }

@@ -6,6 +6,7 @@ mod calibrations;
 mod clock;
 mod cluster;
 mod compact;
+mod declared_tools;
 mod dispatch;
 mod error;
 mod fit;

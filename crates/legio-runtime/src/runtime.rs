@@ -26,7 +26,7 @@ use crate::cluster::{
 };
 use crate::dispatch::{gather, RootRoute, Route};
 use crate::error::RuntimeError;
-use crate::host_tools::{check_host_tools, HostToolResult, HostTurn};
+use crate::host_tools::{check_host_tools, turn_tools, HostToolResult, HostTurn};
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{ConversationMsg, Job, RootMsg, TurnRequest};
 use crate::names::IntoName;
@@ -365,6 +365,19 @@ impl Runtime {
             Forwarded::Activities { conversation } => {
                 Ok(Answered::Activities(self.board_here(&conversation)))
             }
+            Forwarded::DeclareTools {
+                conversation,
+                tools,
+            } => {
+                check_host_tools(&tools, &self.shared.tools)?;
+                self.declare_tools_with(conversation, tools, true)
+                    .await
+                    .map(|()| Answered::Declared)
+            }
+            Forwarded::DeclaredTools { conversation } => self
+                .declared_here(&conversation)
+                .await
+                .map(Answered::DeclaredTools),
         }
     }
 
@@ -430,6 +443,7 @@ impl Runtime {
                 ticker.tick().await;
                 let reaped = reap(&root, idle).await;
                 shared.prune_dispatch_tails();
+                shared.host_desk.forget_unused(idle);
                 release_unused(cluster.as_deref(), &root, idle);
                 if let Some(cluster) = &cluster {
                     cluster.ownership.forget_reads(idle).await;
@@ -456,7 +470,7 @@ impl Runtime {
         &self.shared.config
     }
 
-    fn check_running(&self) -> Result<(), RuntimeError> {
+    pub(crate) fn check_running(&self) -> Result<(), RuntimeError> {
         if self.stopped.load(Ordering::SeqCst) {
             Err(RuntimeError::ShutDown)
         } else {
@@ -573,38 +587,17 @@ impl Runtime {
     ) -> Result<Posted, RuntimeError> {
         let key = Self::host_conversation(conversation)?;
         check_host_tools(&turn.tools, &self.shared.tools)?;
+        let declared = self.declared_tools(&key).await?;
         let to = match turn.to {
             Some(agent) => Some(self.roster_agent(agent)?),
             None => None,
         };
         let host = HostPost {
             to,
-            tools: self.shared.host_desk.turn_tools(&key, turn.tools),
+            tools: turn_tools(declared, turn.tools),
         };
         self.post_with(key, turn.sender, &turn.text, Some(progress), host, false)
             .await
-    }
-
-    /// Declares the tools the host runs for every turn it posts with
-    /// [`Runtime::post_host_turn`] in `conversation` (replacing earlier ones; an empty list
-    /// clears them). Kept in memory, not in the log: declare again after a restart.
-    pub fn declare_tools(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        tools: Vec<ToolSpec>,
-    ) -> Result<(), RuntimeError> {
-        let key = Self::host_conversation(conversation)?;
-        check_host_tools(&tools, &self.shared.tools)?;
-        self.shared.host_desk.declare(&key, tools);
-        Ok(())
-    }
-
-    /// The tools the host declared for `conversation`.
-    pub fn declared_tools(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-    ) -> Result<Vec<ToolSpec>, RuntimeError> {
-        Ok(self.shared.host_desk.declared(&conversation.into_name()?))
     }
 
     /// Hands the host's results to the calls waiting in `conversation` (all or none: an id that
@@ -645,7 +638,7 @@ impl Runtime {
     /// On a cluster, for a request only the node holding `conversation` can answer and that
     /// must not take the conversation: that node's answer, or `None` to answer here (off a
     /// cluster, nobody holds it, this node does, or it came to this node meanwhile).
-    async fn ask_holder(
+    pub(crate) async fn ask_holder(
         &self,
         conversation: &ConversationKey,
         request: impl FnOnce() -> Forwarded,

@@ -91,7 +91,7 @@ pub(crate) async fn declare(
     caller.check_conversation(key.as_str())?;
     let Json(body) = body?;
     let tools: Vec<ToolSpec> = body.tools.into_iter().map(ToolBody::into_spec).collect();
-    state.runtime.declare_tools(&key, tools.clone())?;
+    state.runtime.declare_tools(&key, tools.clone()).await?;
     Ok(Json(tools_json(&tools)))
 }
 
@@ -102,7 +102,7 @@ pub(crate) async fn declared(
 ) -> Result<Json<Value>, ApiError> {
     let key = conversation_key(&id)?;
     caller.check_conversation(key.as_str())?;
-    Ok(Json(tools_json(&state.runtime.declared_tools(&key)?)))
+    Ok(Json(tools_json(&state.runtime.declared_tools(&key).await?)))
 }
 
 pub(crate) async fn results(

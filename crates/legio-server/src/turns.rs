@@ -59,7 +59,7 @@ pub(crate) async fn post_turn(
         Err(too_many) => return Ok(too_many.into_response()),
     };
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
-    if body.tools.is_some() || !state.runtime.declared_tools(&key)?.is_empty() {
+    if body.tools.is_some() || !state.runtime.declared_tools(&key).await?.is_empty() {
         let tools = body.tools.unwrap_or_default();
         return crate::host_tools::start(&state, key, &sender, body.content, tools, &headers).await;
     }

@@ -3,6 +3,7 @@
 
 mod behaviours;
 mod compaction;
+mod declared_tools;
 mod exactly_once;
 mod heartbeat;
 mod mcp;

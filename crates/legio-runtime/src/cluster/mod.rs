@@ -87,6 +87,13 @@ pub(crate) enum Forwarded {
     /// For `Runtime::status`: what the conversation's agents are doing (only the node that runs
     /// their actors knows).
     Activities { conversation: ConversationKey },
+    /// `Runtime::declare_tools`: the host's declaration, recorded by the owner.
+    DeclareTools {
+        conversation: ConversationKey,
+        tools: Vec<ToolSpec>,
+    },
+    /// `Runtime::declared_tools`: the conversation's declared tools, as its holder reads them.
+    DeclaredTools { conversation: ConversationKey },
 }
 
 impl Forwarded {
@@ -97,7 +104,9 @@ impl Forwarded {
             | Self::Heartbeat { conversation, .. }
             | Self::ToolResults { conversation, .. }
             | Self::ToolCall { conversation, .. }
-            | Self::Activities { conversation } => conversation,
+            | Self::Activities { conversation }
+            | Self::DeclareTools { conversation, .. }
+            | Self::DeclaredTools { conversation } => conversation,
         }
     }
 
@@ -110,6 +119,8 @@ impl Forwarded {
             Self::ToolResults { .. } => "tool_results",
             Self::ToolCall { .. } => "tool_call",
             Self::Activities { .. } => "activities",
+            Self::DeclareTools { .. } => "declare_tools",
+            Self::DeclaredTools { .. } => "declared_tools",
         }
     }
 }
@@ -126,6 +137,10 @@ pub(crate) enum Answered {
     ToolCall(Result<String, String>),
     /// Each agent of the roster, with what it is doing on the owner.
     Activities(Vec<(AgentName, Activity)>),
+    /// The declaration is recorded.
+    Declared,
+    /// The conversation's declared tools.
+    DeclaredTools(Vec<ToolSpec>),
 }
 
 impl Answered {
@@ -169,6 +184,20 @@ impl Answered {
         match self {
             Self::ToolCall(outcome) => Ok(outcome),
             other => Err(other.mismatch("tool call")),
+        }
+    }
+
+    pub(crate) fn into_declared(self) -> Result<(), RuntimeError> {
+        match self {
+            Self::Declared => Ok(()),
+            other => Err(other.mismatch("tool declaration")),
+        }
+    }
+
+    pub(crate) fn into_declared_tools(self) -> Result<Vec<ToolSpec>, RuntimeError> {
+        match self {
+            Self::DeclaredTools(tools) => Ok(tools),
+            other => Err(other.mismatch("declared tools")),
         }
     }
 

@@ -244,8 +244,14 @@ impl Ownership {
         if self.fresh(conversation) {
             return Ok(Some(self.node.clone()));
         }
-        let (leases, name) = (Arc::clone(&self.leases), conversation.to_string());
-        let lease = blocking("reading a lease", move || leases.get(&name)).await??;
+        // Retried for a TTL at most, as taking a lease is: with the cluster down, the request
+        // that asks fails as soon as a post would (not at the append deadline).
+        let (leases, name, within) = (
+            Arc::clone(&self.leases),
+            conversation.to_string(),
+            self.ttl(),
+        );
+        let lease = blocking("reading a lease", move || leases.get_within(&name, within)).await??;
         Ok(lease
             .map(|(lease, _)| lease.holder)
             .filter(|holder| !holder.is_empty()))

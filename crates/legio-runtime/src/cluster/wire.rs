@@ -72,6 +72,10 @@ pub(super) enum WireAnswer {
     Activities {
         activities: Vec<(AgentName, Activity)>,
     },
+    Declared,
+    DeclaredTools {
+        tools: Vec<crate::memory::ToolSpec>,
+    },
     Error {
         code: String,
         message: String,
@@ -249,6 +253,10 @@ impl WireAnswer {
             Ok(Answered::Activities(activities)) => Self::Activities {
                 activities: activities.clone(),
             },
+            Ok(Answered::Declared) => Self::Declared,
+            Ok(Answered::DeclaredTools(tools)) => Self::DeclaredTools {
+                tools: tools.clone(),
+            },
             Err(e) => Self::Error {
                 code: code_name(e.code()).to_owned(),
                 message: e.to_string(),
@@ -270,6 +278,8 @@ impl WireAnswer {
             Self::ToolResults => Ok(Answered::ToolResults),
             Self::ToolCall { outcome } => Ok(Answered::ToolCall(outcome)),
             Self::Activities { activities } => Ok(Answered::Activities(activities)),
+            Self::Declared => Ok(Answered::Declared),
+            Self::DeclaredTools { tools } => Ok(Answered::DeclaredTools(tools)),
             Self::Error { code, message } => Err(RuntimeError::Remote {
                 node: node.to_owned(),
                 code: code_of(&code),
@@ -446,7 +456,20 @@ mod tests {
                 name: "get_history".into(),
                 arguments: r#"{"limit": 3}"#.into(),
             },
-            Forwarded::Activities { conversation },
+            Forwarded::Activities {
+                conversation: conversation.clone(),
+            },
+            Forwarded::DeclaredTools {
+                conversation: conversation.clone(),
+            },
+            Forwarded::DeclareTools {
+                conversation,
+                tools: vec![crate::ToolSpec {
+                    name: "lookup".into(),
+                    description: String::new(),
+                    parameters: serde_json::json!({"type": "object"}),
+                }],
+            },
         ];
         for request in requests {
             let bytes = serde_json::to_vec(&WireRequest::new(&request, true)).unwrap();
@@ -506,6 +529,12 @@ mod tests {
             Answered::ToolCall(Ok("three messages".into())),
             Answered::ToolCall(Err("no such tool".into())),
             Answered::Activities(vec![(agent.clone(), Activity::Working)]),
+            Answered::Declared,
+            Answered::DeclaredTools(vec![crate::ToolSpec {
+                name: "lookup".into(),
+                description: "finds a fact".into(),
+                parameters: serde_json::json!({"type": "object"}),
+            }]),
         ] {
             let bytes = serde_json::to_vec(&WireAnswer::of(&Ok(answered.clone()))).unwrap();
             let back: WireAnswer = serde_json::from_slice(&bytes).unwrap();

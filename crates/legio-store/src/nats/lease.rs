@@ -259,7 +259,17 @@ impl Leases {
     /// The lease `name` as the stream's leader has it now, with the time since its holder last
     /// wrote it, or `None` if nobody holds it. Retried like [`Leases::list_with_age`].
     pub fn get(&self, name: &str) -> Result<Option<(Lease, Duration)>, LeaseError> {
-        let (store, key, retry_for) = (self.store.clone(), encode_token(name), self.retry_for);
+        self.get_within(name, self.retry_for)
+    }
+
+    /// [`Leases::get`], tried again while the cluster fails it only until `retry_for` has
+    /// passed (a caller that answers a person, not a writer that must not give up early).
+    pub fn get_within(
+        &self,
+        name: &str,
+        retry_for: Duration,
+    ) -> Result<Option<(Lease, Duration)>, LeaseError> {
+        let (store, key) = (self.store.clone(), encode_token(name));
         self.block_on(async move { latest_retried(&store, &key, retry_for).await })
     }
 
