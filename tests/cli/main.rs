@@ -741,6 +741,16 @@ fn import_refuses_what_the_api_forbids_and_writes_nothing() {
             Box::new(move |l| l[first]["conversation"] = "legio:memory".into()),
         ),
         (
+            "parameters are not a JSON schema",
+            first,
+            Box::new(move |l| {
+                l[first] = serde_json::json!({"seq": l[first]["seq"].clone(),
+                    "kind": "tools_declared", "conversation": CONV,
+                    "at": l[first]["at"].clone(),
+                    "tools": [{"name": "lookup", "description": "", "parameters": "{not json"}]});
+            }),
+        ),
+        (
             "not in the configuration's roster",
             opened,
             Box::new(move |l| l[opened]["agent"] = "zed".into()),

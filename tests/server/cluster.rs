@@ -296,11 +296,10 @@ async fn declare(h: &Harness, key: &str, tools: Value) {
 }
 
 /// A turn for agent a posted to `h`, whose model (on `runner`, the node running the turn) calls
-/// the declared `lookup` as `call`: it pauses for that call, and the host's result ends it.
-async fn a_turn_pauses_for_lookup(h: &Harness, runner: &Harness, key: &str, call: &str) {
+/// the declared tool `name` as `call`: it pauses for that call, and the host's result ends it.
+async fn a_turn_pauses_for(h: &Harness, runner: &Harness, key: &str, call: &str, name: &str) {
     let agent_a = legio_core::AgentName::new("a").unwrap();
-    runner.providers["stateless"]
-        .inject(Some(&agent_a), Fault::tool_calls([(call, "lookup", "{}")]));
+    runner.providers["stateless"].inject(Some(&agent_a), Fault::tool_calls([(call, name, "{}")]));
     let turns = format!("/sessions/{key}/turns");
     let (status, paused) = h
         .post_json(
@@ -313,7 +312,7 @@ async fn a_turn_pauses_for_lookup(h: &Harness, runner: &Harness, key: &str, call
     let asked = &paused["required_action"]["tool_calls"][0];
     assert_eq!(
         (asked["id"].as_str(), asked["name"].as_str()),
-        (Some(call), Some("lookup")),
+        (Some(call), Some(name)),
         "{paused}"
     );
     let results = format!("/sessions/{key}/tool_results");
@@ -329,17 +328,18 @@ async fn a_turn_pauses_for_lookup(h: &Harness, runner: &Harness, key: &str, call
 /// owner (n1), n2 lists them (n1 answers), and a turn posted to n2 without tools pauses for n1's
 /// model's call of the declared `lookup`. Cleared through n2 (carried to n1, which records it),
 /// neither node lists any, and the log holds both declarations once each. Declared again, they
-/// outlive n1: n2 takes the conversation over and offers them.
+/// outlive n1; and a node that kept what it read, taking the conversation over, offers what a
+/// third node declared since.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tools_declared_through_one_node_are_declared_on_every_node() {
     const DECLARED: &str = "s:declared";
-    let Some((_nats, n1, n2)) = two_nodes("srvdeclared").await else {
+    let Some((nats, n1, n2)) = two_nodes("srvdeclared").await else {
         return;
     };
     n1.turn(DECLARED, "hello").await;
     declare(&n1, DECLARED, json!([tool("lookup")])).await;
     assert_eq!(declared_on(&n2, DECLARED).await, ["lookup"]);
-    a_turn_pauses_for_lookup(&n2, &n1, DECLARED, "call-1").await;
+    a_turn_pauses_for(&n2, &n1, DECLARED, "call-1", "lookup").await;
 
     declare(&n2, DECLARED, json!([])).await;
     assert!(declared_on(&n1, DECLARED).await.is_empty());
@@ -359,9 +359,15 @@ async fn tools_declared_through_one_node_are_declared_on_every_node() {
     assert_eq!(declarations, [1, 0]);
 
     // Declared again, they outlive the node that recorded them: n1 stops (releasing the
-    // conversation), and n2, taking it over for the next turn, offers them from the log.
+    // conversation); n2 reads them from the log (nobody holds it) and keeps what it read. A
+    // third node then takes the conversation to declare `fetch`, and stops. n2, taking the
+    // conversation over for the next turn, reads past what it kept and offers `fetch`.
     declare(&n2, DECLARED, json!([tool("lookup")])).await;
     n1.stop().await;
-    a_turn_pauses_for_lookup(&n2, &n2, DECLARED, "call-2").await;
+    assert_eq!(declared_on(&n2, DECLARED).await, ["lookup"]);
+    let n3 = node(&nats.urls()[0], "srvdeclared", "n3").await;
+    declare(&n3, DECLARED, json!([tool("fetch")])).await;
+    n3.stop().await;
+    a_turn_pauses_for(&n2, &n2, DECLARED, "call-2", "fetch").await;
     n2.stop().await;
 }

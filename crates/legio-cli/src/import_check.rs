@@ -1,7 +1,8 @@
 //! What `legio import` checks before it writes anything: every event within the store's limits,
 //! message ids unique, every `reply_to` naming an earlier message, no message posted to a reserved
-//! conversation, senders and sessions of agents in the configured roster, and session events
-//! that follow the session they name (opened before, by the same agent in the same conversation).
+//! conversation, senders and sessions of agents in the configured roster, session events that
+//! follow the session they name (opened before, by the same agent in the same conversation), and
+//! host tool declarations whose schemas are JSON, outside reserved conversations.
 
 use std::collections::{HashMap, HashSet};
 
@@ -48,6 +49,7 @@ impl<'a> Checker<'a> {
                 Some(session) => self.follows(session, &e.conversation, &e.agent),
                 None => Ok(()),
             },
+            Event::ToolsDeclared(e) => declaration(e),
             _ => Ok(()),
         }
     }
@@ -104,4 +106,24 @@ impl<'a> Checker<'a> {
             )),
         }
     }
+}
+
+/// A host's tool declaration: not in a reserved conversation, each schema JSON (the runtime
+/// reads it back as the tools it offers).
+fn declaration(e: &legio_core::ToolsDeclared) -> Result<(), String> {
+    if e.conversation.is_reserved() {
+        return Err(format!(
+            "tools declared in the reserved conversation {} (legio keeps it for itself)",
+            e.conversation
+        ));
+    }
+    for tool in &e.tools {
+        if let Err(err) = serde_json::from_str::<serde_json::Value>(&tool.parameters) {
+            return Err(format!(
+                "the declared tool {}'s parameters are not a JSON schema in JSON text: {err}",
+                tool.name
+            ));
+        }
+    }
+    Ok(())
 }

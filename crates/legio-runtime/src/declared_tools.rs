@@ -4,7 +4,9 @@
 //!
 //! This process keeps what it has read in the host desk (host_tools.rs), per conversation, with
 //! the seq it has read up to. On one machine every declaration goes through this process, so a
-//! conversation's events are read once, on first use. On a cluster a declaration routes to the
+//! conversation's events are read once, on first use (a `ToolsDeclared` appended around the
+//! runtime, through `Runtime::log()`, is seen only by a process that reads the conversation
+//! afresh: after a restart, or once the reaper forgot it). On a cluster a declaration routes to the
 //! conversation's owner like a post, and so does the question: the node holding the conversation
 //! answers it from its own copy, reading the events past that seq (another node may have declared
 //! before it took the conversation over); a node that asks keeps nothing.
@@ -61,7 +63,9 @@ impl Runtime {
             tools: tools.iter().map(declared_tool).collect(),
         });
         let range = self.shared.append(vec![event]).await?;
-        self.shared.host_desk.note(&key, Some(tools), range.last);
+        self.shared
+            .host_desk
+            .note(&key, Some(tools), range.last, Some(Seq::ZERO));
         Ok(())
     }
 
@@ -99,6 +103,8 @@ impl Runtime {
         }
         self.catch_up(key).await?;
         let mut after = known.unwrap_or(Seq::ZERO);
+        // Only the last declaration counts (one that does not read but was replaced is no
+        // error: declaring again mends it).
         let mut latest = None;
         loop {
             let conversation = key.clone();
@@ -106,18 +112,22 @@ impl Runtime {
                 .shared
                 .read(move |log| log.conversation_events(&conversation, after, PAGE))
                 .await?;
-            for record in &page {
-                if let Event::ToolsDeclared(declared) = &record.event {
-                    latest = Some(specs_of(record.seq, declared)?);
-                }
-            }
+            let declared = page.iter().rev().find_map(|r| match &r.event {
+                Event::ToolsDeclared(declared) => Some((r.seq, declared.clone())),
+                _ => None,
+            });
+            latest = declared.or(latest);
             let Some(last) = page.last() else { break };
             after = last.seq;
             if page.len() < PAGE {
                 break;
             }
         }
-        self.shared.host_desk.note(key, latest, after);
+        let tools = match latest {
+            Some((seq, declared)) => Some(specs_of(seq, &declared)?),
+            None => None,
+        };
+        self.shared.host_desk.note(key, tools, after, known);
         Ok(())
     }
 }

@@ -100,9 +100,9 @@ pub enum RuntimeError {
         /// Where.
         seq: legio_core::Seq,
     },
-    /// A tool declaration in the log does not read (a damaged or hand-made log: run `legio
-    /// verify`).
-    #[error("the tool declaration at seq {seq} of {conversation} does not read: tool {tool}'s schema is not JSON ({reason}); run `legio verify`")]
+    /// The conversation's last tool declaration in the log does not read (a hand-made or
+    /// damaged log); declaring the tools again replaces it.
+    #[error("the tool declaration at seq {seq} of {conversation} does not read: tool {tool}'s schema is not JSON ({reason}); declare the conversation's tools again to replace it")]
     BadDeclaration {
         /// The conversation.
         conversation: String,

@@ -105,17 +105,23 @@ pub(crate) fn check_host_tools(
 }
 
 impl HostToolDesk {
-    /// Notes what the conversation's events up to `through` declare: `Some(tools)` when the
-    /// last declaration among them is at `through` or after what was known, `None` when the
-    /// events read since the last note declare nothing. A note older than what is known is
-    /// ignored, so concurrent readers and declarers never take the desk back.
+    /// Notes what the conversation's events in `(from, through]` declare: `Some(tools)`, the
+    /// last declaration among them (or one just made at `through`), `None` when they declare
+    /// nothing. `from`: where the read started (`None`: at the beginning); a read that started
+    /// past an entry since forgotten notes nothing (it missed what came before). A note older
+    /// than what is known is ignored, so concurrent readers and declarers never take the desk
+    /// back.
     pub(crate) fn note(
         &self,
         conversation: &ConversationKey,
         tools: Option<Vec<ToolSpec>>,
         through: Seq,
+        from: Option<Seq>,
     ) {
         let mut declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
+        if tools.is_none() && from.is_some() && !declared.contains_key(conversation) {
+            return;
+        }
         let entry = declared
             .entry(conversation.clone())
             .or_insert_with(|| Declared {
@@ -251,18 +257,23 @@ mod tests {
         let desk = HostToolDesk::default();
         let c = ConversationKey::new("d:1").unwrap();
         assert_eq!(desk.read_through(&c), None);
-        desk.note(&c, Some(vec![spec("b")]), Seq(7));
-        desk.note(&c, Some(vec![spec("a")]), Seq(5));
+        desk.note(&c, Some(vec![spec("b")]), Seq(7), None);
+        desk.note(&c, Some(vec![spec("a")]), Seq(5), Some(Seq(3)));
         assert_eq!(names(&desk.declared(&c)), ["b"], "an older note is ignored");
-        desk.note(&c, None, Seq(9));
+        desk.note(&c, None, Seq(9), Some(Seq(7)));
         assert_eq!(desk.read_through(&c), Some(Seq(9)));
         assert_eq!(names(&desk.declared(&c)), ["b"], "nothing new declared");
-        desk.note(&c, Some(Vec::new()), Seq(12));
+        desk.note(&c, Some(Vec::new()), Seq(12), Some(Seq::ZERO));
         assert!(desk.declared(&c).is_empty(), "cleared");
         desk.forget_unused(std::time::Duration::from_secs(60));
         assert_eq!(desk.read_through(&c), Some(Seq(12)), "used just now");
         desk.forget_unused(std::time::Duration::ZERO);
         assert_eq!(desk.read_through(&c), None, "forgotten: read again");
+        // A read that started past the forgotten entry missed what came before: nothing noted.
+        desk.note(&c, None, Seq(15), Some(Seq(12)));
+        assert_eq!(desk.read_through(&c), None, "a partial read notes nothing");
+        desk.note(&c, None, Seq(15), None);
+        assert_eq!(desk.read_through(&c), Some(Seq(15)), "a whole read does");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The tools a host declares for a conversation are `ToolsDeclared` events in the log: they
 //! outlive a graceful restart and a crash, the last declaration wins, an empty one clears them, a
-//! host's turn offers them, and a declaration that does not read is an error naming its seq.
+//! host's turn offers them, and a last declaration that does not read is an error naming its
+//! seq, which declaring again mends.
 
 use legio_core::{ConversationKey, DeclaredTool, Event, History, Participant, ToolsDeclared};
 use legio_runtime::{HostTurn, RuntimeError, ToolSpec};
@@ -104,10 +105,22 @@ async fn declared_tools_are_in_the_log_and_outlive_a_restart() {
     match legion.rt().declared_tools(CONV).await {
         Err(e @ RuntimeError::BadDeclaration { seq, .. }) => {
             assert_eq!(seq, range.last);
-            assert!(e.to_string().contains("legio verify"), "{e}");
+            assert!(
+                e.to_string()
+                    .contains("declare the conversation's tools again"),
+                "{e}"
+            );
         }
         other => panic!("a declaration that does not read gave {other:?}"),
     }
+    // Declaring again mends it, also for a process that reads the log afresh.
+    legion
+        .rt()
+        .declare_tools(CONV, vec![tool("fetch")])
+        .await
+        .unwrap();
+    legion.crash_and_restart().await;
+    assert_eq!(names(&declared(&legion).await), ["fetch"]);
     assert!(matches!(
         legion.rt().declared_tools("legio:memory").await,
         Err(RuntimeError::ReservedConversation { .. })
