@@ -145,10 +145,13 @@ fn posts_to_every_node_land_once_in_order_and_survive_a_lost_server() {
         served as usize, forwarded_expected,
         "and served by the owners"
     );
-    // Before each of them the server asked the owner for the conversation's declared tools.
-    assert_eq!(
-        asked as usize, forwarded_expected,
-        "the declared tools asked of the owners"
+    // Before each of them the server asked the owner for the conversation's declared tools,
+    // but for a conversation's first posts, which may ask while nobody holds it yet (the node
+    // then reads the log itself) and be forwarded after another node took it meanwhile.
+    let asked = asked as usize;
+    assert!(
+        asked <= forwarded_expected && asked + conversations.len() >= forwarded_expected,
+        "{asked} questions for declared tools asked of the owners, {forwarded_expected} posts forwarded"
     );
     // The lease and publish metrics: every conversation's lease taken (once, unless one moved),
     // renewals timed, and each owner's publishes timed.

@@ -637,7 +637,8 @@ impl Runtime {
 
     /// On a cluster, for a request only the node holding `conversation` can answer and that
     /// must not take the conversation: that node's answer, or `None` to answer here (off a
-    /// cluster, nobody holds it, this node does, or it came to this node meanwhile).
+    /// cluster, nobody holds it, this node does, or the holder no longer answers on the bus: it
+    /// died with its lease still running, and nobody runs the conversation).
     pub(crate) async fn ask_holder(
         &self,
         conversation: &ConversationKey,
@@ -646,13 +647,13 @@ impl Runtime {
         let Some(cluster) = &self.cluster else {
             return Ok(None);
         };
-        match cluster.ownership.holder(conversation).await? {
-            Some(node) if node != cluster.ownership.node() => {}
+        let node = match cluster.ownership.holder(conversation).await? {
+            Some(node) if node != cluster.ownership.node() => node,
             _ => return Ok(None),
-        }
-        match self.elsewhere(request, None, false).await {
-            Ok(_in_use) => Ok(None),
-            Err(answer) => answer.map(Some),
+        };
+        match cluster.ask(&node, &request()).await {
+            Err(RuntimeError::Bus(legio_store::BusError::NoResponder { .. })) => Ok(None),
+            answer => answer.map(Some),
         }
     }
 

@@ -279,6 +279,16 @@ impl Cluster {
         routing::route(self, request, progress, forwarded).await
     }
 
+    /// Asks `node`, which holds `request`'s conversation, for its answer (no lease read, no
+    /// take, no retry).
+    pub(crate) async fn ask(
+        &self,
+        node: &str,
+        request: &Forwarded,
+    ) -> Result<Answered, RuntimeError> {
+        routing::ask(self, node, request).await
+    }
+
     /// For work that runs only on the owner and is never carried (a scheduled heartbeat, which
     /// every node's schedule starts): this node owns `conversation` (taking its lease if nobody
     /// holds it), with the guard to keep until the work ended; `Moved` if another node owns it.

@@ -94,6 +94,16 @@ async fn find_owner(
     }
 }
 
+/// Sends `request` to `node` (known to hold its conversation) and waits for its answer, with
+/// no progress and no retry: for a question only the holder can answer, that takes nothing.
+pub(super) async fn ask(
+    cluster: &Cluster,
+    node: &str,
+    request: &Forwarded,
+) -> Result<Answered, RuntimeError> {
+    forward(cluster, node, request, None).await
+}
+
 /// Sends `request` to `node` and waits for its answer, relaying progress.
 async fn forward(
     cluster: &Cluster,
