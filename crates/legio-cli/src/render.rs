@@ -138,27 +138,42 @@ fn detail(out: &mut String, event: &Event) {
         Event::NotebookEntryAppended(e) => {
             write!(out, "{} notebook entry: ", e.owner).map(|()| push_cut(out, &[&e.text]))
         }
-        Event::HeartbeatRan(e) => write!(out, "{} heartbeat \"", e.agent).map(|()| {
-            push_cut(out, &[&e.prompt]);
-            match (&e.reply, &e.error) {
-                (Some(reply), _) => {
-                    out.push_str("\" -> ");
-                    push_cut(out, &[reply]);
-                }
-                (None, error) => {
-                    out.push_str("\" failed: ");
-                    push_cut(out, &[error.as_deref().unwrap_or("unknown error")]);
-                }
-            }
-        }),
-        Event::ToolsDeclared(e) if e.tools.is_empty() => {
-            write!(out, "host cleared its declared tools")
+        Event::HeartbeatRan(e) => {
+            heartbeat(out, e);
+            Ok(())
         }
-        Event::ToolsDeclared(e) => write!(out, "host declared tools: ").map(|()| {
-            let names: Vec<&str> = e.tools.iter().map(|t| t.name.as_str()).collect();
-            push_cut(out, &[&names.join(", ")]);
-        }),
+        Event::ToolsDeclared(e) => {
+            tools_declared(out, e);
+            Ok(())
+        }
     };
+}
+
+/// A heartbeat: its agent, the host's text, and the reply or why it failed.
+fn heartbeat(out: &mut String, e: &legio_core::HeartbeatRan) {
+    let _ = write!(out, "{} heartbeat \"", e.agent);
+    push_cut(out, &[&e.prompt]);
+    match (&e.reply, &e.error) {
+        (Some(reply), _) => {
+            out.push_str("\" -> ");
+            push_cut(out, &[reply]);
+        }
+        (None, error) => {
+            out.push_str("\" failed: ");
+            push_cut(out, &[error.as_deref().unwrap_or("unknown error")]);
+        }
+    }
+}
+
+/// A host's tool declaration: the tools' names, or that it cleared them.
+fn tools_declared(out: &mut String, e: &legio_core::ToolsDeclared) {
+    if e.tools.is_empty() {
+        out.push_str("host cleared its declared tools");
+        return;
+    }
+    out.push_str("host declared tools: ");
+    let names: Vec<&str> = e.tools.iter().map(|t| t.name.as_str()).collect();
+    push_cut(out, &[&names.join(", ")]);
 }
 
 /// A message: sender, audience and text (its text parts, a blank line between them), with its

@@ -65,7 +65,7 @@ impl Runtime {
         let range = self.shared.append(vec![event]).await?;
         self.shared
             .host_desk
-            .note(&key, Some(tools), range.last, Some(Seq::ZERO));
+            .note(&key, Some(tools), range.last, None);
         Ok(())
     }
 

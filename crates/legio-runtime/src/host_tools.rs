@@ -107,8 +107,9 @@ pub(crate) fn check_host_tools(
 impl HostToolDesk {
     /// Notes what the conversation's events in `(from, through]` declare: `Some(tools)`, the
     /// last declaration among them (or one just made at `through`), `None` when they declare
-    /// nothing. `from`: where the read started (`None`: at the beginning); a read that started
-    /// past an entry since forgotten notes nothing (it missed what came before). A note older
+    /// nothing. `from`: where the read started (`None`: at the beginning, or a declaration just
+    /// made, which holds whatever came before); a read that started past an entry since
+    /// forgotten notes nothing (it missed what came before). A note older
     /// than what is known is ignored, so concurrent readers and declarers never take the desk
     /// back.
     pub(crate) fn note(
