@@ -1,7 +1,8 @@
 //! The HTTP API on a cluster: two servers in one process, each on a runtime that is a node
 //! (n1, n2) of one real nats-server, as two machines behind a load balancer would be. A turn
 //! with host tools posted to the node that does not own its conversation runs on the owner and
-//! pauses and resumes through the node it was posted to (docs/cluster.md, Routing).
+//! pauses and resumes through the node it was posted to, or through whichever node the host's
+//! results reach (docs/cluster.md, Routing).
 
 use std::time::Duration;
 
@@ -63,11 +64,11 @@ fn tool(name: &str) -> Value {
 /// The owner (n1) and the node the host talks to (n2): n2 knows the declared `lookup`, the turn
 /// brings `note`; n1's model calls `lookup`, and n2 answers `requires_action` (JSON, then a
 /// stream), refuses a wrong id as n1 does, and, given the results, answers the replies.
-/// Results posted to n1 instead reach its waiting call (the turn goes on), but n1 follows no
-/// run of that turn: 409 saying so. Each call and result is in the log once.
+/// Results posted to another node (n1, or a third node n3) take the turn over there: that node
+/// answers the next pause or the replies. Each call and result is in the log once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_with_host_tools_posted_to_a_non_owner_pauses_and_resumes_through_it() {
-    let Some((_nats, n1, n2)) = two_nodes("srvtools").await else {
+    let Some((nats, n1, n2)) = two_nodes("srvtools").await else {
         return;
     };
     n1.turn(KEY, "hello").await;
@@ -134,32 +135,108 @@ async fn a_turn_with_host_tools_posted_to_a_non_owner_pauses_and_resumes_through
     let events = n2.post_stream(&results, &answer("call-2"), true).await;
     assert_eq!(events.last().unwrap().0, "replies", "{events:?}");
 
+    // Results posted to another node than the one that answered requires_action (a host
+    // behind a load balancer): that node takes the turn over and answers its replies, be it
+    // the owner (n1) or a third node (n3, streamed).
     inject("call-3");
     let (status, paused) = n2.post_json("/sessions/{id}/turns", &turns, &turn).await;
     assert_eq!(paused["status"], "requires_action", "{status} {paused}");
-    let (status, body) = n1
+    let (status, done) = n1
         .post_json("/sessions/{id}/tool_results", &results, &answer("call-3"))
         .await;
-    assert_eq!(status, StatusCode::CONFLICT, "{body}");
-    let message = body["error"]["message"].as_str().unwrap_or("");
-    assert!(message.contains("results were taken"), "{body}");
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(replied(&done), "{done}");
+    let n3 = node(&nats.urls()[0], "srvtools", "n3").await;
+    inject("call-4");
+    let events = n2.post_stream(&turns, &turn, true).await;
+    assert_eq!(events.last().unwrap().0, "requires_action", "{events:?}");
+    let events = n3.post_stream(&results, &answer("call-4"), true).await;
+    assert_eq!(events.last().unwrap().0, "replies", "{events:?}");
 
-    // The third turn ends on n1 all the same; then the log holds each call and result once.
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let traffic = loop {
-        let traffic = tool_traffic(&n1, KEY);
-        if traffic.1.len() == 3 || std::time::Instant::now() > deadline {
-            break traffic;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let (calls, results, linked) = traffic;
+    // A turn that pauses twice, its results posted to a new node each time: n3 takes it over
+    // and answers the second pause, n1 takes it over from n3 and answers the replies.
+    inject("call-5");
+    inject("call-6");
+    let (_, paused) = n2.post_json("/sessions/{id}/turns", &turns, &turn).await;
+    assert_eq!(paused["status"], "requires_action", "{paused}");
+    let (status, again) = n3
+        .post_json("/sessions/{id}/tool_results", &results, &answer("call-5"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    let call = &again["required_action"]["tool_calls"][0]["id"];
+    assert_eq!(call.as_str(), Some("call-6"), "{again}");
+    let (status, done) = n1
+        .post_json("/sessions/{id}/tool_results", &results, &answer("call-6"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert!(replied(&done), "{done}");
+
+    let (calls, results, linked) = tool_traffic(&n1, KEY);
     let ids: Vec<&str> = calls.iter().map(|(id, _)| id.as_str()).collect();
-    assert_eq!(ids, ["call-1", "call-2", "call-3"]);
+    assert_eq!(
+        ids,
+        ["call-1", "call-2", "call-3", "call-4", "call-5", "call-6"]
+    );
     let contents: Vec<&str> = results.iter().map(|(_, c, _)| c.as_str()).collect();
-    assert_eq!(contents, ["fact call-1", "fact call-2", "fact call-3"]);
+    let expected: Vec<String> = (1..=6).map(|i| format!("fact call-{i}")).collect();
+    assert_eq!(contents, expected);
     assert!(linked, "each results message replies to its calls");
+    n3.stop().await;
     stop_with_n1_owning(n1, n2, KEY).await;
+}
+
+/// Whether a turn's JSON answer holds a reply with text and no error.
+fn replied(done: &Value) -> bool {
+    let reply = &done["replies"][0];
+    reply["error"].is_null() && !reply["content"].as_str().unwrap_or("").is_empty()
+}
+
+/// The OpenAI-compatible door behind a load balancer: a chat completion with tools posted to
+/// n2 (n1 owns the conversation) gets the model's tool call; the next request, carrying the
+/// tool's result, reaches n1, which takes the turn over and answers the reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doors_tool_result_may_reach_another_node_than_its_call() {
+    const CHAT: &str = "s:door-tools";
+    let Some((_nats, n1, n2)) = two_nodes("srvdoortools").await else {
+        return;
+    };
+    n1.turn(CHAT, "hello").await;
+    let agent_a = legio_core::AgentName::new("a").unwrap();
+    n1.providers["stateless"].inject(
+        Some(&agent_a),
+        Fault::tool_calls([("w-1", "weather", "{}")]),
+    );
+    let tools = json!([{"type": "function", "function": {"name": "weather", "parameters": {"type": "object", "properties": {}}}}]);
+    let ask = json!({"role": "user", "content": "weather?"});
+    let mut body = super::door::chat(Some(CHAT), "legio/a", json!([ask.clone()]));
+    body["tools"] = tools.clone();
+    let (status, paused) = n2
+        .post_json("/v1/chat/completions", "/v1/chat/completions", &body)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    assert_eq!(
+        paused["choices"][0]["finish_reason"], "tool_calls",
+        "{paused}"
+    );
+    let call = paused["choices"][0]["message"]["tool_calls"][0].clone();
+    assert_eq!(call["id"], "w-1", "{paused}");
+    let next = json!([
+        ask,
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "w-1", "content": "sunny"},
+    ]);
+    let mut body = super::door::chat(Some(CHAT), "legio/a", next);
+    body["tools"] = tools;
+    let (status, done) = n1
+        .post_json("/v1/chat/completions", "/v1/chat/completions", &body)
+        .await;
+    assert_eq!(status, StatusCode::OK, "{done}");
+    assert_eq!(done["choices"][0]["finish_reason"], "stop", "{done}");
+    let (calls, results, linked) = tool_traffic(&n1, CHAT);
+    assert_eq!(calls, [("w-1".to_owned(), "weather".to_owned())]);
+    assert_eq!(results, [("w-1".to_owned(), "sunny".to_owned(), false)]);
+    assert!(linked);
+    stop_with_n1_owning(n1, n2, CHAT).await;
 }
 
 /// The full history of `key`, as node `h` shows it.

@@ -19,6 +19,7 @@ use legio_core::{AgentName, ConversationKey, Participant, Seq};
 use tokio::sync::oneshot;
 
 use crate::error::RuntimeError;
+use crate::follow::{Follower, Follows};
 use crate::memory::ToolSpec;
 use crate::outcome::ToolOutcome;
 use crate::registry::{check_tool, ToolRegistry, ToolRegistryError};
@@ -64,11 +65,13 @@ pub struct HostTurn {
 type PendingKey = (ConversationKey, String);
 
 /// The host tools declared per conversation, as this process has read them from the log
-/// (declared_tools.rs keeps them current), and the calls waiting for the host's results.
+/// (declared_tools.rs keeps them current), the calls waiting for the host's results, and who
+/// follows the turns that made them (follow.rs).
 #[derive(Default)]
 pub(crate) struct HostToolDesk {
     declared: Mutex<HashMap<ConversationKey, Declared>>,
     pending: Mutex<HashMap<PendingKey, oneshot::Sender<ToolOutcome>>>,
+    pub(crate) follows: Follows,
 }
 
 /// A conversation's declared tools as of a seq: those of its last `ToolsDeclared` event at or
@@ -192,35 +195,86 @@ impl HostToolDesk {
         results: Vec<HostToolResult>,
     ) -> Result<(), RuntimeError> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        for (i, result) in results.iter().enumerate() {
-            let key = (conversation.clone(), result.call_id.clone());
-            let twice = results[..i].iter().any(|r| r.call_id == result.call_id);
-            if twice || !pending.contains_key(&key) {
-                let mut waiting: Vec<String> = pending
-                    .keys()
-                    .filter(|(c, _)| c == conversation)
-                    .map(|(_, id)| id.clone())
-                    .collect();
-                waiting.sort();
-                return Err(RuntimeError::NoPendingToolCall {
-                    call_id: result.call_id.clone(),
-                    waiting,
-                });
-            }
-        }
-        for result in results {
-            let key = (conversation.clone(), result.call_id);
-            if let Some(tx) = pending.remove(&key) {
-                let outcome = if result.is_error {
-                    ToolOutcome::Failed(result.content)
-                } else {
-                    ToolOutcome::Done(result.content)
-                };
-                // A call cut by the turn's end in the meantime drops its receiver: nothing waits.
-                let _ = tx.send(outcome);
-            }
-        }
+        check_waiting(&pending, conversation, &results, |_| true)?;
+        hand_over(&mut pending, conversation, results);
         Ok(())
+    }
+
+    /// As [`HostToolDesk::submit`], and `follower` takes over the turn that made the first
+    /// call (its later progress and its end: follow.rs), in the same step, so that of two
+    /// submissions of the same results the one whose results the calls took follows the turn.
+    /// Refused like `submit`, and when a call's turn is not followed here (its relay has not
+    /// announced it yet, or it ended).
+    pub(crate) fn submit_following(
+        &self,
+        conversation: &ConversationKey,
+        results: Vec<HostToolResult>,
+        follower: Follower,
+    ) -> Result<(), RuntimeError> {
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let known = |id: &str| self.follows.knows(conversation, id);
+        check_waiting(&pending, conversation, &results, known)?;
+        let Some(first) = results.first() else {
+            return Err(not_waiting(&pending, conversation, ""));
+        };
+        if !self
+            .follows
+            .take_over(conversation, &first.call_id, follower)
+        {
+            return Err(not_waiting(&pending, conversation, &first.call_id));
+        }
+        hand_over(&mut pending, conversation, results);
+        Ok(())
+    }
+}
+
+type Pending = HashMap<PendingKey, oneshot::Sender<ToolOutcome>>;
+
+/// Refuses `results` unless each names a call waiting in `conversation` (and `known` to the
+/// caller), once.
+fn check_waiting(
+    pending: &Pending,
+    conversation: &ConversationKey,
+    results: &[HostToolResult],
+    known: impl Fn(&str) -> bool,
+) -> Result<(), RuntimeError> {
+    for (i, result) in results.iter().enumerate() {
+        let key = (conversation.clone(), result.call_id.clone());
+        let twice = results[..i].iter().any(|r| r.call_id == result.call_id);
+        if twice || !pending.contains_key(&key) || !known(&result.call_id) {
+            return Err(not_waiting(pending, conversation, &result.call_id));
+        }
+    }
+    Ok(())
+}
+
+/// The refusal of a result for `call_id`, naming the calls that wait in `conversation`.
+fn not_waiting(pending: &Pending, conversation: &ConversationKey, call_id: &str) -> RuntimeError {
+    let mut waiting: Vec<String> = pending
+        .keys()
+        .filter(|(c, _)| c == conversation)
+        .map(|(_, id)| id.clone())
+        .collect();
+    waiting.sort();
+    RuntimeError::NoPendingToolCall {
+        call_id: call_id.to_owned(),
+        waiting,
+    }
+}
+
+/// Hands each result to its waiting call (checked by `check_waiting`).
+fn hand_over(pending: &mut Pending, conversation: &ConversationKey, results: Vec<HostToolResult>) {
+    for result in results {
+        let key = (conversation.clone(), result.call_id);
+        if let Some(tx) = pending.remove(&key) {
+            let outcome = if result.is_error {
+                ToolOutcome::Failed(result.content)
+            } else {
+                ToolOutcome::Done(result.content)
+            };
+            // A call cut by the turn's end in the meantime drops its receiver: nothing waits.
+            let _ = tx.send(outcome);
+        }
     }
 }
 

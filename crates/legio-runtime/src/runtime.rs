@@ -26,7 +26,8 @@ use crate::cluster::{
 };
 use crate::dispatch::{gather, RootRoute, Route};
 use crate::error::RuntimeError;
-use crate::host_tools::{check_host_tools, turn_tools, HostToolResult, HostTurn};
+use crate::follow::Relay;
+use crate::host_tools::{check_host_tools, turn_tools, HostTurn};
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{ConversationMsg, Job, RootMsg, TurnRequest};
 use crate::names::IntoName;
@@ -353,6 +354,20 @@ impl Runtime {
                 .submit_tool_results_with(conversation, results, true)
                 .await
                 .map(|()| Answered::ToolResults),
+            Forwarded::FollowToolResults {
+                conversation,
+                results,
+            } => match progress {
+                Some(progress) => self
+                    .follow_tool_results_with(conversation, results, progress, true)
+                    .await
+                    .map(Answered::Posted),
+                // Always streamed (wire.rs); unstreamed, nobody would follow: hand them over only.
+                None => self
+                    .submit_tool_results_with(conversation, results, true)
+                    .await
+                    .map(|()| Answered::ToolResults),
+            },
             Forwarded::ToolCall {
                 conversation,
                 agent,
@@ -600,41 +615,6 @@ impl Runtime {
             .await
     }
 
-    /// Hands the host's results to the calls waiting in `conversation` (all or none: an id that
-    /// is not waiting refuses them all); each waiting turn goes on. On a cluster, results for
-    /// calls that do not wait here go to the node that owns the conversation (whose turn made
-    /// the calls, when another node forwarded it there).
-    pub async fn submit_tool_results(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        results: Vec<HostToolResult>,
-    ) -> Result<(), RuntimeError> {
-        let key = Self::host_conversation(conversation)?;
-        self.submit_tool_results_with(key, results, false).await
-    }
-
-    async fn submit_tool_results_with(
-        &self,
-        key: ConversationKey,
-        results: Vec<HostToolResult>,
-        forwarded: bool,
-    ) -> Result<(), RuntimeError> {
-        let refused = match self.shared.host_desk.submit(&key, results.clone()) {
-            Err(e @ RuntimeError::NoPendingToolCall { .. }) if !forwarded => e,
-            here => return here,
-        };
-        // Calls wait only on the conversation's owner: if no other node holds it, none waits
-        // anywhere and the refusal stands (no lease is taken for it).
-        let request = || Forwarded::ToolResults {
-            conversation: key.clone(),
-            results: results.clone(),
-        };
-        match self.ask_holder(&key, request).await? {
-            Some(answer) => answer.into_tool_results(),
-            None => Err(refused),
-        }
-    }
-
     /// On a cluster, for a request only the node holding `conversation` can answer and that
     /// must not take the conversation: that node's answer, or `None` to answer here (off a
     /// cluster, nobody holds it, this node does, or the holder no longer answers on the bus: it
@@ -644,6 +624,17 @@ impl Runtime {
         conversation: &ConversationKey,
         request: impl FnOnce() -> Forwarded,
     ) -> Result<Option<Answered>, RuntimeError> {
+        self.ask_holder_with(conversation, request, None).await
+    }
+
+    /// [`Runtime::ask_holder`], with the holder's progress relayed to `progress` while it
+    /// answers.
+    pub(crate) async fn ask_holder_with(
+        &self,
+        conversation: &ConversationKey,
+        request: impl FnOnce() -> Forwarded,
+        progress: Option<&ProgressSink>,
+    ) -> Result<Option<Answered>, RuntimeError> {
         let Some(cluster) = &self.cluster else {
             return Ok(None);
         };
@@ -651,7 +642,7 @@ impl Runtime {
             Some(node) if node != cluster.ownership.node() => node,
             _ => return Ok(None),
         };
-        match cluster.ask(&node, &request()).await {
+        match cluster.ask(&node, &request(), progress).await {
             Err(RuntimeError::Bus(legio_store::BusError::NoResponder { .. })) => Ok(None),
             answer => answer.map(Some),
         }
@@ -719,10 +710,16 @@ impl Runtime {
             .append_for_dispatch(&key, vec![Event::MessagePosted(message)])
             .await?;
         let host_tools = host.tools.filter(|_| progress.is_some());
+        // A turn with host tools may be taken over by the request that hands their results
+        // (follow.rs): its progress goes through a relay.
+        let relay = match (&host_tools, progress) {
+            (Some(_), Some(sink)) => Some(Relay::start(&self.shared.host_desk.follows, &key, sink)),
+            (_, progress) => progress.map(Relay::direct),
+        };
         let request = TurnRequest {
             seq: range.first,
             id,
-            progress,
+            progress: relay.as_ref().map(|r| r.sink.clone()),
             host_tools,
         };
         let replies = self
@@ -732,10 +729,14 @@ impl Runtime {
             replies,
             unknown_mentions,
         };
-        Ok(match &self.cluster {
+        let posted = match &self.cluster {
             Some(cluster) => cluster.settle(&key, posted),
             None => posted,
-        })
+        };
+        if let Some(relay) = relay {
+            relay.finish(&posted).await;
+        }
+        Ok(posted)
     }
 
     /// Whom a message of `sender` addresses: its audience, the agents that get a turn (never the

@@ -1,11 +1,15 @@
 //! Where runs with host tools start, wait and resume: `AppState::start_run` posts a host's turn on
 //! its own task, `park` keeps a run under its calls' ids until the host's results come, `resume`
-//! hands those to the runtime and takes the run back (runs.rs has the run itself).
+//! hands those to the runtime and takes the run back, or, when no run here waits for them, takes
+//! the turn over as a run of its own (runs.rs has the run itself).
 
+use std::future::Future;
 use std::sync::Arc;
 
 use legio_core::ConversationKey;
-use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Progress};
+use legio_runtime::{
+    HostToolCall, HostToolResult, HostTurn, Posted, Progress, ProgressSink, RuntimeError,
+};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
@@ -15,12 +19,31 @@ use crate::state::AppState;
 impl AppState {
     /// Posts `turn` on its own task (a client that goes away does not cancel it).
     pub(crate) fn start_run(self: &Arc<Self>, key: ConversationKey, turn: HostTurn) -> Run {
+        let runtime = Arc::clone(&self.runtime);
+        self.run_on_task(
+            |progress| async move { runtime.post_host_turn(&key, turn, progress).await },
+        )
+    }
+
+    /// Hands the host's results over and takes over the turn that made the calls (the runtime's
+    /// `follow_tool_results`), on its own task: for results whose turn no run here follows.
+    fn follow_run(self: &Arc<Self>, key: ConversationKey, results: Vec<HostToolResult>) -> Run {
+        let runtime = Arc::clone(&self.runtime);
+        self.run_on_task(|progress| async move {
+            runtime.follow_tool_results(&key, results, progress).await
+        })
+    }
+
+    /// A run of `work`, given the run's progress sink, on its own task.
+    fn run_on_task<F>(self: &Arc<Self>, work: impl FnOnce(ProgressSink) -> F) -> Run
+    where
+        F: Future<Output = Result<Posted, RuntimeError>> + Send + 'static,
+    {
         let (progress, updates) = mpsc::unbounded_channel::<Progress>();
         let (done_tx, done) = oneshot::channel();
-        let runtime = Arc::clone(&self.runtime);
+        let work = work(progress);
         self.spawn_turn(async move {
-            let result = runtime.post_host_turn(&key, turn, progress).await;
-            let _ = done_tx.send(result);
+            let _ = done_tx.send(work.await);
         });
         Run::new(updates, done)
     }
@@ -28,12 +51,6 @@ impl AppState {
     /// Parks a run until the host posts the results of `calls`.
     pub(crate) fn park(&self, conversation: &ConversationKey, calls: &[HostToolCall], run: Run) {
         let mut parked = self.parked();
-        // Runs whose turn ended meanwhile (their host never answered: the calls timed out) go.
-        parked.retain_mut(|p| {
-            p.run.done.as_mut().is_some_and(|done| {
-                matches!(done.try_recv(), Err(oneshot::error::TryRecvError::Empty))
-            })
-        });
         parked.push(Parked {
             conversation: conversation.clone(),
             call_ids: calls.iter().map(|c| c.id.clone()).collect(),
@@ -46,9 +63,11 @@ impl AppState {
     /// wait on the conversation's owner (the runtime carries the results there) while the run
     /// is parked here, on the node the turn was posted to. The run is taken only once the
     /// results were: of two requests racing with the same results, the one whose results the
-    /// calls took follows the run, the other is refused.
+    /// calls took follows the run, the other is refused. When no run here waits for these
+    /// calls (the turn was posted to another node of a cluster, or the run here ended), this
+    /// request takes the turn over wherever its calls wait (`follow_run`).
     pub(crate) async fn resume(
-        &self,
+        self: &Arc<Self>,
         conversation: &ConversationKey,
         results: Vec<HostToolResult>,
     ) -> Result<Run, ApiError> {
@@ -56,6 +75,9 @@ impl AppState {
         let waits_for = |p: &Parked| {
             p.conversation == *conversation && ids.iter().any(|id| p.call_ids.contains(id))
         };
+        if !self.parked().iter().any(waits_for) {
+            return Ok(self.follow_run(conversation.clone(), results));
+        }
         self.runtime
             .submit_tool_results(conversation, results)
             .await?;
@@ -66,12 +88,20 @@ impl AppState {
             Some(index) => Ok(parked.swap_remove(index).run),
             None => Err(ApiError::new(
                 "no_pending_tool_call",
-                "the results were taken, but no request here follows that turn any more (its server restarted, the turn ended, or it was posted to another node: post the results to the node that answered requires_action)",
+                "the results were taken, but the run that waited for them here ended meanwhile",
             )),
         }
     }
 
+    /// The parked runs, without those whose turn ended meanwhile (their host never answered
+    /// and the calls timed out, or another request took the turn over).
     fn parked(&self) -> std::sync::MutexGuard<'_, Vec<Parked>> {
-        self.parked.lock().unwrap_or_else(|p| p.into_inner())
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
+        parked.retain_mut(|p| {
+            p.run.done.as_mut().is_some_and(|done| {
+                matches!(done.try_recv(), Err(oneshot::error::TryRecvError::Empty))
+            })
+        });
+        parked
     }
 }

@@ -5,6 +5,7 @@ mod behaviours;
 mod compaction;
 mod declared_tools;
 mod exactly_once;
+mod follow;
 mod heartbeat;
 mod mcp;
 mod providers;

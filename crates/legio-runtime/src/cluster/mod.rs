@@ -77,6 +77,13 @@ pub(crate) enum Forwarded {
         conversation: ConversationKey,
         results: Vec<HostToolResult>,
     },
+    /// `Runtime::follow_tool_results`: the host's results, for calls waiting on the owner, whose
+    /// turn the asking node then follows (its progress comes back as frames, its replies as
+    /// the answer).
+    FollowToolResults {
+        conversation: ConversationKey,
+        results: Vec<HostToolResult>,
+    },
     /// `Runtime::call_tool_as`: an MCP client's call of an agent's tool.
     ToolCall {
         conversation: ConversationKey,
@@ -103,6 +110,7 @@ impl Forwarded {
             Self::Reset { conversation, .. }
             | Self::Heartbeat { conversation, .. }
             | Self::ToolResults { conversation, .. }
+            | Self::FollowToolResults { conversation, .. }
             | Self::ToolCall { conversation, .. }
             | Self::Activities { conversation }
             | Self::DeclareTools { conversation, .. }
@@ -117,6 +125,7 @@ impl Forwarded {
             Self::Reset { .. } => "reset",
             Self::Heartbeat { .. } => "heartbeat",
             Self::ToolResults { .. } => "tool_results",
+            Self::FollowToolResults { .. } => "follow_tool_results",
             Self::ToolCall { .. } => "tool_call",
             Self::Activities { .. } => "activities",
             Self::DeclareTools { .. } => "declare_tools",
@@ -285,8 +294,9 @@ impl Cluster {
         &self,
         node: &str,
         request: &Forwarded,
+        progress: Option<&ProgressSink>,
     ) -> Result<Answered, RuntimeError> {
-        routing::ask(self, node, request).await
+        routing::ask(self, node, request, progress).await
     }
 
     /// For work that runs only on the owner and is never carried (a scheduled heartbeat, which

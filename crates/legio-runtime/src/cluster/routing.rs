@@ -94,14 +94,16 @@ async fn find_owner(
     }
 }
 
-/// Sends `request` to `node` (known to hold its conversation) and waits for its answer, with
-/// no progress and no retry: for a question only the holder can answer, that takes nothing.
+/// Sends `request` to `node` (known to hold its conversation) and waits for its answer (its
+/// progress relayed to `progress`), with no retry: for a request only the holder can answer,
+/// that takes no conversation.
 pub(super) async fn ask(
     cluster: &Cluster,
     node: &str,
     request: &Forwarded,
+    progress: Option<&ProgressSink>,
 ) -> Result<Answered, RuntimeError> {
-    forward(cluster, node, request, None).await
+    forward(cluster, node, request, progress).await
 }
 
 /// Sends `request` to `node` and waits for its answer, relaying progress.

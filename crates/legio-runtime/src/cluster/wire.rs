@@ -13,7 +13,8 @@ use crate::progress::Progress;
 use crate::reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 use crate::status::Activity;
 
-/// The request, and whether the caller listens to its progress (posts only).
+/// The request, and whether the caller listens to its progress (posts and followed tool
+/// results only).
 #[derive(Serialize, Deserialize)]
 pub(super) struct WireRequest {
     request: Forwarded,
@@ -28,9 +29,14 @@ impl WireRequest {
         }
     }
 
-    /// The request, and whether its progress is streamed back (never for a reset or heartbeat).
+    /// The request, and whether its progress is streamed back (only for a post or followed tool
+    /// results: the turns that make progress).
     pub(super) fn into_parts(self) -> (Forwarded, bool) {
-        let streamed = self.streamed && matches!(self.request, Forwarded::Post(_));
+        let turn = matches!(
+            self.request,
+            Forwarded::Post(_) | Forwarded::FollowToolResults { .. }
+        );
+        let streamed = self.streamed && turn;
         (self.request, streamed)
     }
 }
@@ -450,6 +456,14 @@ mod tests {
                     is_error: true,
                 }],
             },
+            Forwarded::FollowToolResults {
+                conversation: conversation.clone(),
+                results: vec![crate::HostToolResult {
+                    call_id: "call-2".into(),
+                    content: "found".into(),
+                    is_error: false,
+                }],
+            },
             Forwarded::ToolCall {
                 conversation: conversation.clone(),
                 agent: AgentName::new("bob").unwrap(),
@@ -476,7 +490,11 @@ mod tests {
             let back: WireRequest = serde_json::from_slice(&bytes).unwrap();
             let (read, streamed) = back.into_parts();
             assert_eq!(format!("{read:?}"), format!("{request:?}"));
-            assert_eq!(streamed, matches!(request, Forwarded::Post(_)));
+            let turn = matches!(
+                request,
+                Forwarded::Post(_) | Forwarded::FollowToolResults { .. }
+            );
+            assert_eq!(streamed, turn);
         }
     }
 
