@@ -472,6 +472,46 @@ async fn a_host_tool_pauses_the_turn_until_the_host_posts_its_result() {
     h.stop().await;
 }
 
+/// Two requests carrying the same results at once, five times: however they interleave (both
+/// find the run parked and race for the calls, or one comes after the other took them), one
+/// answers the replies and the other is refused (409); each result is in the log once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_requests_with_the_same_results_one_follows_the_turn() {
+    let h = Harness::start().await;
+    let lookup = json!({"name": "lookup", "parameters": {"type": "object", "properties": {}}});
+    let agent_a = legio_core::AgentName::new("a").unwrap();
+    let results = "/sessions/d:race/tool_results";
+    for round in 1..=5 {
+        let id = format!("race-{round}");
+        h.providers["stateless"].inject(
+            Some(&agent_a),
+            Fault::tool_calls([(id.as_str(), "lookup", "{}")]),
+        );
+        let (status, paused) = h
+            .post_json(
+                "/sessions/{id}/turns",
+                "/sessions/d:race/turns",
+                &json!({"content": "@a look it up", "tools": [lookup]}),
+            )
+            .await;
+        assert_eq!(paused["status"], "requires_action", "{status} {paused}");
+        let body = json!({"tool_results": [{"tool_call_id": id, "content": "the fact"}]});
+        let post = || h.post_json("/sessions/{id}/tool_results", results, &body);
+        let ((first, a), (second, b)) = tokio::join!(post(), post());
+        let mut statuses = [first, second];
+        statuses.sort();
+        assert_eq!(statuses, [StatusCode::OK, StatusCode::CONFLICT], "{a} {b}");
+        let done = if first == StatusCode::OK { a } else { b };
+        assert!(done["replies"][0]["error"].is_null(), "{done}");
+    }
+    let (calls, results, linked) = tool_traffic(&h, "d:race");
+    assert_eq!(calls.len(), 5);
+    let ids: Vec<&str> = results.iter().map(|(id, _, _)| id.as_str()).collect();
+    assert_eq!(ids, ["race-1", "race-2", "race-3", "race-4", "race-5"]);
+    assert!(linked);
+    h.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_never_answers_gets_an_interrupted_result_and_the_turn_ends() {
     let h = Harness::start_config(
@@ -773,6 +813,21 @@ async fn the_responses_api_hands_function_calls_to_the_host() {
         (Some("function_call"), Some("r-1"), Some("stock"))
     );
     let id = paused["id"].as_str().unwrap();
+    // An output for no waiting call, streamed, is refused with a status as an unstreamed one
+    // is (not a stream that ends in an error).
+    let (status, refused) = h
+        .post_json(
+            url,
+            url,
+            &json!({"model": "legio/a", "previous_response_id": id, "tools": tools, "stream": true,
+                "input": [{"type": "function_call_output", "call_id": "r-9", "output": "?"}]}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert!(
+        refused.to_string().contains("r-1"),
+        "names what waits: {refused}"
+    );
     let (status, done) = h
         .post_json(
             url,

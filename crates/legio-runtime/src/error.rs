@@ -139,6 +139,14 @@ pub enum RuntimeError {
         /// The calls that are waiting.
         waiting: Vec<String>,
     },
+    /// A turn followed with [`crate::Runtime::follow_tool_results`] was taken over by later
+    /// results of its calls, handed over with `follow_tool_results` too: it goes on, followed
+    /// by that request.
+    #[error("the turn in conversation {conversation} was taken over by later tool results; it goes on, followed by their request")]
+    TurnTakenOver {
+        /// The conversation.
+        conversation: String,
+    },
     /// The conversation is not (or no longer) owned by this node, and the request could not be
     /// carried out here; it can be retried (it goes to the new owner). `docs/cluster.md`.
     #[error("conversation {conversation} moved away from this node ({reason}); try again")]
@@ -216,6 +224,8 @@ pub enum ErrorCode {
     InvalidTool,
     /// A host tool result answers no waiting call.
     NoPendingToolCall,
+    /// A followed turn was taken over by later tool results.
+    TurnTakenOver,
     /// Anything else: a failure of the runtime or the log.
     Internal,
 }
@@ -258,6 +268,7 @@ impl RuntimeError {
             Self::ShutDown | Self::Cancelled { .. } => C::ShuttingDown,
             Self::HostTool(_) => C::InvalidTool,
             Self::NoPendingToolCall { .. } => C::NoPendingToolCall,
+            Self::TurnTakenOver { .. } => C::TurnTakenOver,
             Self::AgentRestarting { .. } | Self::Moved { .. } | Self::Bus(_) => C::Unavailable,
             Self::Remote { code, .. } => *code,
             Self::Lease(legio_store::LeaseError::Store(e)) => store_code(e),

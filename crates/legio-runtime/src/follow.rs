@@ -17,22 +17,41 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::progress::{Progress, ProgressSink};
 use crate::reply::Posted;
+use crate::HostToolCall;
 
-/// Where a turn's progress goes, and who gets its replies when it ends (none: the turn's
-/// caller, who gets them from its post).
-pub(crate) struct Follower {
-    pub(crate) progress: ProgressSink,
-    pub(crate) end: Option<oneshot::Sender<Posted>>,
+/// How a followed turn ended for its follower.
+#[derive(Debug)]
+pub(crate) enum Ended {
+    /// The turn's replies.
+    Replies(Posted),
+    /// Later results took the turn over: it goes on, followed by their request.
+    TakenOver,
 }
 
-/// A turn's follower of the moment, shared by its relay and the calls it announced.
-type Target = Arc<Mutex<Follower>>;
+/// Where a turn's progress goes, and who gets its end (none: the turn's caller, who gets the
+/// replies from its post). A follower whose `end` is dropped unsent lost the turn: its runtime
+/// stopped, or its caller gave the post up.
+pub(crate) struct Follower {
+    pub(crate) progress: ProgressSink,
+    pub(crate) end: Option<oneshot::Sender<Ended>>,
+}
+
+/// A turn as its relay and its calls share it: its follower of the moment, the host calls it
+/// announced (to announce those still waiting again to a follower that takes it over), and
+/// whether it ended (then nobody may take it over).
+struct Turn {
+    follower: Follower,
+    announced: Vec<HostToolCall>,
+    ended: bool,
+}
+
+type Target = Arc<Mutex<Turn>>;
 
 /// A waiting call: its conversation and its id.
 type CallKey = (ConversationKey, String);
 
-/// The followers of the turns whose host calls were announced, by call (a relay notes its
-/// turn's calls as it passes their `ToolCallsRequired` on, and forgets them when its turn ends).
+/// The turns whose host calls were announced, by call (a relay notes its turn's calls as it
+/// passes their `ToolCallsRequired` on, and forgets them when its turn ends).
 #[derive(Clone, Default)]
 pub(crate) struct Follows(Arc<Mutex<HashMap<CallKey, Target>>>);
 
@@ -47,14 +66,16 @@ impl Follows {
             .contains_key(&(conversation.clone(), id.to_owned()))
     }
 
-    /// Gives the turn that announced the call `id` to `follower`; the follower it had is
-    /// dropped (a caller waiting for its end is told the turn is followed elsewhere). `false`
-    /// when no turn here announced that call.
+    /// Gives the turn that announced the call `id` to `follower`: the follower it had is told
+    /// (`Ended::TakenOver`), and the new one gets, first, the turn's announced calls that
+    /// `still_waiting` says wait for a result (announced to the old follower, which will not
+    /// show them now). `false` when no turn here announced that call, or it ended.
     pub(crate) fn take_over(
         &self,
         conversation: &ConversationKey,
         id: &str,
         follower: Follower,
+        still_waiting: impl Fn(&str) -> bool,
     ) -> bool {
         let target = self
             .lock()
@@ -63,13 +84,38 @@ impl Follows {
         let Some(target) = target else {
             return false;
         };
-        let old = std::mem::replace(&mut *lock(&target), follower);
-        drop(old);
+        let mut turn = lock(&target);
+        if turn.ended {
+            return false;
+        }
+        let old = std::mem::replace(&mut turn.follower, follower);
+        if let Some(end) = old.end {
+            let _ = end.send(Ended::TakenOver);
+        }
+        let waiting = turn.announced.iter().filter(|c| still_waiting(&c.id));
+        for step in calls_by_agent(waiting) {
+            let _ = turn.follower.progress.send(step);
+        }
         true
     }
 }
 
-fn lock(target: &Target) -> MutexGuard<'_, Follower> {
+/// `calls` as `ToolCallsRequired` steps, one per agent, in the order the agents first appear.
+fn calls_by_agent<'a>(calls: impl Iterator<Item = &'a HostToolCall>) -> Vec<Progress> {
+    let mut steps: Vec<(legio_core::AgentName, Vec<HostToolCall>)> = Vec::new();
+    for call in calls {
+        match steps.iter_mut().find(|(agent, _)| *agent == call.agent) {
+            Some((_, calls)) => calls.push(call.clone()),
+            None => steps.push((call.agent.clone(), vec![call.clone()])),
+        }
+    }
+    steps
+        .into_iter()
+        .map(|(agent, calls)| Progress::ToolCallsRequired { agent, calls })
+        .collect()
+}
+
+fn lock(target: &Target) -> MutexGuard<'_, Turn> {
     target.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -90,9 +136,13 @@ impl Relay {
     ) -> Self {
         let (sink, steps) = mpsc::unbounded_channel();
         let (finish, finished) = oneshot::channel();
-        let target = Arc::new(Mutex::new(Follower {
-            progress,
-            end: None,
+        let target = Arc::new(Mutex::new(Turn {
+            follower: Follower {
+                progress,
+                end: None,
+            },
+            announced: Vec::new(),
+            ended: false,
         }));
         let pass = Pass {
             follows: follows.clone(),
@@ -128,7 +178,7 @@ impl Relay {
     }
 }
 
-/// A relay's task: its turn, its follower, and the calls it noted.
+/// A relay's task: its turn, and the calls it noted.
 struct Pass {
     follows: Follows,
     conversation: ConversationKey,
@@ -137,6 +187,9 @@ struct Pass {
 }
 
 impl Pass {
+    /// Passes steps on until the turn's end (then what is left, and the end). Should the post
+    /// be given up (its future dropped: no end comes), the turn goes on in its actors: steps
+    /// are passed on until they stop sending, and the follower's end is dropped.
     async fn run(
         mut self,
         mut steps: mpsc::UnboundedReceiver<Progress>,
@@ -149,13 +202,24 @@ impl Pass {
                 end = &mut finished => break end.ok(),
             }
         };
-        while let Ok(step) = steps.try_recv() {
-            self.pass(step);
+        if end.is_some() {
+            while let Ok(step) = steps.try_recv() {
+                self.pass(step);
+            }
+        } else {
+            while let Some(step) = steps.recv().await {
+                self.pass(step);
+            }
         }
+        let follower_end = {
+            let mut turn = lock(&self.target);
+            turn.ended = true;
+            turn.follower.end.take()
+        };
         self.forget();
         if let Some((posted, done)) = end {
-            if let Some(end) = lock(&self.target).end.take() {
-                let _ = end.send(posted);
+            if let Some(follower_end) = follower_end {
+                let _ = follower_end.send(Ended::Replies(posted));
             }
             let _ = done.send(());
         }
@@ -163,6 +227,7 @@ impl Pass {
 
     /// Passes a step on to the follower, noting the calls it announces first.
     fn pass(&mut self, step: Progress) {
+        let mut turn = lock(&self.target);
         if let Progress::ToolCallsRequired { calls, .. } = &step {
             let mut follows = self.follows.lock();
             for call in calls {
@@ -170,8 +235,9 @@ impl Pass {
                 follows.insert(key.clone(), Arc::clone(&self.target));
                 self.noted.push(key);
             }
+            turn.announced.extend(calls.iter().cloned());
         }
-        let _ = lock(&self.target).progress.send(step);
+        let _ = turn.follower.progress.send(step);
     }
 
     /// Forgets the calls this turn announced (unless a later turn reused an id).
@@ -218,44 +284,76 @@ mod tests {
     }
 
     /// The caller gets the steps until a follower takes the turn over by one of its calls; the
-    /// follower gets every later step, then the replies; the calls are forgotten at the end.
+    /// follower is told first the calls still waiting (announced to the caller), then gets
+    /// every later step; a second follower takes it over from the first, which is told so, and
+    /// gets the replies; the calls are forgotten at the end, and the turn cannot be taken over
+    /// once ended.
     #[tokio::test]
-    async fn a_follower_takes_a_turn_over_by_its_call_and_gets_its_end() {
+    async fn followers_take_a_turn_over_by_its_calls_and_the_last_gets_its_end() {
         let follows = Follows::default();
         let c = ConversationKey::new("f:1").unwrap();
         let (caller, mut caller_rx) = mpsc::unbounded_channel();
         let relay = Relay::start(&follows, &c, caller);
+        let none = |_: &str| false;
         assert!(
-            !follows.take_over(&c, "call-1", follower().0),
+            !follows.take_over(&c, "call-1", follower().0, none),
             "not announced yet"
         );
         relay.sink.send(delta("before")).unwrap();
         relay.sink.send(required("call-1")).unwrap();
-        tokio::task::yield_now().await;
-        while !follows.knows(&c, "call-1") {
-            tokio::task::yield_now().await;
-        }
-        let (new, mut new_rx, end) = follower();
-        assert!(follows.take_over(&c, "call-1", new));
+        relay.sink.send(required("call-2")).unwrap();
+        until(|| follows.knows(&c, "call-2")).await;
+        let (first, mut first_rx, first_end) = follower();
+        assert!(follows.take_over(&c, "call-1", first, |id| id == "call-2"));
         relay.sink.send(delta("after")).unwrap();
+        until(|| first_rx.len() >= 2).await;
+        let (second, mut second_rx, second_end) = follower();
+        assert!(follows.take_over(&c, "call-2", second, none));
+        assert!(matches!(first_end.await, Ok(Ended::TakenOver)));
+        relay.sink.send(delta("last")).unwrap();
         let posted = Posted {
             replies: Vec::new(),
             unknown_mentions: vec!["@x".into()],
         };
         relay.finish(&posted).await;
-        assert_eq!(drain(&mut caller_rx), [delta("before"), required("call-1")]);
-        assert_eq!(drain(&mut new_rx), [delta("after")]);
-        assert_eq!(end.await.unwrap(), posted);
-        assert!(
-            !follows.knows(&c, "call-1"),
-            "forgotten when the turn ended"
+        assert_eq!(
+            drain(&mut caller_rx),
+            [delta("before"), required("call-1"), required("call-2")]
         );
+        assert_eq!(drain(&mut first_rx), [required("call-2"), delta("after")]);
+        assert_eq!(drain(&mut second_rx), [delta("last")]);
+        match second_end.await {
+            Ok(Ended::Replies(replies)) => assert_eq!(replies, posted),
+            other => panic!("the last follower got {other:?}"),
+        }
+        assert!(
+            !follows.take_over(&c, "call-2", follower().0, none),
+            "an ended turn is taken over by nobody"
+        );
+        for call in ["call-1", "call-2"] {
+            assert!(
+                !follows.knows(&c, call),
+                "{call} forgotten when the turn ended"
+            );
+        }
+    }
+
+    /// Yields until `done` holds; fails after 10 s.
+    async fn until(done: impl Fn() -> bool) {
+        let wait = async {
+            while !done() {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), wait)
+            .await
+            .expect("within 10 s");
     }
 
     fn follower() -> (
         Follower,
         mpsc::UnboundedReceiver<Progress>,
-        oneshot::Receiver<Posted>,
+        oneshot::Receiver<Ended>,
     ) {
         let (progress, rx) = mpsc::unbounded_channel();
         let (end, end_rx) = oneshot::channel();

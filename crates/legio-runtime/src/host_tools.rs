@@ -201,10 +201,10 @@ impl HostToolDesk {
     }
 
     /// As [`HostToolDesk::submit`], and `follower` takes over the turn that made the first
-    /// call (its later progress and its end: follow.rs), in the same step, so that of two
-    /// submissions of the same results the one whose results the calls took follows the turn.
-    /// Refused like `submit`, and when a call's turn is not followed here (its relay has not
-    /// announced it yet, or it ended).
+    /// call (its later progress and its end, and first the turn's other calls still waiting:
+    /// follow.rs), in the same step, so that of two submissions of the same results the one
+    /// whose results the calls took follows the turn. Refused like `submit`, and when a call's
+    /// turn is not followed here (its relay has not announced it yet, or it ended).
     pub(crate) fn submit_following(
         &self,
         conversation: &ConversationKey,
@@ -217,9 +217,13 @@ impl HostToolDesk {
         let Some(first) = results.first() else {
             return Err(not_waiting(&pending, conversation, ""));
         };
+        let still_waiting = |id: &str| {
+            pending.contains_key(&(conversation.clone(), id.to_owned()))
+                && !results.iter().any(|r| r.call_id == id)
+        };
         if !self
             .follows
-            .take_over(conversation, &first.call_id, follower)
+            .take_over(conversation, &first.call_id, follower, still_waiting)
         {
             return Err(not_waiting(&pending, conversation, &first.call_id));
         }

@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 use crate::cluster::Forwarded;
 use crate::error::RuntimeError;
-use crate::follow::Follower;
+use crate::follow::{Ended, Follower};
 use crate::host_tools::HostToolResult;
 use crate::names::IntoName;
 use crate::progress::ProgressSink;
@@ -88,7 +88,7 @@ impl Runtime {
         };
         let desk = &self.shared.host_desk;
         let refused = match desk.submit_following(&key, results.clone(), follower) {
-            Ok(()) => return end.await.map_err(|_| followed_elsewhere()),
+            Ok(()) => return followed(&key, end.await),
             Err(e @ RuntimeError::NoPendingToolCall { .. }) if !forwarded => e,
             Err(e) => return Err(e),
         };
@@ -103,11 +103,19 @@ impl Runtime {
     }
 }
 
-/// A followed turn that did not end here: a later hand-over of results took it over (or its
-/// runtime stopped).
-fn followed_elsewhere() -> RuntimeError {
-    RuntimeError::Cancelled {
-        what: "following the turn",
-        reason: "later tool results took the turn over, or the runtime stopped".into(),
+/// The end of a followed turn: its replies, or why this follower has none.
+fn followed(
+    conversation: &ConversationKey,
+    end: Result<Ended, oneshot::error::RecvError>,
+) -> Result<Posted, RuntimeError> {
+    match end {
+        Ok(Ended::Replies(posted)) => Ok(posted),
+        Ok(Ended::TakenOver) => Err(RuntimeError::TurnTakenOver {
+            conversation: conversation.to_string(),
+        }),
+        Err(_) => Err(RuntimeError::Cancelled {
+            what: "following the turn",
+            reason: "its post was given up (the runtime is stopping)".into(),
+        }),
     }
 }

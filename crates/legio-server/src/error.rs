@@ -62,7 +62,7 @@ impl ApiError {
             | "bad_seq"
             | "invalid_tool"
             | "missing_field" => StatusCode::BAD_REQUEST,
-            "history_mismatch" | "no_pending_tool_call" => StatusCode::CONFLICT,
+            "history_mismatch" | "no_pending_tool_call" | "turn_taken_over" => StatusCode::CONFLICT,
             "unauthorized" => StatusCode::UNAUTHORIZED,
             "forbidden" => StatusCode::FORBIDDEN,
             "body_timeout" => StatusCode::REQUEST_TIMEOUT,
@@ -124,6 +124,7 @@ impl From<RuntimeError> for ApiError {
             C::ProviderUnavailable => "provider_unavailable",
             C::InvalidTool => "invalid_tool",
             C::NoPendingToolCall => "no_pending_tool_call",
+            C::TurnTakenOver => "turn_taken_over",
             _ => "internal",
         };
         Self::new(code, e.to_string())

@@ -76,14 +76,20 @@ impl AppState {
             p.conversation == *conversation && ids.iter().any(|id| p.call_ids.contains(id))
         };
         if !self.parked().iter().any(waits_for) {
-            return Ok(self.follow_run(conversation.clone(), results));
+            // A refusal answers as a refused turn does: an error status, never a stream.
+            let mut run = self.follow_run(conversation.clone(), results);
+            return match run.refusal().await {
+                Some(refused) => Err(refused),
+                None => Ok(run),
+            };
         }
         self.runtime
             .submit_tool_results(conversation, results)
             .await?;
-        let mut parked = self.parked();
-        // The run is still parked: only the request whose results the calls took gets here, and
-        // a parked run waits for the results of its own calls before it can move on.
+        // The run is still parked (kept even if its turn ended meanwhile: it holds the replies
+        // to these results): only the request whose results the calls took gets here, and a
+        // parked run waits for the results of its own calls before it can move on.
+        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
         match parked.iter().position(waits_for) {
             Some(index) => Ok(parked.swap_remove(index).run),
             None => Err(ApiError::new(
@@ -93,8 +99,8 @@ impl AppState {
         }
     }
 
-    /// The parked runs, without those whose turn ended meanwhile (their host never answered
-    /// and the calls timed out, or another request took the turn over).
+    /// The parked runs, without those whose turn ended while they waited (their host never
+    /// answered and the calls timed out, or another request took the turn over).
     fn parked(&self) -> std::sync::MutexGuard<'_, Vec<Parked>> {
         let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
         parked.retain_mut(|p| {

@@ -15,6 +15,8 @@ pub(crate) struct Run {
     updates: mpsc::UnboundedReceiver<Progress>,
     pub(crate) done: Option<oneshot::Receiver<Result<Posted, RuntimeError>>>,
     finished: Option<Result<Posted, ApiError>>,
+    /// A step read ahead by [`Run::refusal`], given first by the next [`Run::next`].
+    ahead: Option<Next>,
 }
 
 /// What a run did next.
@@ -44,11 +46,27 @@ impl Run {
             updates,
             done: Some(done),
             finished: None,
+            ahead: None,
+        }
+    }
+
+    /// Waits for the run's first step: the error when the run was refused (it ended at once,
+    /// with an error and no progress), else `None` (the step is kept for [`Run::next`]).
+    pub(crate) async fn refusal(&mut self) -> Option<ApiError> {
+        match self.next().await {
+            Next::Finished(Err(e)) => Some(e),
+            next => {
+                self.ahead = Some(next);
+                None
+            }
         }
     }
 
     /// The next step: progress first (every update sent before the end comes before it).
     pub(crate) async fn next(&mut self) -> Next {
+        if let Some(next) = self.ahead.take() {
+            return next;
+        }
         loop {
             if let Ok(update) = self.updates.try_recv() {
                 return classify(update);

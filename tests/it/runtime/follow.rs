@@ -8,6 +8,7 @@ use legio_core::{History, Participant};
 use legio_llm::Fault;
 use legio_runtime::{ErrorCode, HostToolResult, HostTurn, Progress, ProgressSink, ToolSpec};
 use serde_json::json;
+use std::time::Duration;
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 
 use super::{Legion, CONV};
@@ -28,16 +29,27 @@ fn result(id: &str) -> Vec<HostToolResult> {
     }]
 }
 
-/// The ids of the next `ToolCallsRequired` on `steps` (the steps before it are dropped).
+/// The ids of the next `ToolCallsRequired` on `steps` (the steps before it are dropped);
+/// fails after 10 s.
 async fn next_calls(steps: &mut UnboundedReceiver<Progress>) -> Vec<String> {
-    loop {
-        match steps.recv().await.expect("the turn's progress") {
-            Progress::ToolCallsRequired { calls, .. } => {
-                return calls.into_iter().map(|c| c.id).collect()
+    let next = async {
+        loop {
+            match steps.recv().await.expect("the turn's progress") {
+                Progress::ToolCallsRequired { calls, .. } => {
+                    return calls.into_iter().map(|c| c.id).collect();
+                }
+                _ => continue,
             }
-            _ => continue,
         }
-    }
+    };
+    within(next).await
+}
+
+/// `work`, or a failure after 10 s (a relay that lost a step would otherwise hang the test).
+async fn within<T>(work: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), work)
+        .await
+        .expect("within 10 s")
 }
 
 fn channel() -> (ProgressSink, UnboundedReceiver<Progress>) {
@@ -86,10 +98,11 @@ async fn results_that_follow_a_turn_take_over_its_progress_and_replies() {
         };
         let (first_end, second_end) = tokio::join!(follow, again);
         let err = first_end.expect_err("the second results took the turn over");
-        assert!(err.to_string().contains("took the turn over"), "{err}");
+        assert_eq!(err.code(), ErrorCode::TurnTakenOver, "{err}");
         second_end.unwrap()
     };
-    let (posted, followed) = tokio::join!(rt.post_host_turn(CONV, turn, caller), host);
+    let (posted, followed) =
+        within(async { tokio::join!(rt.post_host_turn(CONV, turn, caller), host) }).await;
     let posted = posted.unwrap();
     assert_eq!(followed, posted, "the follower gets the turn's replies");
     assert!(posted.replies[0].outcome.is_ok(), "{posted:?}");
@@ -103,5 +116,58 @@ async fn results_that_follow_a_turn_take_over_its_progress_and_replies() {
         agent_done(&mut second_steps),
         1,
         "the last follower saw the end"
+    );
+}
+
+/// A turn addressed to two agents whose models both call host tools: the caller is told both
+/// calls; the results of ann's call, handed over elsewhere, take the turn over, and the new
+/// follower is told bob's call again (still waiting: announced to a caller that will not show
+/// it now), whose results end the turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_is_told_the_calls_still_waiting_when_it_takes_over() {
+    let legion = Legion::new(History::Stateless, "").await;
+    legion.post("hello").await;
+    for (agent, id) in [("ann", "ann-1"), ("bob", "bob-1")] {
+        let agent = Legion::agent(agent);
+        legion
+            .provider
+            .inject(Some(&agent), Fault::tool_calls([(id, "lookup", "{}")]));
+    }
+    let turn = HostTurn {
+        sender: Participant::User,
+        to: None,
+        text: "@ann @bob look it up".into(),
+        tools: vec![tool()],
+    };
+    let rt = legion.rt();
+    let (caller, mut caller_steps) = channel();
+    let (follower, mut follower_steps) = channel();
+    let host = async {
+        let mut told = vec![
+            next_calls(&mut caller_steps).await,
+            next_calls(&mut caller_steps).await,
+        ];
+        told.sort();
+        assert_eq!(told, [["ann-1"], ["bob-1"]]);
+        let follow = rt.follow_tool_results(CONV, result("ann-1"), follower);
+        let bob = async {
+            assert_eq!(next_calls(&mut follower_steps).await, ["bob-1"]);
+            rt.submit_tool_results(CONV, result("bob-1")).await.unwrap();
+        };
+        tokio::join!(follow, bob).0.unwrap()
+    };
+    let (posted, followed) =
+        within(async { tokio::join!(rt.post_host_turn(CONV, turn, caller), host) }).await;
+    let posted = posted.unwrap();
+    assert_eq!(followed, posted);
+    assert_eq!(posted.replies.len(), 2, "{posted:?}");
+    assert!(
+        posted.replies.iter().all(|r| r.outcome.is_ok()),
+        "{posted:?}"
+    );
+    assert_eq!(
+        agent_done(&mut follower_steps),
+        2,
+        "the follower saw both ends"
     );
 }

@@ -156,7 +156,7 @@ const TURN_KINDS: [(TurnErrorKind, &str); 10] = [
     (TurnErrorKind::Moved, "moved"),
 ];
 
-const CODES: [(ErrorCode, &str); 19] = [
+const CODES: [(ErrorCode, &str); 20] = [
     (ErrorCode::Config, "config"),
     (ErrorCode::BadName, "bad_name"),
     (ErrorCode::ReservedConversation, "reserved_conversation"),
@@ -175,6 +175,7 @@ const CODES: [(ErrorCode, &str); 19] = [
     (ErrorCode::ProviderUnavailable, "provider_unavailable"),
     (ErrorCode::InvalidTool, "invalid_tool"),
     (ErrorCode::NoPendingToolCall, "no_pending_tool_call"),
+    (ErrorCode::TurnTakenOver, "turn_taken_over"),
     (ErrorCode::Internal, "internal"),
 ];
 
