@@ -6,6 +6,7 @@
 //! (routing.rs, with its wire form in wire.rs). A runtime on sled, or on a log the host opened,
 //! has none of it.
 
+mod locks;
 mod node_id;
 mod ownership;
 mod routing;

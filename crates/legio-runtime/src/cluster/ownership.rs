@@ -22,6 +22,7 @@ use legio_store::{node_lease_name, Lease, LeaseError, Leases, NatsLog};
 use ractor::ActorRef;
 use tokio::sync::oneshot;
 
+use super::locks::ConversationLocks;
 use super::AppendGate;
 use crate::error::RuntimeError;
 use crate::messages::RootMsg;
@@ -60,8 +61,9 @@ pub(crate) struct Ownership {
     busy: Mutex<HashMap<ConversationKey, usize>>,
     /// Conversations stood down from since their last acquisition (for `settle`).
     left: Mutex<HashSet<ConversationKey>>,
-    /// One acquisition at a time, so two posts never race for the same lease on one node.
-    acquiring: tokio::sync::Mutex<()>,
+    /// One take, renewal, release or catch-up of a conversation at a time (so two posts never
+    /// race for the same lease on one node), each conversation on its own.
+    acquiring: ConversationLocks,
     root: OnceLock<ActorRef<RootMsg>>,
     renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// This node's presence lease, once taken.
@@ -111,7 +113,7 @@ impl Ownership {
             held: Mutex::new(HashMap::new()),
             busy: Mutex::new(HashMap::new()),
             left: Mutex::new(HashSet::new()),
-            acquiring: tokio::sync::Mutex::new(()),
+            acquiring: ConversationLocks::default(),
             root: OnceLock::new(),
             renewer: Mutex::new(None),
             presence: Mutex::new(Some(presence)),
@@ -181,7 +183,7 @@ impl Ownership {
             return Ok(());
         }
         // Not while this node takes the conversation (and starts appending to it).
-        let _one = self.acquiring.lock().await;
+        let _one = self.acquiring.lock(conversation).await;
         if self.fresh(conversation) {
             return Ok(());
         }
@@ -198,30 +200,39 @@ impl Ownership {
 
     /// Drops the log's copies of the conversations this node read without holding them and has
     /// not read since `idle` (the reaper calls it): a later read loads them again from the
-    /// stream. Under `acquiring`, so no take runs meanwhile; a conversation held now is left
-    /// alone (its copy is the owner's).
+    /// stream. Each under its conversation's lock, so no take or catch-up of it runs meanwhile;
+    /// a conversation held now, or read again meanwhile, is left alone (a held one's copy is the
+    /// owner's).
     pub(crate) async fn forget_reads(&self, idle: Duration) {
-        let _one = self.acquiring.lock().await;
         let stale: Vec<ConversationKey> = {
             let held = lock(&self.held);
             let mut read = lock(&self.read);
             read.retain(|key, _| !held.contains_key(key));
-            let stale = read
-                .iter()
+            read.iter()
                 .filter(|(_, at)| at.elapsed() >= idle)
                 .map(|(key, _)| key.clone())
-                .collect();
-            for key in &stale {
-                read.remove(key);
-            }
-            metrics::gauge!(m::READ_COPIES).set(read.len() as f64);
-            stale
+                .collect()
         };
+        let mut dropped = 0;
         for conversation in &stale {
+            let _one = self.acquiring.lock(conversation).await;
+            {
+                let held = lock(&self.held);
+                let mut read = lock(&self.read);
+                let unread = read
+                    .get(conversation)
+                    .is_some_and(|at| at.elapsed() >= idle);
+                if held.contains_key(conversation) || !unread {
+                    continue;
+                }
+                read.remove(conversation);
+                metrics::gauge!(m::READ_COPIES).set(read.len() as f64);
+            }
             self.log.forget(conversation);
+            dropped += 1;
         }
-        if !stale.is_empty() {
-            tracing::debug!(node = %self.node, dropped = stale.len(), "dropped the copies of conversations read but not owned");
+        if dropped > 0 {
+            tracing::debug!(node = %self.node, dropped, "dropped the copies of conversations read but not owned");
         }
     }
 
@@ -266,12 +277,12 @@ impl Ownership {
         if self.fresh(conversation) {
             return Ok(Owner::Here);
         }
-        let _one = self.acquiring.lock().await;
+        let _one = self.acquiring.lock(conversation).await;
         if self.fresh(conversation) {
             return Ok(Owner::Here);
         }
         // Being released (its actors retired): the caller's pin keeps it; the release, which
-        // waits for `acquiring`, then finds it taken back and lets it be.
+        // waits for the conversation's lock, then finds it taken back and lets it be.
         if let Some(h) = lock(&self.held).get_mut(conversation) {
             h.releasing = false;
         }
@@ -438,14 +449,14 @@ impl Ownership {
     async fn renew_all(&self) {
         let conversations: Vec<ConversationKey> = lock(&self.held).keys().cloned().collect();
         for conversation in conversations {
-            let _one = self.acquiring.lock().await;
+            let _one = self.acquiring.lock(&conversation).await;
             if self.renew(&conversation).await.is_err() {
                 return; // the runtime is stopping
             }
         }
     }
 
-    /// Renews `conversation`'s lease if this node holds it (the caller holds `acquiring`, so a
+    /// Renews `conversation`'s lease if this node holds it (the caller holds its lock, so a
     /// renewal never races another with the same revision). Stands down when the lease is lost,
     /// or when it cannot be renewed and is no longer trusted. Answers whether it is held and
     /// trusted afterwards.
@@ -542,12 +553,12 @@ impl Ownership {
             .collect()
     }
 
-    /// Releases a conversation marked `releasing`, under `acquiring` (so no take, renewal or
-    /// catch-up of this node runs meanwhile): forgets it, drops the log's projection of it (a
+    /// Releases a conversation marked `releasing`, under its lock (so no take, renewal or
+    /// catch-up of it runs meanwhile on this node): forgets it, drops the log's projection of it (a
     /// later take reads it again with `refresh`; a read here reloads it) and deletes the lease
     /// by the revision held (a lease taken back meanwhile has a newer one and stays).
     async fn release(&self, conversation: ConversationKey) {
-        let _one = self.acquiring.lock().await;
+        let _one = self.acquiring.lock(&conversation).await;
         let lease = {
             let mut held = lock(&self.held);
             if !held.get(&conversation).is_some_and(|h| h.releasing) {
