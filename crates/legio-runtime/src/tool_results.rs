@@ -115,7 +115,7 @@ fn followed(
         }),
         Err(_) => Err(RuntimeError::Cancelled {
             what: "following the turn",
-            reason: "its post was given up (the runtime is stopping)".into(),
+            reason: "its caller gave the post up, or the runtime is stopping".into(),
         }),
     }
 }

@@ -28,7 +28,12 @@ pub(crate) struct Locked<'a> {
 impl ConversationLocks {
     /// Waits for `conversation`'s lock (in the order asked) and holds it.
     pub(crate) async fn lock(&self, conversation: &ConversationKey) -> Locked<'_> {
-        let lock = Arc::clone(self.map().entry(conversation.clone()).or_default());
+        let lock = {
+            let mut map = self.map();
+            // Locks left by waiters that gave up (nobody holds or waits for them) go.
+            map.retain(|_, lock| Arc::strong_count(lock) > 1);
+            Arc::clone(map.entry(conversation.clone()).or_default())
+        };
         let guard = lock.lock_owned().await;
         Locked {
             locks: self,
@@ -50,7 +55,7 @@ impl ConversationLocks {
 
 impl Drop for Locked<'_> {
     /// Unlocks, and drops the lock if nobody waits for it (a waiter holds a reference to it).
-    /// A waiter that gives up leaves the lock for the next holder of it to drop.
+    /// A lock whose last waiter gave up is dropped by the next call of `lock`.
     fn drop(&mut self) {
         let mut map = self.locks.map();
         drop(self.guard.take());
@@ -96,6 +101,16 @@ mod tests {
         let again = waiter.await;
         drop(again);
         assert_eq!(locks.len(), 0, "dropped with its last holder");
+        // A waiter that gives up after its lock's holder let go leaves the lock behind; the
+        // next lock of any conversation drops it.
+        let held = locks.lock(&c1).await;
+        let mut waiter = Box::pin(locks.lock(&c1));
+        assert!(futures_poll_pending(&mut waiter).await);
+        drop(held);
+        drop(waiter);
+        assert_eq!(locks.len(), 1, "left behind by the waiter that gave up");
+        drop(locks.lock(&key("c:3")).await);
+        assert_eq!(locks.len(), 0, "swept");
     }
 
     /// Polls `future` once: whether it is still pending.

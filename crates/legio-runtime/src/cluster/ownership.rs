@@ -64,6 +64,8 @@ pub(crate) struct Ownership {
     /// One take, renewal, release or catch-up of a conversation at a time (so two posts never
     /// race for the same lease on one node), each conversation on its own.
     acquiring: ConversationLocks,
+    /// Reads of a conversation's subject running now (at most [`READS_IN_FLIGHT`]).
+    reads: tokio::sync::Semaphore,
     root: OnceLock<ActorRef<RootMsg>>,
     renewer: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// This node's presence lease, once taken.
@@ -77,6 +79,12 @@ pub(crate) struct Ownership {
 /// and the pause after a cluster error.
 const ACQUIRE_ATTEMPTS: u32 = 5;
 const ACQUIRE_PAUSE: Duration = Duration::from_millis(200);
+/// How many leases `renew_all` renews at once.
+const RENEWALS_IN_FLIGHT: usize = 16;
+/// How many reads of a conversation's subject (a take's, a catch-up's) run at once on a node:
+/// takes of different conversations do not wait for each other's locks, but a failover of many
+/// conversations does not open a reader per conversation at once either.
+const READS_IN_FLIGHT: usize = 4;
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
@@ -114,6 +122,7 @@ impl Ownership {
             busy: Mutex::new(HashMap::new()),
             left: Mutex::new(HashSet::new()),
             acquiring: ConversationLocks::default(),
+            reads: tokio::sync::Semaphore::new(READS_IN_FLIGHT),
             root: OnceLock::new(),
             renewer: Mutex::new(None),
             presence: Mutex::new(Some(presence)),
@@ -188,6 +197,7 @@ impl Ownership {
             return Ok(());
         }
         let (log, key) = (Arc::clone(&self.log), conversation.clone());
+        let _reading = self.reads.acquire().await;
         blocking("reading a conversation another node owns", move || {
             log.catch_up(&key)
         })
@@ -208,6 +218,7 @@ impl Ownership {
             let held = lock(&self.held);
             let mut read = lock(&self.read);
             read.retain(|key, _| !held.contains_key(key));
+            metrics::gauge!(m::READ_COPIES).set(read.len() as f64);
             read.iter()
                 .filter(|(_, at)| at.elapsed() >= idle)
                 .map(|(key, _)| key.clone())
@@ -352,10 +363,12 @@ impl Ownership {
     async fn take(&self, conversation: &ConversationKey, lease: Lease) -> Result<(), RuntimeError> {
         let started = Instant::now();
         let (log, key) = (Arc::clone(&self.log), conversation.clone());
+        let reading = self.reads.acquire().await;
         blocking("reading a conversation taken over", move || {
             log.refresh(&key)
         })
         .await??;
+        drop(reading);
         tracing::info!(conversation = %conversation, node = %self.node, revision = lease.revision, "took the conversation's lease");
         metrics::counter!(m::LEASES_ACQUIRED).increment(1);
         lock(&self.left).remove(conversation);
@@ -446,14 +459,23 @@ impl Ownership {
         }
     }
 
-    async fn renew_all(&self) {
+    /// Renews every lease held, up to [`RENEWALS_IN_FLIGHT`] at once, each under its
+    /// conversation's lock: a conversation whose lock is busy (a take reading a long subject)
+    /// holds up its own renewal only.
+    async fn renew_all(self: &Arc<Self>) {
         let conversations: Vec<ConversationKey> = lock(&self.held).keys().cloned().collect();
+        let slots = Arc::new(tokio::sync::Semaphore::new(RENEWALS_IN_FLIGHT));
+        let mut renewals = tokio::task::JoinSet::new();
         for conversation in conversations {
-            let _one = self.acquiring.lock(&conversation).await;
-            if self.renew(&conversation).await.is_err() {
-                return; // the runtime is stopping
-            }
+            let (me, slots) = (Arc::clone(self), Arc::clone(&slots));
+            renewals.spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                let _one = me.acquiring.lock(&conversation).await;
+                // An error: the runtime is stopping.
+                let _ = me.renew(&conversation).await;
+            });
         }
+        while renewals.join_next().await.is_some() {}
     }
 
     /// Renews `conversation`'s lease if this node holds it (the caller holds its lock, so a
