@@ -1478,3 +1478,52 @@ fn every_listing_shows_a_lease_taken_or_renewed_meanwhile() {
         "the lease was renewed while listing ({renewals} times)"
     );
 }
+
+/// The MCP key on a cluster: nodes share one secret kept in the cluster (create-if-absent, so two
+/// nodes asking at once get the same), whatever fresh value each brings; another stream has its
+/// own; and a token one node's key signs, another node's key (its database elsewhere) accepts.
+#[test]
+fn nodes_of_a_cluster_share_one_mcp_key() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let options = cluster.options(1);
+    for round in 0..5 {
+        let name = format!("secret-{round}");
+        let barrier = Barrier::new(2);
+        let ask = |fresh: u8| {
+            barrier.wait();
+            legio_store::shared_secret(&options, &name, vec![fresh; 8]).unwrap()
+        };
+        let (a, b) = std::thread::scope(|s| {
+            let (ta, tb) = (s.spawn(|| ask(1)), s.spawn(|| ask(2)));
+            (ta.join().unwrap(), tb.join().unwrap())
+        });
+        assert_eq!(a, b, "round {round}: both asked at once, one secret");
+        assert!(a == vec![1; 8] || a == vec![2; 8], "{a:?}");
+        let later = legio_store::shared_secret(&options, &name, vec![3; 8]).unwrap();
+        assert_eq!(later, a, "kept");
+    }
+    let other = NatsOptions {
+        stream: "other".into(),
+        ..options.clone()
+    };
+    let theirs = legio_store::shared_secret(&other, "secret-0", vec![4; 8]).unwrap();
+    assert_eq!(theirs, vec![4; 8], "another stream keeps its own");
+
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let store = |dir: &tempfile::TempDir| legio_runtime::StoreSettings {
+        path: dir.path().join("db"),
+        options: Default::default(),
+        backend: legio_runtime::StoreBackend::Nats(Box::new(options.clone())),
+    };
+    let n1 = legio_runtime::McpTokenKey::for_store(&store(&dirs.0)).unwrap();
+    let n2 = legio_runtime::McpTokenKey::for_store(&store(&dirs.1)).unwrap();
+    let scope = legio_runtime::McpScope {
+        conversation: legio_core::ConversationKey::new("m:1").unwrap(),
+        agent: legio_core::AgentName::new("ann").unwrap(),
+    };
+    let token = n1.issue(&scope, Duration::from_secs(60));
+    assert_eq!(n2.verify(&token).unwrap(), scope, "n2 accepts n1's token");
+    assert!(!dirs.0.path().join("db.mcp-key").exists(), "no key file");
+}

@@ -37,7 +37,9 @@ enum Command {
     /// conversation.
     ///
     /// The token is signed with a key kept beside the database (<store.path>.mcp-key, created on
-    /// first use; LEGIO_MCP_KEY_FILE names another file; delete it to revoke every token). An MCP
+    /// first use; LEGIO_MCP_KEY_FILE names another file; delete it to revoke every token). On a
+    /// NATS cluster the key is kept in the cluster (bucket <stream>_secrets, key mcp-token-key),
+    /// so every node accepts the token; LEGIO_MCP_KEY_FILE still names a file instead. An MCP
     /// client sends it as `Authorization: Bearer TOKEN` to http://HOST:PORT/mcp. Example:
     ///
     ///   legio mcp token --conversation cli:local --agent vorenus --ttl 8h
@@ -108,7 +110,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     match args.command {
         Command::Token { scope: s, ttl } => {
             let (config, scope) = scope(context, &s)?;
-            let key = McpTokenKey::load_or_create(&McpTokenKey::path_for(&config.store))?;
+            let key = McpTokenKey::for_store(&config.store)?;
             println!(
                 "{}",
                 key.issue(&scope, ttl.unwrap_or(MCP_TOKEN_DEFAULT_TTL))

@@ -4,7 +4,9 @@
 //!
 //! The key is 32 random bytes in hex in a file beside the database (`<store.path>.mcp-key`, mode
 //! 0600, created on first use; `LEGIO_MCP_KEY_FILE` names another file). Deleting it revokes
-//! every token. A token: `lgm1.<hex of "conversation\nagent\nexpiry (unix seconds)">.<hex of the
+//! every token. On a NATS cluster the nodes share one key, kept in the cluster
+//! (`legio_store::shared_secret`, made by the first node that needs it), so a token made on any
+//! node is accepted by all; `LEGIO_MCP_KEY_FILE` still names a file instead. A token: `lgm1.<hex of "conversation\nagent\nexpiry (unix seconds)">.<hex of the
 //! HMAC>`.
 
 use std::path::{Path, PathBuf};
@@ -15,7 +17,7 @@ use legio_core::{AgentName, ConversationKey};
 use sha2::Sha256;
 use thiserror::Error;
 
-use legio_config::StoreSettings;
+use legio_config::{StoreBackend, StoreSettings};
 
 /// Whose tools an MCP session serves: one agent in one conversation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,7 +56,18 @@ pub enum McpTokenError {
         /// Why.
         reason: String,
     },
+    /// The key the cluster's nodes share cannot be read or kept.
+    #[error("cannot use the MCP key of the NATS cluster (bucket {bucket}, key {MCP_KEY_NAME}): {reason}")]
+    SharedKey {
+        /// The bucket that keeps it.
+        bucket: String,
+        /// Why.
+        reason: String,
+    },
 }
+
+/// The name of the MCP key among the cluster's shared secrets.
+const MCP_KEY_NAME: &str = "mcp-token-key";
 
 /// The key that signs and checks tokens.
 #[derive(Clone)]
@@ -95,6 +108,36 @@ impl McpTokenKey {
         let mut name = store.path.as_os_str().to_owned();
         name.push(".mcp-key");
         PathBuf::from(name)
+    }
+
+    /// The key for `store`: the file `LEGIO_MCP_KEY_FILE` when set; on the NATS backend, the
+    /// key the cluster's nodes share (made by the first node that needs it); else the file
+    /// beside the database ([`McpTokenKey::path_for`]). Blocks while it reads the cluster.
+    pub fn for_store(store: &StoreSettings) -> Result<Self, McpTokenError> {
+        match &store.backend {
+            StoreBackend::Nats(options) if std::env::var_os("LEGIO_MCP_KEY_FILE").is_none() => {
+                Self::shared(options)
+            }
+            _ => Self::load_or_create(&Self::path_for(store)),
+        }
+    }
+
+    /// The key kept in the cluster `options` reaches, made now if it has none.
+    fn shared(options: &legio_store::NatsOptions) -> Result<Self, McpTokenError> {
+        let failed = |reason: String| McpTokenError::SharedKey {
+            bucket: format!("{}_secrets", options.stream),
+            reason,
+        };
+        let fresh: [u8; 32] = rand::random();
+        let kept = legio_store::shared_secret(options, MCP_KEY_NAME, fresh.to_vec())
+            .map_err(|e| failed(e.to_string()))?;
+        let key: [u8; 32] = kept.try_into().map_err(|kept: Vec<u8>| {
+            failed(format!(
+                "{} bytes, not 32; delete it from the bucket to make a new key",
+                kept.len()
+            ))
+        })?;
+        Ok(Self(key))
     }
 
     /// Reads the key at `path`, creating it (32 random bytes, mode 0600) when missing.

@@ -23,10 +23,8 @@ type Key = Arc<Result<McpTokenKey, String>>;
 
 /// The `/mcp` routes with their guard.
 pub(crate) fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
-    let key: Key = Arc::new(
-        McpTokenKey::load_or_create(&McpTokenKey::path_for(&state.runtime.config().store))
-            .map_err(|e| e.to_string()),
-    );
+    let key: Key =
+        Arc::new(McpTokenKey::for_store(&state.runtime.config().store).map_err(|e| e.to_string()));
     let resolve: ScopeResolver = Arc::new(|extensions| {
         extensions
             .get::<axum::http::request::Parts>()
@@ -65,7 +63,7 @@ pub(crate) fn announce(runtime: &Runtime, addr: Option<SocketAddr>) {
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    match McpTokenKey::load_or_create(&McpTokenKey::path_for(&runtime.config().store)) {
+    match McpTokenKey::for_store(&runtime.config().store) {
         Ok(key) => runtime.serve_mcp_at(format!("http://{addr}/mcp"), key),
         Err(e) => tracing::warn!("claude-code agents get no MCP endpoint: {e}"),
     }

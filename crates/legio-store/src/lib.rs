@@ -40,8 +40,8 @@ pub use log::{AppendHandle, EventLog, Subscription};
 pub use memory::MemoryLog;
 pub use migrate::{MigrateProgress, Migration};
 pub use nats::{
-    node_lease_name, BusError, Incoming, Lease, LeaseError, Leases, NatsAuth, NatsLog, NatsOptions,
-    NatsTls, NodeBus, Responder, MAX_BATCH_EVENTS,
+    node_lease_name, shared_secret, BusError, Incoming, Lease, LeaseError, Leases, NatsAuth,
+    NatsLog, NatsOptions, NatsTls, NodeBus, Responder, MAX_BATCH_EVENTS,
 };
 pub use options::{Durability, StoreOptions};
 pub use salvage::{LostRange, Salvaged};

@@ -1,0 +1,62 @@
+//! Secrets every node of a cluster shares (the key that signs MCP tokens, so a token made on one
+//! node is accepted by every other): each made once, by whichever node asks first, and kept in
+//! a key-value bucket of its own, `<stream>_secrets` (no max age, one revision, the stream's
+//! replica count); every other node reads it. Whoever may read the cluster's buckets may read
+//! them, as they may read the log itself.
+
+use async_nats::jetstream::{self, kv};
+
+use super::options::NatsOptions;
+use super::subject::encode_token;
+use crate::error::{Result, StoreError};
+
+/// The secret `name` of the cluster `options` reaches: the one kept there, or `fresh`, kept now
+/// because none was (create-if-absent: of two nodes asking at once, both get the one stored
+/// first). Blocks, like the log's calls.
+pub fn shared_secret(options: &NatsOptions, name: &str, fresh: Vec<u8>) -> Result<Vec<u8>> {
+    options.validate()?;
+    let runtime = super::runtime::build(1)?;
+    let (options, key) = (options.clone(), encode_token(name));
+    let kept = super::runtime::block_on(runtime.handle(), async move {
+        let store = bucket(&options).await?;
+        match store.create(&key, fresh.into()).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+            Err(e) => return Err(StoreError::cluster("keeping a shared secret", e)),
+        }
+        match store.get(&key).await {
+            Ok(Some(value)) => Ok(value.to_vec()),
+            Ok(None) => Err(StoreError::cluster(
+                "reading a shared secret",
+                "it was deleted right after it was kept",
+            )),
+            Err(e) => Err(StoreError::cluster("reading a shared secret", e)),
+        }
+    });
+    // Not dropped in place: the caller may be inside an async runtime.
+    runtime.shutdown_background();
+    kept
+}
+
+/// The secrets bucket, created if need be.
+async fn bucket(options: &NatsOptions) -> Result<kv::Store> {
+    let client = options.connect().await?;
+    let js = jetstream::ContextBuilder::new()
+        .timeout(options.request_timeout)
+        .build(client);
+    let name = format!("{}_secrets", options.stream);
+    let config = kv::Config {
+        bucket: name.clone(),
+        history: 1,
+        num_replicas: options.replicas,
+        storage: jetstream::stream::StorageType::File,
+        ..Default::default()
+    };
+    match js.create_key_value(config).await {
+        Ok(store) => Ok(store),
+        Err(create) => js
+            .get_key_value(name)
+            .await
+            .map_err(|_| StoreError::cluster("creating the secrets bucket", create)),
+    }
+}
