@@ -58,14 +58,15 @@ impl AppState {
         });
     }
 
-    /// Hands the host's results to the runtime and takes back the run that waited for them. An
-    /// id no call waits for refuses them all (the run stays parked). On a cluster the calls may
-    /// wait on the conversation's owner (the runtime carries the results there) while the run
-    /// is parked here, on the node the turn was posted to. The run is taken only once the
-    /// results were: of two requests racing with the same results, the one whose results the
-    /// calls took follows the run, the other is refused. When no run here waits for these
-    /// calls (the turn was posted to another node of a cluster, or the run here ended), this
-    /// request takes the turn over wherever its calls wait (`follow_run`).
+    /// Hands the host's results to the runtime and takes back the run that waited for them. On
+    /// a cluster the calls may wait on the conversation's owner (the runtime carries the results
+    /// there) while the run is parked here, on the node the turn was posted to. The run is taken
+    /// out while its results are handed over (so nothing drops it meanwhile, should its turn
+    /// end at once) and put back when they are refused (an id no call waits for refuses them
+    /// all). When no run here waits for these calls (the turn was posted to another node of a
+    /// cluster, another request has the run, or it ended), this request takes the turn over
+    /// wherever its calls wait (`follow_run`). Of two requests racing with the same results,
+    /// the one whose results the calls took follows the turn; the other is refused.
     pub(crate) async fn resume(
         self: &Arc<Self>,
         conversation: &ConversationKey,
@@ -75,27 +76,29 @@ impl AppState {
         let waits_for = |p: &Parked| {
             p.conversation == *conversation && ids.iter().any(|id| p.call_ids.contains(id))
         };
-        if !self.parked().iter().any(waits_for) {
+        let taken = {
+            let mut parked = self.parked();
+            let index = parked.iter().position(waits_for);
+            index.map(|index| parked.swap_remove(index))
+        };
+        let Some(parked) = taken else {
             // A refusal answers as a refused turn does: an error status, never a stream.
             let mut run = self.follow_run(conversation.clone(), results);
             return match run.refusal().await {
                 Some(refused) => Err(refused),
                 None => Ok(run),
             };
-        }
-        self.runtime
+        };
+        match self
+            .runtime
             .submit_tool_results(conversation, results)
-            .await?;
-        // The run is still parked (kept even if its turn ended meanwhile: it holds the replies
-        // to these results): only the request whose results the calls took gets here, and a
-        // parked run waits for the results of its own calls before it can move on.
-        let mut parked = self.parked.lock().unwrap_or_else(|p| p.into_inner());
-        match parked.iter().position(waits_for) {
-            Some(index) => Ok(parked.swap_remove(index).run),
-            None => Err(ApiError::new(
-                "no_pending_tool_call",
-                "the results were taken, but the run that waited for them here ended meanwhile",
-            )),
+            .await
+        {
+            Ok(()) => Ok(parked.run),
+            Err(e) => {
+                self.parked().push(parked);
+                Err(e.into())
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use futures_util::{stream, StreamExt, TryStreamExt};
 use thiserror::Error;
 
 use super::backoff::Backoff;
+use super::bucket::key_value;
 use super::options::NatsOptions;
 use super::subject::{decode_token, encode_token};
 use crate::error::StoreError;
@@ -130,10 +131,6 @@ impl Leases {
     }
 
     async fn bucket(options: NatsOptions) -> Result<kv::Store, LeaseError> {
-        let client = options.connect().await?;
-        let js = jetstream::ContextBuilder::new()
-            .timeout(options.request_timeout)
-            .build(client);
         let config = kv::Config {
             bucket: format!("{}_leases", options.stream),
             history: 1,
@@ -142,13 +139,7 @@ impl Leases {
             storage: jetstream::stream::StorageType::File,
             ..Default::default()
         };
-        match js.create_key_value(config).await {
-            Ok(store) => Ok(store),
-            Err(create) => js
-                .get_key_value(format!("{}_leases", options.stream))
-                .await
-                .map_err(|_| cluster("creating the lease bucket", create)),
-        }
+        Ok(key_value(&options, config, "creating the lease bucket").await?)
     }
 
     /// How long a lease lives without renewal.

@@ -4,6 +4,7 @@
 //! request/reply). See `docs/cluster.md`.
 
 mod backoff;
+mod bucket;
 mod bus;
 mod grouping;
 mod inner;

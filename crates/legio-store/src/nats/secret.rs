@@ -6,6 +6,7 @@
 
 use async_nats::jetstream::{self, kv};
 
+use super::bucket::key_value;
 use super::options::NatsOptions;
 use super::subject::encode_token;
 use crate::error::{Result, StoreError};
@@ -40,23 +41,12 @@ pub fn shared_secret(options: &NatsOptions, name: &str, fresh: Vec<u8>) -> Resul
 
 /// The secrets bucket, created if need be.
 async fn bucket(options: &NatsOptions) -> Result<kv::Store> {
-    let client = options.connect().await?;
-    let js = jetstream::ContextBuilder::new()
-        .timeout(options.request_timeout)
-        .build(client);
-    let name = format!("{}_secrets", options.stream);
     let config = kv::Config {
-        bucket: name.clone(),
+        bucket: format!("{}_secrets", options.stream),
         history: 1,
         num_replicas: options.replicas,
         storage: jetstream::stream::StorageType::File,
         ..Default::default()
     };
-    match js.create_key_value(config).await {
-        Ok(store) => Ok(store),
-        Err(create) => js
-            .get_key_value(name)
-            .await
-            .map_err(|_| StoreError::cluster("creating the secrets bucket", create)),
-    }
+    key_value(options, config, "creating the secrets bucket").await
 }
