@@ -12,6 +12,7 @@ mod history;
 mod host_tools;
 mod limits;
 mod mcp;
+mod mcp_key;
 mod meta;
 mod metrics;
 mod openai;

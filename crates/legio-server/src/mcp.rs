@@ -1,8 +1,9 @@
 //! `/mcp`: legio's MCP server over streamable HTTP (rmcp's tower service). A request needs
 //! `Authorization: Bearer TOKEN` with a token from `legio mcp token` (not the `[server]` token):
-//! the guard verifies it with the key beside the database and puts its scope (one agent in one
-//! conversation) in the request's extensions, where `legio_runtime::McpService` finds it. So
-//! every request is authorized by its own credential, and the tools it reaches are that agent's.
+//! the guard verifies it with the MCP key (beside the database, or on a cluster the one the
+//! nodes share: `McpTokenKey::for_store`) and puts its scope (one agent in one conversation) in
+//! the request's extensions, where `legio_runtime::McpService` finds it. So every request is
+//! authorized by its own credential, and the tools it reaches are that agent's.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,15 +17,14 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 
 use crate::error::ApiError;
+use crate::mcp_key::McpKey;
 use crate::state::AppState;
 
-/// The key, or why it could not be had (every request is then refused saying so).
-type Key = Arc<Result<McpTokenKey, String>>;
+type Key = Arc<McpKey>;
 
 /// The `/mcp` routes with their guard.
 pub(crate) fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
-    let key: Key =
-        Arc::new(McpTokenKey::for_store(&state.runtime.config().store).map_err(|e| e.to_string()));
+    let key: Key = Arc::clone(&state.mcp_key);
     let resolve: ScopeResolver = Arc::new(|extensions| {
         extensions
             .get::<axum::http::request::Parts>()
@@ -56,24 +56,29 @@ pub(crate) fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
 }
 
 /// Tells the runtime where `/mcp` is served (`addr`; an unspecified address as loopback), so
-/// `claude-code` agents get it with a fresh token on every call. Without a key (the key file
-/// cannot be made) they get none, with a warning; `/mcp` then refuses every request saying why.
-pub(crate) fn announce(runtime: &Runtime, addr: Option<SocketAddr>) {
+/// `claude-code` agents get it with a fresh token on every call, signed with `key` (the key as
+/// read at start). Without it (the key file cannot be made, the cluster is out of reach) they
+/// get none, with a warning; `/mcp` tries to read the key again on each request until it has it.
+pub(crate) fn announce(
+    runtime: &Runtime,
+    addr: Option<SocketAddr>,
+    key: Result<McpTokenKey, String>,
+) {
     let Some(mut addr) = addr else { return };
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    match McpTokenKey::for_store(&runtime.config().store) {
+    match key {
         Ok(key) => runtime.serve_mcp_at(format!("http://{addr}/mcp"), key),
-        Err(e) => tracing::warn!("claude-code agents get no MCP endpoint: {e}"),
+        Err(e) => tracing::warn!("claude-code agents get no MCP endpoint (until a restart): {e}"),
     }
 }
 
 /// Verifies the bearer token and attaches its scope to the request.
 async fn require_mcp_token(State(key): State<Key>, mut request: Request, next: Next) -> Response {
-    let key = match key.as_ref() {
+    let key = match key.get().await {
         Ok(key) => key,
-        Err(reason) => return ApiError::new("internal", reason.clone()).into_response(),
+        Err(reason) => return ApiError::new("internal", reason).into_response(),
     };
     let Some(token) = crate::auth::bearer(&request) else {
         return ApiError::new(

@@ -89,17 +89,16 @@ impl AppState {
                 None => Ok(run),
             };
         };
-        match self
-            .runtime
+        // Put back unless the results are taken, also should this request be dropped meanwhile
+        // (its client gone).
+        let mut out = TakenOut {
+            state: self,
+            parked: Some(parked),
+        };
+        self.runtime
             .submit_tool_results(conversation, results)
-            .await
-        {
-            Ok(()) => Ok(parked.run),
-            Err(e) => {
-                self.parked().push(parked);
-                Err(e.into())
-            }
-        }
+            .await?;
+        Ok(out.parked.take().map(|p| p.run).expect("taken out above"))
     }
 
     /// The parked runs, without those whose turn ended while they waited (their host never
@@ -112,5 +111,20 @@ impl AppState {
             })
         });
         parked
+    }
+}
+
+/// A parked run taken out while its results are handed over: put back when dropped still
+/// holding it (the results were refused, or the request was dropped meanwhile).
+struct TakenOut<'a> {
+    state: &'a AppState,
+    parked: Option<Parked>,
+}
+
+impl Drop for TakenOut<'_> {
+    fn drop(&mut self) {
+        if let Some(parked) = self.parked.take() {
+            self.state.parked().push(parked);
+        }
     }
 }

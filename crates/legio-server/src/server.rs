@@ -96,7 +96,8 @@ impl Server {
         settings: ServerSettings,
         metrics: MetricsHandle,
     ) -> Self {
-        crate::mcp::announce(&runtime, listener.local_addr().ok());
+        let (mcp_key, first) = crate::mcp_key::McpKey::read(&runtime.config().store);
+        crate::mcp::announce(&runtime, listener.local_addr().ok(), first);
         let (stop, stopping) = watch::channel(false);
         let state = Arc::new(AppState {
             runtime: Arc::new(runtime),
@@ -109,6 +110,7 @@ impl Server {
             turn_tasks: TaskTracker::new(),
             turn_cancel: CancellationToken::new(),
             parked: Mutex::new(Vec::new()),
+            mcp_key: Arc::new(mcp_key),
         });
         Self {
             listener,

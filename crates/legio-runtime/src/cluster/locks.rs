@@ -42,6 +42,18 @@ impl ConversationLocks {
         }
     }
 
+    /// `conversation`'s lock if nobody holds or waits for it now.
+    pub(crate) fn try_lock(&self, conversation: &ConversationKey) -> Option<Locked<'_>> {
+        let lock = Arc::clone(self.map().entry(conversation.clone()).or_default());
+        let guard = lock.try_lock_owned().ok();
+        // Made with no holder: dropped as a holder's would be (by `Locked`, or swept).
+        Some(Locked {
+            locks: self,
+            conversation: conversation.clone(),
+            guard: Some(guard?),
+        })
+    }
+
     fn map(&self) -> MutexGuard<'_, HashMap<ConversationKey, Lock>> {
         self.locks.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -111,6 +123,11 @@ mod tests {
         assert_eq!(locks.len(), 1, "left behind by the waiter that gave up");
         drop(locks.lock(&key("c:3")).await);
         assert_eq!(locks.len(), 0, "swept");
+        // try_lock: the lock if free, none if held.
+        let held = locks.try_lock(&c1).expect("free");
+        assert!(locks.try_lock(&c1).is_none(), "held");
+        drop(held);
+        assert_eq!(locks.len(), 0);
     }
 
     /// Polls `future` once: whether it is still pending.

@@ -460,8 +460,10 @@ impl Ownership {
     }
 
     /// Renews every lease held, up to [`RENEWALS_IN_FLIGHT`] at once, each under its
-    /// conversation's lock: a conversation whose lock is busy (a take reading a long subject)
-    /// holds up its own renewal only.
+    /// conversation's lock. A conversation whose lock is busy is left for this round: whoever
+    /// holds the lock is taking it (then it is not held yet), releasing it, or serving a request
+    /// on it (`owner`, which renews a lease not renewed lately itself); so a long take of one
+    /// conversation holds up no other's renewal.
     async fn renew_all(self: &Arc<Self>) {
         let conversations: Vec<ConversationKey> = lock(&self.held).keys().cloned().collect();
         let slots = Arc::new(tokio::sync::Semaphore::new(RENEWALS_IN_FLIGHT));
@@ -470,7 +472,9 @@ impl Ownership {
             let (me, slots) = (Arc::clone(self), Arc::clone(&slots));
             renewals.spawn(async move {
                 let _slot = slots.acquire_owned().await;
-                let _one = me.acquiring.lock(&conversation).await;
+                let Some(_one) = me.acquiring.try_lock(&conversation) else {
+                    return;
+                };
                 // An error: the runtime is stopping.
                 let _ = me.renew(&conversation).await;
             });
