@@ -8,8 +8,10 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
+use crate::sled_backend::LOCK_GRACE;
 
 /// A copied database folder, removed on drop.
 #[derive(Debug)]
@@ -37,6 +39,30 @@ pub(crate) enum Snapshots {
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
+/// Takes a shared lock of the data file `lock` of `original`, waiting up to
+/// [`LOCK_GRACE`] as a writable open does: sled's own threads can hold the file (and its
+/// lock) for a moment after the last handle of this process was dropped, and a read-only open
+/// right after a writer closed once failed as locked.
+fn lock_shared(lock: &File, original: &Path) -> Result<()> {
+    let deadline = Instant::now() + LOCK_GRACE;
+    loop {
+        match lock.try_lock_shared() {
+            Ok(()) => return Ok(()),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Locked {
+                    path: original.to_owned(),
+                })
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(StoreError::io("locking the database to copy it", e))
+            }
+        }
+    }
+}
+
 /// Copies the database folder `original` into a new folder under the system's temporary folder
 /// (`TMPDIR`), holding the original's lock meanwhile. Unfinished snapshot files are never copied.
 pub(crate) fn copy_database(original: &Path, snapshots: Snapshots) -> Result<Copy> {
@@ -47,17 +73,7 @@ pub(crate) fn copy_database(original: &Path, snapshots: Snapshots) -> Result<Cop
         },
         _ => StoreError::io("opening the data file to copy it", e),
     })?;
-    match lock.try_lock_shared() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            return Err(StoreError::Locked {
-                path: original.to_owned(),
-            })
-        }
-        Err(std::fs::TryLockError::Error(e)) => {
-            return Err(StoreError::io("locking the database to copy it", e))
-        }
-    }
+    lock_shared(&lock, original)?;
     let name = format!(
         "legio-read-only-{}-{}",
         std::process::id(),

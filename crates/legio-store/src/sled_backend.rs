@@ -278,7 +278,7 @@ impl SledBackend {
 /// How long `open` keeps retrying a held lock. sled hands some writes to its own thread pool,
 /// which can hold the file (and its lock) for a moment after the last handle in this process is
 /// dropped; a lock held by another live process is still reported within this time.
-const LOCK_GRACE: Duration = Duration::from_millis(500);
+pub(crate) const LOCK_GRACE: Duration = Duration::from_millis(500);
 
 /// The size of sled's log segments (and io buffers) in a database this build creates. sled
 /// writes a page whose serialized size is over a quarter of a segment to a blob file of its own,
