@@ -129,11 +129,7 @@ pub(crate) struct Relay {
 
 impl Relay {
     /// Starts the relay of a turn in `conversation` whose caller follows it through `progress`.
-    pub(crate) fn start(
-        follows: &Follows,
-        conversation: &ConversationKey,
-        progress: ProgressSink,
-    ) -> Self {
+    fn start(follows: &Follows, conversation: &ConversationKey, progress: ProgressSink) -> Self {
         let (sink, steps) = mpsc::unbounded_channel();
         let (finish, finished) = oneshot::channel();
         let target = Arc::new(Mutex::new(Turn {
@@ -157,8 +153,24 @@ impl Relay {
         }
     }
 
+    /// The relay of a turn in `conversation` whose caller follows it through `progress` (none
+    /// without): a turn with host tools may be taken over by the request that hands their
+    /// results, so its progress goes through a relay task; any other turn's goes straight to
+    /// its caller.
+    pub(crate) fn for_turn(
+        follows: &Follows,
+        conversation: &ConversationKey,
+        host_tools: bool,
+        progress: Option<ProgressSink>,
+    ) -> Option<Self> {
+        match progress {
+            Some(sink) if host_tools => Some(Self::start(follows, conversation, sink)),
+            progress => progress.map(Self::direct),
+        }
+    }
+
     /// No relay: the turn sends its progress to its caller's `progress` itself.
-    pub(crate) fn direct(progress: ProgressSink) -> Self {
+    fn direct(progress: ProgressSink) -> Self {
         Self {
             sink: progress,
             finish: None,

@@ -357,17 +357,10 @@ impl Runtime {
             Forwarded::FollowToolResults {
                 conversation,
                 results,
-            } => match progress {
-                Some(progress) => self
-                    .follow_tool_results_with(conversation, results, progress, true)
+            } => {
+                self.serve_followed_results(conversation, results, progress)
                     .await
-                    .map(Answered::Posted),
-                // Always streamed (wire.rs); unstreamed, nobody would follow: hand them over only.
-                None => self
-                    .submit_tool_results_with(conversation, results, true)
-                    .await
-                    .map(|()| Answered::ToolResults),
-            },
+            }
             Forwarded::ToolCall {
                 conversation,
                 agent,
@@ -710,12 +703,8 @@ impl Runtime {
             .append_for_dispatch(&key, vec![Event::MessagePosted(message)])
             .await?;
         let host_tools = host.tools.filter(|_| progress.is_some());
-        // A turn with host tools may be taken over by the request that hands their results
-        // (follow.rs): its progress goes through a relay.
-        let relay = match (&host_tools, progress) {
-            (Some(_), Some(sink)) => Some(Relay::start(&self.shared.host_desk.follows, &key, sink)),
-            (_, progress) => progress.map(Relay::direct),
-        };
+        let follows = &self.shared.host_desk.follows;
+        let relay = Relay::for_turn(follows, &key, host_tools.is_some(), progress);
         let request = TurnRequest {
             seq: range.first,
             id,
@@ -729,14 +718,19 @@ impl Runtime {
             replies,
             unknown_mentions,
         };
-        let posted = match &self.cluster {
-            Some(cluster) => cluster.settle(&key, posted),
-            None => posted,
-        };
+        let posted = self.settled(&key, posted);
         if let Some(relay) = relay {
             relay.finish(&posted).await;
         }
         Ok(posted)
+    }
+
+    /// `posted`, its turns cut by a stand-down during it answered as moved (on a cluster).
+    fn settled(&self, conversation: &ConversationKey, posted: Posted) -> Posted {
+        match &self.cluster {
+            Some(cluster) => cluster.settle(conversation, posted),
+            None => posted,
+        }
     }
 
     /// Whom a message of `sender` addresses: its audience, the agents that get a turn (never the

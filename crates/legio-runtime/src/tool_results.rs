@@ -7,7 +7,7 @@
 use legio_core::ConversationKey;
 use tokio::sync::oneshot;
 
-use crate::cluster::Forwarded;
+use crate::cluster::{Answered, Forwarded};
 use crate::error::RuntimeError;
 use crate::follow::{Ended, Follower};
 use crate::host_tools::HostToolResult;
@@ -99,6 +99,27 @@ impl Runtime {
         match self.ask_holder_with(&key, request, Some(&progress)).await? {
             Some(answer) => answer.into_posted(),
             None => Err(refused),
+        }
+    }
+
+    /// Serves `Forwarded::FollowToolResults`: hands the results over and follows the turn,
+    /// its progress to the asking node's frames. Always streamed (wire.rs); unstreamed, nobody
+    /// would follow, so the results are only handed over.
+    pub(crate) async fn serve_followed_results(
+        &self,
+        conversation: ConversationKey,
+        results: Vec<HostToolResult>,
+        progress: Option<ProgressSink>,
+    ) -> Result<Answered, RuntimeError> {
+        match progress {
+            Some(progress) => self
+                .follow_tool_results_with(conversation, results, progress, true)
+                .await
+                .map(Answered::Posted),
+            None => self
+                .submit_tool_results_with(conversation, results, true)
+                .await
+                .map(|()| Answered::ToolResults),
         }
     }
 }
