@@ -1527,3 +1527,102 @@ fn nodes_of_a_cluster_share_one_mcp_key() {
     assert_eq!(n2.verify(&token).unwrap(), scope, "n2 accepts n1's token");
     assert!(!dirs.0.path().join("db.mcp-key").exists(), "no key file");
 }
+
+/// A stream's configured max age and replica count, as its leader reports them.
+fn stream_config(cluster: &NatsCluster, stream: &str) -> (Duration, usize) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = async_nats::connect(cluster.urls()).await.unwrap();
+        let mut stream = async_nats::jetstream::new(client)
+            .get_stream(stream)
+            .await
+            .unwrap();
+        let config = &stream.info().await.unwrap().config;
+        (config.max_age, config.num_replicas)
+    })
+}
+
+/// Every node must use the lease TTL the bucket keeps, or one that believed in a longer TTL would
+/// serve a conversation another node had taken. A node asking for another TTL is refused, naming
+/// both and who holds leases, while a lease is held; once none is, it changes the bucket, and
+/// leases then live for the new TTL. A reader (`legio inspect nodes`) opens the bucket as it is.
+#[test]
+fn a_lease_ttl_other_than_the_buckets_is_refused_while_leases_are_held_and_taken_when_none_are() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let with_ttl = |seconds| NatsOptions {
+        lease_ttl: Duration::from_secs(seconds),
+        ..cluster.options(1)
+    };
+    let two = Leases::open(&with_ttl(2)).unwrap();
+    let held = two.acquire("t:ttl", "node-a").unwrap();
+    let refused = Leases::open(&with_ttl(5)).unwrap_err();
+    assert!(
+        matches!(refused, LeaseError::TtlDiffers { .. }),
+        "{refused:?}"
+    );
+    let said = refused.to_string();
+    for part in ["keeps leases for 2 s", "(node-a)", "asks for 5 s"] {
+        assert!(said.contains(part), "{part:?} not in: {said}");
+    }
+    assert_eq!(
+        stream_config(&cluster, "KV_legio_leases").0,
+        Duration::from_secs(2)
+    );
+    let reader = Leases::open_to_read(&with_ttl(5))
+        .unwrap()
+        .expect("a bucket");
+    assert_eq!(
+        reader.ttl(),
+        Duration::from_secs(2),
+        "as the bucket keeps it"
+    );
+    assert_eq!(reader.list().unwrap(), vec![held.clone()]);
+
+    two.release(held).unwrap();
+    let five = Leases::open(&with_ttl(5)).unwrap();
+    assert_eq!(five.ttl(), Duration::from_secs(5));
+    assert_eq!(
+        stream_config(&cluster, "KV_legio_leases").0,
+        Duration::from_secs(5)
+    );
+    let taken = five.acquire("t:ttl", "node-b").unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        matches!(two.acquire("t:ttl", "node-a"), Err(LeaseError::Held { .. })),
+        "past the old TTL the lease still lives"
+    );
+    assert_eq!(five.list().unwrap(), vec![taken]);
+    let other = NatsOptions {
+        stream: "other".into(),
+        ..with_ttl(5)
+    };
+    assert!(
+        Leases::open_to_read(&other).unwrap().is_none(),
+        "no bucket made"
+    );
+}
+
+/// The key-value buckets a node uses (leases, secrets) take the replica count it asks for, even
+/// when an earlier configuration made them with another, keeping what they hold.
+#[test]
+fn buckets_made_with_one_replica_are_brought_to_three() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let secret = legio_store::shared_secret(&cluster.options(1), "k", vec![1; 8]).unwrap();
+    drop(Leases::open(&cluster.options(1)).unwrap());
+    assert_eq!(stream_config(&cluster, "KV_legio_secrets").1, 1);
+    assert_eq!(stream_config(&cluster, "KV_legio_leases").1, 1);
+
+    let kept = legio_store::shared_secret(&cluster.options(3), "k", vec![2; 8]).unwrap();
+    assert_eq!(kept, secret, "the secret is kept");
+    let leases = Leases::open(&cluster.options(3)).unwrap();
+    assert_eq!(stream_config(&cluster, "KV_legio_secrets").1, 3);
+    assert_eq!(stream_config(&cluster, "KV_legio_leases").1, 3);
+    leases.acquire("t:r3", "node-a").unwrap();
+}

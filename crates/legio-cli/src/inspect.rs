@@ -173,9 +173,12 @@ fn nodes(context: &Context, format: TableFormat) -> Result<ExitCode> {
             "`legio inspect nodes` reads a cluster's leases: give --nats URL or set store.backend = \"nats\""
         );
     };
-    let leases = legio_store::Leases::open(&options)?;
-    let (present, mut held): (Vec<_>, Vec<_>) = leases
-        .list_with_age()?
+    // As it is: a reader neither creates the bucket nor brings it to this TTL.
+    let listed = match legio_store::Leases::open_to_read(&options)? {
+        Some(leases) => leases.list_with_age()?,
+        None => Vec::new(),
+    };
+    let (present, mut held): (Vec<_>, Vec<_>) = listed
         .into_iter()
         .partition(|(lease, _)| lease.node_present().is_some());
     for (lease, age) in present {

@@ -12,9 +12,16 @@ pub(crate) struct McpKey {
 }
 
 impl McpKey {
-    /// The key of `store`, read now (blocking); `Err` says why it is not (yet) had.
+    /// The key of `store`, read now; `Err` says why it is not (yet) had. On a cluster that is a
+    /// round trip (seconds when the cluster is slow), so on a multi-threaded runtime the read
+    /// tells tokio it blocks, and the thread's other tasks (the runtime's lease renewals among
+    /// them) move to another worker meanwhile.
     pub(crate) fn read(store: &StoreSettings) -> (Self, Result<McpTokenKey, String>) {
-        let first = McpTokenKey::for_store(store).map_err(|e| e.to_string());
+        let read = || McpTokenKey::for_store(store).map_err(|e| e.to_string());
+        let first = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(read),
+            _ => read(),
+        };
         let key = tokio::sync::OnceCell::new_with(first.clone().ok());
         let this = Self {
             store: store.clone(),

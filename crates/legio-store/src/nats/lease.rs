@@ -2,6 +2,11 @@
 //! Acquire is create-if-absent, renew is an update that states the revision it holds (the
 //! revision is the fencing token), release deletes by revision, and a lease nobody renews
 //! disappears after the bucket's max age (the lease TTL).
+//!
+//! Every node of a cluster must use the TTL the bucket keeps: a node that believed in a longer
+//! one would go on serving a conversation another node may already have taken. So a node whose
+//! `lease_ttl` differs from the bucket's is refused while any lease is held (a node is running),
+//! and changes the bucket when none is (every node stopped: the new TTL takes effect).
 
 use std::time::Duration;
 
@@ -11,7 +16,7 @@ use futures_util::{stream, StreamExt, TryStreamExt};
 use thiserror::Error;
 
 use super::backoff::Backoff;
-use super::bucket::key_value;
+use super::bucket::{existing_key_value, key_value, Bucket};
 use super::options::NatsOptions;
 use super::subject::{decode_token, encode_token};
 use crate::error::StoreError;
@@ -77,6 +82,24 @@ pub enum LeaseError {
         /// The key.
         key: String,
     },
+    /// The bucket keeps leases for another TTL than this node's, and nodes hold leases in it.
+    #[error(
+        "lease bucket {bucket} keeps leases for {} s and nodes hold leases in it ({holders}), but \
+         store.nats.lease_ttl_seconds asks for {} s. Every node of a cluster must use one TTL: \
+         give this node lease_ttl_seconds = {}, or stop every node and start them with the new \
+         TTL (the first node to start when no lease is held changes the bucket)",
+        kept.as_secs_f64(), asked.as_secs_f64(), kept.as_secs_f64()
+    )]
+    TtlDiffers {
+        /// The bucket.
+        bucket: String,
+        /// The TTL it keeps.
+        kept: Duration,
+        /// The TTL this node asked for.
+        asked: Duration,
+        /// Who holds leases in it now.
+        holders: String,
+    },
     /// The cluster could not be reached or failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -116,21 +139,64 @@ fn cluster(during: &'static str, err: impl std::fmt::Display) -> LeaseError {
 
 impl Leases {
     /// Connects and opens (creating if need be) the lease bucket, with `options.lease_ttl` as
-    /// its max age and `options.replicas` copies.
+    /// its max age and `options.replicas` copies. A bucket kept with another TTL is refused
+    /// while leases are held in it ([`LeaseError::TtlDiffers`]), and changed when none are;
+    /// one with other replicas is changed.
     pub fn open(options: &NatsOptions) -> Result<Self, LeaseError> {
         options.validate()?;
         let runtime = super::runtime::build(1)?;
-        let store = super::runtime::block_on(runtime.handle(), Self::bucket(options.clone()))?;
-        Ok(Self {
-            store,
-            ttl: options.lease_ttl,
-            retry_for: options.append_deadline,
-            read_holder_for: options.request_timeout + options.lease_ttl,
-            runtime: Some(runtime),
-        })
+        let bucket = super::runtime::block_on(runtime.handle(), Self::bucket(options.clone()))?;
+        let kept = bucket.max_age();
+        let leases = Self::with(options, &bucket, options.lease_ttl, runtime);
+        if kept != options.lease_ttl {
+            let mut holders: Vec<String> = leases.list()?.into_iter().map(|l| l.holder).collect();
+            holders.sort();
+            holders.dedup();
+            if !holders.is_empty() {
+                return Err(LeaseError::TtlDiffers {
+                    bucket: bucket.store.name.clone(),
+                    kept,
+                    asked: options.lease_ttl,
+                    holders: holders.join(", "),
+                });
+            }
+        }
+        let (ttl, replicas) = (options.lease_ttl, options.replicas);
+        leases.block_on(async move { bucket.conform(ttl, replicas).await })?;
+        Ok(leases)
     }
 
-    async fn bucket(options: NatsOptions) -> Result<kv::Store, LeaseError> {
+    /// Opens the lease bucket as it is, for reading (`legio inspect nodes`): never created or
+    /// changed, its TTL the one it keeps. `None` when there is none (no node ran on this stream).
+    pub fn open_to_read(options: &NatsOptions) -> Result<Option<Self>, LeaseError> {
+        options.validate()?;
+        let runtime = super::runtime::build(1)?;
+        let (name, owned) = (format!("{}_leases", options.stream), options.clone());
+        let bucket = super::runtime::block_on(runtime.handle(), async move {
+            existing_key_value(&owned, &name, "opening the lease bucket").await
+        })?;
+        Ok(bucket.map(|bucket| {
+            let ttl = bucket.max_age();
+            Self::with(options, &bucket, ttl, runtime)
+        }))
+    }
+
+    fn with(
+        options: &NatsOptions,
+        bucket: &Bucket,
+        ttl: Duration,
+        runtime: tokio::runtime::Runtime,
+    ) -> Self {
+        Self {
+            store: bucket.store.clone(),
+            ttl,
+            retry_for: options.append_deadline,
+            read_holder_for: options.request_timeout + ttl,
+            runtime: Some(runtime),
+        }
+    }
+
+    async fn bucket(options: NatsOptions) -> Result<Bucket, LeaseError> {
         let config = kv::Config {
             bucket: format!("{}_leases", options.stream),
             history: 1,

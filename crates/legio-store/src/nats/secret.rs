@@ -1,12 +1,12 @@
 //! Secrets every node of a cluster shares (the key that signs MCP tokens, so a token made on one
 //! node is accepted by every other): each made once, by whichever node asks first, and kept in
 //! a key-value bucket of its own, `<stream>_secrets` (no max age, one revision, the stream's
-//! replica count); every other node reads it. Whoever may read the cluster's buckets may read
+//! replica count, which a bucket made with another is brought to); every other node reads it. Whoever may read the cluster's buckets may read
 //! them, as they may read the log itself.
 
 use async_nats::jetstream::{self, kv};
 
-use super::bucket::key_value;
+use super::bucket::{key_value, Bucket};
 use super::options::NatsOptions;
 use super::subject::encode_token;
 use crate::error::{Result, StoreError};
@@ -19,7 +19,11 @@ pub fn shared_secret(options: &NatsOptions, name: &str, fresh: Vec<u8>) -> Resul
     let runtime = super::runtime::build(1)?;
     let (options, key) = (options.clone(), encode_token(name));
     let kept = super::runtime::block_on(runtime.handle(), async move {
-        let store = bucket(&options).await?;
+        let bucket = bucket(&options).await?;
+        bucket
+            .conform(std::time::Duration::ZERO, options.replicas)
+            .await?;
+        let store = bucket.store;
         match store.create(&key, fresh.into()).await {
             Ok(_) => {}
             Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
@@ -40,7 +44,7 @@ pub fn shared_secret(options: &NatsOptions, name: &str, fresh: Vec<u8>) -> Resul
 }
 
 /// The secrets bucket, created if need be.
-async fn bucket(options: &NatsOptions) -> Result<kv::Store> {
+async fn bucket(options: &NatsOptions) -> Result<Bucket> {
     let config = kv::Config {
         bucket: format!("{}_secrets", options.stream),
         history: 1,
