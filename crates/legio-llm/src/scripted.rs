@@ -114,6 +114,11 @@ struct State {
     /// Provider session id -> the seqs it was sent, in order.
     sessions: HashMap<String, Vec<Seq>>,
     next_session: u64,
+    /// This provider's mark in the ids of the sessions it opens, random: a provider in another
+    /// process, or in this one after a restart, never gives an id this one gave (a resume of a
+    /// session it does not know is then lost, as a real provider's would be, instead of landing
+    /// in another conversation's session of the same number).
+    mark: String,
     /// Faults to inject, by agent name (`None`: any agent), in order.
     faults: VecDeque<(Option<AgentName>, Fault)>,
 }
@@ -142,13 +147,17 @@ impl ScriptedProvider {
     pub fn new(config: ScriptedConfig) -> Self {
         Self {
             config,
-            state: Arc::new(Mutex::new(State::default())),
+            state: Arc::new(Mutex::new(State {
+                mark: format!("{:08x}", rand::random::<u32>()),
+                ..State::default()
+            })),
             shared: None,
         }
     }
 
     /// Keeps the provider sessions in `dir`, shared with every process that uses the same
-    /// folder: a session is the file `dir/<session id>` (ids are unique across processes), which
+    /// folder: a session is the file `dir/<session id>` (ids carry a random mark of the provider, so they
+    /// are unique across processes), which
     /// exists from the session's creation and gets one line per message a successful call sent
     /// it, `<seq> <1 if marked redelivered, else 0>`, written with one append before the call
     /// returns. A resume finds a session if its file exists. [`read_shared_sessions`] reads them.
@@ -301,15 +310,10 @@ impl ScriptedProvider {
             (Some(id), true) => Ok(Some(id.clone())),
             (None, true) => {
                 state.next_session += 1;
-                let id = match &self.shared {
-                    Some(_) => format!(
-                        "scripted-{}-{}-{}",
-                        request.agent,
-                        std::process::id(),
-                        state.next_session
-                    ),
-                    None => format!("scripted-{}-{}", request.agent, state.next_session),
-                };
+                let id = format!(
+                    "scripted-{}-{}-{}",
+                    request.agent, state.mark, state.next_session
+                );
                 state.sessions.insert(id.clone(), Vec::new());
                 Ok(Some(id))
             }

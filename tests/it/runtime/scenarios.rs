@@ -591,3 +591,41 @@ async fn reaping_while_messages_arrive_never_turns_a_turn_into_an_error() {
         "some reaps happened"
     );
 }
+
+/// The scripted provider lives in the process: after a restart it knows none of its sessions,
+/// and the ids it gives new ones must differ from those it gave before. Otherwise one
+/// conversation's resume lands in another conversation's new session of the same number, and
+/// its model reads the other conversation's messages (seen on a cluster after a failover: two
+/// conversations on `scripted-legatus-1`, one node).
+#[tokio::test]
+async fn a_fresh_scripted_provider_never_resumes_another_conversations_session() {
+    let mut legion = Legion::new(RESUMABLE, "").await;
+    legion.rt().post("test:a", "hello from a").await.unwrap();
+    legion.rt().post("test:b", "hello from b").await.unwrap();
+    legion.provider = match &legion.config.providers["local"] {
+        legio_runtime::ProviderSpec::Scripted(c) => legio_llm::ScriptedProvider::new(*c),
+        other => panic!("scripted, not {other:?}"),
+    };
+    legion.crash_and_restart().await;
+    legion.rt().post("test:b", "again from b").await.unwrap();
+    legion.rt().post("test:a", "again from a").await.unwrap();
+
+    let conversation_of: std::collections::HashMap<_, _> = legion
+        .events()
+        .into_iter()
+        .map(|r| (r.seq, r.event.conversation().clone()))
+        .collect();
+    let threads = legion.provider.session_threads();
+    assert_eq!(
+        threads.len(),
+        2,
+        "one new session per conversation: {threads:?}"
+    );
+    for (id, seqs) in threads {
+        let conversations: std::collections::BTreeSet<_> = seqs
+            .iter()
+            .map(|seq| conversation_of[seq].as_str())
+            .collect();
+        assert_eq!(conversations.len(), 1, "session {id} got {conversations:?}");
+    }
+}
