@@ -32,6 +32,7 @@ mod schedule;
 mod shared;
 mod status;
 mod supervisor;
+mod taken_in;
 mod tool_progress;
 mod tool_results;
 mod tools;

@@ -37,6 +37,7 @@ use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, Reply, TurnErrorKind};
 use crate::shared::Shared;
 use crate::status::Activity;
+use crate::taken_in::taken_in;
 use crate::tool_progress;
 use crate::tools::{run_calls, tools_for, CallContext, HostCalls, ToolOutcome};
 
@@ -63,6 +64,9 @@ pub(crate) struct TurnState {
     /// The tokens of the agent's window through the message its last step answered (for the
     /// tokens-avoided metric: a delta turn counts only what arrived since).
     window: WindowTally,
+    /// The furthest seq a step of this actor delivered context up to: a turn for a message at
+    /// or before it may have been taken in by an earlier loop (taken_in.rs).
+    delivered: Seq,
 }
 
 /// What one step of a turn ended with.
@@ -116,12 +120,19 @@ pub(crate) async fn run(agent: &Agent, state: &mut TurnState, request: TurnReque
 
 /// Provider calls until the model answers with text, running the tools it calls in between
 /// (each step's calls and results are in the log before the next step), within
-/// `runtime.max_tool_steps` calls and the turn timeout.
+/// `runtime.max_tool_steps` calls and the turn timeout; none when an earlier loop of the agent
+/// took the message in and answered it (taken_in.rs).
 async fn tool_loop(
     agent: &Agent,
     state: &mut TurnState,
     request: &TurnRequest,
 ) -> Result<AgentReply, RuntimeError> {
+    if request.seq <= state.delivered {
+        let (shared, conversation) = (&agent.shared, &agent.conversation);
+        if let Some(reply) = taken_in(shared, conversation, &agent.name, request.seq).await? {
+            return Ok(AgentReply::answered(&agent.name, reply));
+        }
+    }
     let setup = setup(agent, state, request)?;
     let max_steps = agent.shared.config.runtime.max_tool_steps;
     let mut answering = request.seq;
@@ -265,7 +276,9 @@ async fn step(
             Ok(Ok(reply)) => {
                 let sent = sizes.fixed_tokens + plan.estimated_tokens;
                 fit::learn(&agent.shared, &setup.spec, sent, reply.usage.as_ref());
-                record_reply(agent, session, plan, window, request.id, reply).await
+                let step = record_reply(agent, session, plan, window, request.id, reply).await;
+                state.delivered = state.delivered.max(plan.up_to);
+                step
             }
             Ok(Err(ProviderError::SessionLost { session: lost })) if retry_lost => {
                 tracing::warn!(agent = %agent.name, session = %lost, "the provider lost the session; opening a new one from the log");

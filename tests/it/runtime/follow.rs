@@ -171,3 +171,72 @@ async fn a_follower_is_told_the_calls_still_waiting_when_it_takes_over() {
         "the follower saw both ends"
     );
 }
+
+/// A user's message posted while a host tool call waits: the paused turn's next step takes it
+/// in (it arrived while the call ran), so that step's reply answers it, and its own turn gives
+/// that reply instead of answering it again from a context cut at the message (where the call
+/// would read as interrupted, a result the log does not keep). Found by a host's walkthrough:
+/// one message, two replies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_posted_while_a_host_call_waits_is_answered_once() {
+    let legion = Legion::new(History::Stateless, "host_tool_timeout_seconds = 1").await;
+    let lead = Legion::agent("lead");
+    legion
+        .provider
+        .inject(Some(&lead), Fault::tool_calls([("call-1", "lookup", "{}")]));
+    let turn = HostTurn {
+        sender: Participant::User,
+        to: None,
+        text: "please look it up".into(),
+        tools: vec![tool()],
+    };
+    let rt = legion.rt();
+    let (caller, mut caller_steps) = channel();
+    let meanwhile = async {
+        assert_eq!(next_calls(&mut caller_steps).await, ["call-1"]);
+        rt.post(CONV, "meanwhile, hello").await.unwrap()
+    };
+    let (paused, later) =
+        within(async { tokio::join!(rt.post_host_turn(CONV, turn, caller), meanwhile) }).await;
+    let reply_seq =
+        |posted: &legio_runtime::Posted| posted.replies[0].outcome.as_ref().unwrap().seq;
+    let paused = paused.unwrap();
+    assert_eq!(
+        reply_seq(&later),
+        reply_seq(&paused),
+        "one reply answers both"
+    );
+
+    let messages: Vec<legio_core::Message> = legion
+        .events()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            legio_core::Event::MessagePosted(m) => Some(m),
+            _ => None,
+        })
+        .collect();
+    let replies = messages
+        .iter()
+        .filter(|m| m.sender == Participant::Agent(lead.clone()))
+        .filter(|m| legio_core::tool_call_ids(m).is_empty() && !legio_core::has_tool_result(m))
+        .count();
+    assert_eq!(replies, 1, "one text reply of lead in the log");
+    let stored: Vec<&str> = messages
+        .iter()
+        .flat_map(|m| m.parts.iter())
+        .filter_map(|p| match p {
+            legio_core::Part::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    for request in legion.requests("lead") {
+        for part in request.plan.messages().flat_map(|i| i.message.parts.iter()) {
+            if let legio_core::Part::ToolResult { content, .. } = part {
+                assert!(
+                    stored.contains(&content.as_str()),
+                    "the model read a result the log does not keep: {content}"
+                );
+            }
+        }
+    }
+}
