@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-spec="${OPENAI_SDK_SPEC:-openai>=1.60,<3}"
+spec="${OPENAI_SDK_SPEC:-openai>=1.60,<4}"
 venv="${OPENAI_SDK_VENV:-$PWD/target/openai-sdk-venv}"
 python="$venv/bin/python"
 

@@ -254,9 +254,48 @@ async fn responses_map_previous_response_id_to_the_log_and_models_list_agents() 
         )
         .await;
     let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
-    assert_eq!(names.first(), Some(&"response.created"));
-    assert_eq!(names.last(), Some(&"response.completed"));
+    let mut kinds = names.clone();
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed"
+        ],
+        "in OpenAI's order (the SDK's stream helper checks it)"
+    );
+    let data = |name: &str| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, d)| serde_json::from_str(d).unwrap())
+            .collect()
+    };
     let done: Value = serde_json::from_str(&events.last().unwrap().1).unwrap();
+    let started = &data("response.created")[0]["response"];
+    assert_eq!(
+        started["id"], done["response"]["id"],
+        "one id from start to end"
+    );
+    let item = &data("response.output_item.added")[0]["item"]["id"];
+    assert_eq!(item, &data("response.output_item.done")[0]["item"]["id"]);
+    assert_eq!(item, &done["response"]["output"][0]["id"], "one message id");
+    let numbers: Vec<u64> = events
+        .iter()
+        .map(|(_, d)| {
+            serde_json::from_str::<Value>(d).unwrap()["sequence_number"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
     let streamed: String = events
         .iter()
         .filter(|(n, _)| n == "response.output_text.delta")
@@ -281,6 +320,8 @@ async fn responses_map_previous_response_id_to_the_log_and_models_list_agents() 
             &format!("resp_{}_999999", hex("d:resp")),
             "unknown_response",
         ),
+        // A conversation the log does not have (it would have been made).
+        (&format!("resp_{}_1", hex("d:ghost")), "unknown_response"),
     ] {
         let (status, body) = h
             .post_json(

@@ -9,7 +9,9 @@ import json
 import os
 import typing
 
-import httpx
+import urllib.parse
+import urllib.request
+
 import openai
 from openai.types.chat import (
     ChatCompletionAssistantMessageParam,
@@ -99,6 +101,42 @@ def responses():
     print("ok responses previous_response_id")
 
 
+def responses_streamed():
+    # The SDK's stream helper checks the events' order and that the response's and its items'
+    # ids stay the same from start to end.
+    with client.responses.stream(model="legio/b", input="stream it", metadata=conv("sdk:rstream")) as stream:
+        text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
+        final = stream.get_final_response()
+    assert text and final.output_text == text, (final.output_text, text)
+    stored = history("sdk:rstream", "full")[-1]["content"]
+    assert text == stored, (text, stored)
+    # A function call, streamed; its output in the next request, streamed too.
+    tools = [
+        {
+            "type": "function",
+            "name": "lookup",
+            "description": "finds a fact",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            "strict": False,
+        }
+    ]
+    with client.responses.stream(
+        model="legio/a", input="look it up", tools=tools, metadata=conv("sdk:rtools")
+    ) as stream:
+        paused = stream.get_final_response()
+    calls = [o for o in paused.output if o.type == "function_call"]
+    assert [(c.call_id, c.name) for c in calls] == [("sdk-call-2", "lookup")], paused.output
+    with client.responses.stream(
+        model="legio/a",
+        previous_response_id=paused.id,
+        tools=tools,
+        input=[{"type": "function_call_output", "call_id": "sdk-call-2", "output": "42"}],
+    ) as stream:
+        done = stream.get_final_response()
+    assert done.output_text.startswith("a read"), done
+    print("ok responses stream")
+
+
 def host_tool():
     tools = [
         {
@@ -155,16 +193,16 @@ def errors():
 
 
 def history(key, view, agent=None):
+    # The standard library's client: the SDK's own HTTP client changed between its versions.
     params = {"view": view}
     if agent:
         params["agent"] = agent
-    response = httpx.get(
-        f"{BASE}/sessions/{key}/history",
-        params=params,
+    request = urllib.request.Request(
+        f"{BASE}/sessions/{key}/history?{urllib.parse.urlencode(params)}",
         headers={"Authorization": f"Bearer {TOKEN}"},
     )
-    response.raise_for_status()
-    return response.json()
+    with urllib.request.urlopen(request) as response:
+        return json.loads(response.read())
 
 
 # legio's exact record beside the OpenAI fields (docs/http-api.md).
@@ -210,5 +248,6 @@ if __name__ == "__main__":
     chat_streamed()
     responses()
     host_tool()
+    responses_streamed()
     errors()
     history_views()

@@ -46,6 +46,13 @@ async fn the_official_openai_python_sdk_is_a_real_client() {
         Some(&a),
         Fault::tool_calls([("sdk-call-1", "lookup", r#"{"q":"x"}"#)]),
     );
+    // Faults are taken call by call: the round trip's second call answers, then the streamed
+    // Responses one calls.
+    h.providers["stateless"].inject(Some(&a), Fault::Reply("a read the lookup's result".into()));
+    h.providers["stateless"].inject(
+        Some(&a),
+        Fault::tool_calls([("sdk-call-2", "lookup", r#"{"q":"y"}"#)]),
+    );
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/server/openai_sdk.py");
     let base = h.base.clone();
     let output = tokio::task::spawn_blocking(move || {
@@ -71,6 +78,7 @@ async fn the_official_openai_python_sdk_is_a_real_client() {
         "ok chat.completions stream",
         "ok responses previous_response_id",
         "ok host tool round-trip",
+        "ok responses stream",
         "ok error shape",
         "ok history as Message[]",
     ] {

@@ -10,6 +10,7 @@
 
 mod chat;
 mod models;
+mod response_stream;
 mod responses;
 mod transcript;
 

@@ -4,8 +4,7 @@
 //! therefore names the conversation: the host keeps no history, legio's log is the context (the
 //! agent sees what it may see of the conversation, exactly once). The input is the new user
 //! message (a string or message items), or `function_call_output` items answering the tool calls
-//! of the previous response. Streamed as `response.created`, `response.output_text.delta`,
-//! `response.output_item.done` (tool calls) and `response.completed` events.
+//! of the previous response. Streamed as OpenAI streams it (response_stream.rs).
 
 use std::sync::Arc;
 
@@ -21,6 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat::FunctionDef;
+use super::response_stream::ResponseStream;
 use super::transcript::{self, Earlier};
 use super::{agent_for_model, conversation_of, missing_conversation, text_of, unix_now, usage};
 use crate::auth::Caller;
@@ -102,7 +102,8 @@ pub(crate) async fn create(
         &state,
         body.previous_response_id.as_deref(),
         body.metadata.as_ref(),
-    )?;
+    )
+    .await?;
     caller.check_conversation(key.as_str())?;
     let tools = response_tools(body.tools.unwrap_or_default())?;
     // The token's cap on turns in flight holds here too (see chat::completions).
@@ -123,12 +124,13 @@ pub(crate) async fn create(
     }
     let (output, seq, usage) = outcome(&state, &shape, run, |_| {}).await?;
     drop(slot);
-    Ok(Json(response_json(&shape, seq, output, &usage)).into_response())
+    let id = response_id(&shape.key, seq);
+    Ok(Json(response_json(&shape, &id, output, &usage)).into_response())
 }
 
-/// The conversation: named by `previous_response_id` (which must name a position the log has)
-/// or `metadata.conversation` (both: they must agree).
-fn conversation(
+/// The conversation: named by `previous_response_id` (whose conversation the log must have,
+/// at a seq it has reached) or `metadata.conversation` (both: they must agree).
+async fn conversation(
     state: &AppState,
     previous: Option<&str>,
     metadata: Option<&Map<String, Value>>,
@@ -145,7 +147,13 @@ fn conversation(
         .with_param("previous_response_id")
     };
     let (key, seq) = parse_response_id(previous).ok_or_else(unknown)?;
-    if seq == Seq::ZERO || seq > state.runtime.log().last_seq() {
+    let log = Arc::clone(state.runtime.log());
+    let asked = key.clone();
+    let had = tokio::task::spawn_blocking(move || log.conversation_events(&asked, Seq::ZERO, 1))
+        .await
+        .map_err(|e| ApiError::new("internal", e.to_string()))?
+        .map_err(|e| ApiError::from(legio_runtime::RuntimeError::from(e)))?;
+    if seq > state.runtime.log().last_seq() || had.is_empty() {
         return Err(unknown());
     }
     match named {
@@ -240,10 +248,11 @@ fn function_call_item(call: &HostToolCall) -> Value {
     })
 }
 
-fn message_item(text: &str, seq: Seq) -> Value {
+/// A message item of the output, with id `id` (`msg_<seq>`).
+pub(super) fn message_item(text: &str, id: &str) -> Value {
     json!({
         "type": "message",
-        "id": format!("msg_{}", seq.get()),
+        "id": id,
         "status": "completed",
         "role": "assistant",
         "content": [{"type": "output_text", "text": text, "annotations": []}],
@@ -283,16 +292,17 @@ async fn outcome(
                     .as_ref()
                     .map_err(|e| ApiError::new("agent_failed", e.message.clone()))?;
                 let usage = usage(state, &shape.key, &shape.agent, Some(reply.seq)).await;
-                return Ok((vec![message_item(&reply.text, reply.seq)], reply.seq, usage));
+                let id = format!("msg_{}", reply.seq.get());
+                return Ok((vec![message_item(&reply.text, &id)], reply.seq, usage));
             }
         }
     }
 }
 
-fn response_json(shape: &Shape, seq: Seq, output: Vec<Value>, usage: &TokenUsage) -> Value {
+fn response_json(shape: &Shape, id: &str, output: Vec<Value>, usage: &TokenUsage) -> Value {
     let input = usage.context_tokens();
     json!({
-        "id": response_id(&shape.key, seq),
+        "id": id,
         "object": "response",
         "created_at": shape.created,
         "status": "completed",
@@ -321,7 +331,9 @@ fn event(data: &Value) -> SseEvent {
     SseEvent::default().event(name).data(data.to_string())
 }
 
-/// The streamed response: the run goes on its own task, its events through a channel.
+/// The streamed response (response_stream.rs): the run goes on its own task, its events through
+/// a channel. Its id is fixed as it starts, by the log's last seq then (the reply's seq is not
+/// known yet), and so is its message item's.
 async fn streamed(
     state: Arc<AppState>,
     shape: Shape,
@@ -329,32 +341,19 @@ async fn streamed(
     slot: TurnSlot,
 ) -> Result<Response, ApiError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
-    let created = json!({
-        "type": "response.created",
-        "response": {
-            "id": format!("resp_pending_{}", shape.created), "object": "response",
-            "created_at": shape.created, "status": "in_progress", "model": shape.model,
-            "output": [], "parallel_tool_calls": true, "tool_choice": "auto", "tools": [],
-        },
-    });
-    let _ = tx.send(created);
+    let at = state.runtime.log().last_seq();
+    let id = response_id(&shape.key, at);
+    let mut started = response_json(&shape, &id, Vec::new(), &TokenUsage::default());
+    started["status"] = json!("in_progress");
+    started["usage"] = Value::Null;
+    let item_id = format!("msg_{}_{}", at.get(), shape.created);
+    let mut events = ResponseStream::start(tx.clone(), started, item_id);
     tokio::spawn(async move {
         let _slot = slot;
-        let deltas = tx.clone();
-        let sent = outcome(&state, &shape, run, move |text| {
-            let _ = deltas.send(json!({
-                "type": "response.output_text.delta", "item_id": "msg_streaming",
-                "output_index": 0, "content_index": 0, "delta": text, "logprobs": [],
-            }));
-        })
-        .await;
+        let sent = outcome(&state, &shape, run, |text| events.delta(text)).await;
         match sent {
-            Ok((output, seq, usage)) => {
-                for (index, item) in output.iter().enumerate() {
-                    let _ = tx.send(json!({"type": "response.output_item.done", "output_index": index, "item": item}));
-                }
-                let response = response_json(&shape, seq, output, &usage);
-                let _ = tx.send(json!({"type": "response.completed", "response": response}));
+            Ok((output, _, usage)) => {
+                events.finish(output, response_json(&shape, &id, Vec::new(), &usage))
             }
             Err(e) => {
                 let body = e.body();
