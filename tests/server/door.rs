@@ -884,3 +884,27 @@ async fn the_responses_api_hands_function_calls_to_the_host() {
     assert!(linked);
     h.stop().await;
 }
+
+/// A turn whose context cannot fit the agent's window fails after its message is stored; the
+/// SDKs retry a 5xx, storing the message again each time, so the door answers 413
+/// `context_too_large`, which they do not retry (found by a host's walkthrough: 502, and the
+/// message three times in the log).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_too_large_for_the_window_is_413_not_a_retried_5xx() {
+    let (server, store) = ("body_limit_bytes = 4000000", "max_message_bytes = 2000000");
+    let h = Harness::start_full(server, "", store, Duration::ZERO).await;
+    let url = "/v1/chat/completions";
+    let text = "word ".repeat(190_000);
+    let (status, body) = h
+        .post_json(
+            url,
+            url,
+            &json!({"model": "legio/a", "messages": [{"role": "user", "content": text}],
+                "metadata": {"conversation": "d:huge"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_openai_error(&body, "context_too_large", None);
+    assert_eq!(user_texts(&h, "d:huge").len(), 1, "stored once");
+    h.stop().await;
+}

@@ -74,7 +74,9 @@ impl ApiError {
             | "not_found" => StatusCode::NOT_FOUND,
             "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
             "not_acceptable" => StatusCode::NOT_ACCEPTABLE,
-            "body_too_large" | "message_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large" | "message_too_large" | "context_too_large" => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unknown_mention" | "empty_message" | "invalid_body" => {
                 StatusCode::UNPROCESSABLE_ENTITY

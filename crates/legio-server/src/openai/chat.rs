@@ -252,7 +252,7 @@ fn reply_of(posted: &Posted, agent: &AgentName) -> Result<(String, legio_core::S
         .ok_or_else(|| ApiError::new("internal", format!("{agent} gave no reply")))?;
     match &reply.outcome {
         Ok(r) => Ok((r.text.clone(), r.seq)),
-        Err(e) => Err(ApiError::new("agent_failed", e.message.clone())),
+        Err(e) => Err(super::turn_error(e)),
     }
 }
 

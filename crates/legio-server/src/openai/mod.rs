@@ -161,3 +161,16 @@ pub(crate) fn text_of(content: &Value) -> Option<String> {
         _ => None,
     }
 }
+
+/// The door's error for an agent's failed turn. Its message is in the log by then, and the
+/// official SDKs retry a 5xx (twice by default), each retry storing the message again: a turn
+/// that cannot fit the agent's window, which a retry cannot mend, is 413 `context_too_large`
+/// (not retried); any other failure is 502 `agent_failed`.
+pub(crate) fn turn_error(error: &legio_runtime::TurnError) -> ApiError {
+    match error.kind {
+        legio_runtime::TurnErrorKind::ContextTooLarge => {
+            ApiError::new("context_too_large", error.message.clone())
+        }
+        _ => ApiError::new("agent_failed", error.message.clone()),
+    }
+}

@@ -287,10 +287,7 @@ async fn outcome(
                     .iter()
                     .find(|r| r.agent == shape.agent)
                     .ok_or_else(|| ApiError::new("internal", "the agent gave no reply"))?;
-                let reply = reply
-                    .outcome
-                    .as_ref()
-                    .map_err(|e| ApiError::new("agent_failed", e.message.clone()))?;
+                let reply = reply.outcome.as_ref().map_err(super::turn_error)?;
                 let usage = usage(state, &shape.key, &shape.agent, Some(reply.seq)).await;
                 let id = format!("msg_{}", reply.seq.get());
                 return Ok((vec![message_item(&reply.text, &id)], reply.seq, usage));
