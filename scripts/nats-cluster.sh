@@ -156,9 +156,14 @@ running() { # PID
 }
 
 stop() {
-  local dir=$1 pid
+  local dir=$1 pid files
   shopt -s nullglob
-  for file in "$dir"/*.pid; do
+  files=("$dir"/*.pid)
+  if [ ${#files[@]} -eq 0 ]; then
+    echo "nats-cluster.sh: no server started by this script runs in $dir (no *.pid file): nothing to stop" >&2
+    return 0
+  fi
+  for file in "${files[@]}"; do
     pid="$(cat "$file")"
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 1 100); do

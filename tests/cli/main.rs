@@ -2144,3 +2144,96 @@ fn sigterm_ends_serve_after_a_storage_failure() {
         err.lines().last().unwrap_or_default()
     );
 }
+
+/// Found by an operator's walkthrough of a cluster: on a configuration whose backend is NATS,
+/// `--db DIR` read the cluster, not DIR; an exported `LEGIO_NATS_URL` made `post` (and `serve`)
+/// exit 2 as if --nats were given; `inspect nodes` on a misnamed stream printed an empty table;
+/// `stats` named a folder that does not exist; and a server without JetStream failed every
+/// command after about 30 s with a message that did not say why.
+#[test]
+fn the_cli_reads_the_log_it_is_pointed_at_and_says_what_is_missing() {
+    let Some((cluster, url, dir, config_path)) = on_one_nats_server("walk") else {
+        return;
+    };
+    let run = |args: &[&str], env: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));
+        command
+            .current_dir(dir.path())
+            .env("LEGIO_CONFIG", &config_path)
+            .env("NO_COLOR", "1")
+            .env_remove("LEGIO_NATS_URL")
+            .args(args)
+            .stdin(Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        command.output().unwrap()
+    };
+    let exported = [("LEGIO_NATS_URL", url.as_str())];
+    // A post to a sled copy, with the cluster's URL exported: the copy, not the cluster.
+    let posted = run(&["--db", "copy", "post", "hello copy"], &exported);
+    assert_eq!(code(&posted), 0, "{}", stderr(&posted));
+    let verified = run(&["--db", "copy", "verify"], &exported);
+    assert_eq!(code(&verified), 0, "{}", stderr(&verified));
+    let said = format!("{}{}", stdout(&verified), stderr(&verified));
+    assert!(
+        said.contains("copy") && !said.contains("stream walk"),
+        "{said}"
+    );
+    let stats = run(&["--db", "copy", "stats"], &[]);
+    assert!(stdout(&stats).contains("copy"), "{}", stdout(&stats));
+    // The cluster's stream holds nothing from the post (no node ever created it).
+    let missing = run(&["--nats", &url, "stats"], &[]);
+    assert!(
+        stderr(&missing).contains("no JetStream stream walk"),
+        "{}",
+        stderr(&missing)
+    );
+    let both = run(&["--db", "copy", "--nats", &url, "verify"], &[]);
+    assert_eq!(code(&both), 2, "{}", stderr(&both));
+    // `inspect nodes` on a stream no node made: the missing stream, not an empty table.
+    let nodes = run(&["--nats", &url, "inspect", "nodes"], &[]);
+    assert_eq!(code(&nodes), 1, "{}", stdout(&nodes));
+    assert!(
+        stderr(&nodes).contains("no JetStream stream walk"),
+        "{}",
+        stderr(&nodes)
+    );
+    drop(cluster);
+
+    // A server without JetStream: said at once.
+    let server = legio_tests::nats::nats_server_binary().expect("it ran the cluster");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut plain = Command::new(server)
+        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let plain_url = format!("nats://127.0.0.1:{port}");
+    let started = std::time::Instant::now();
+    let refused = loop {
+        let out = run(&["--nats", &plain_url, "verify"], &[]);
+        if !stderr(&out).contains("cannot reach") || started.elapsed() > Duration::from_secs(10) {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let _ = plain.kill();
+    let _ = plain.wait();
+    assert_eq!(code(&refused), 1);
+    assert!(
+        stderr(&refused).contains("runs without JetStream"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}

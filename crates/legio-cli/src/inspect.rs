@@ -176,7 +176,11 @@ fn nodes(context: &Context, format: TableFormat) -> Result<ExitCode> {
     // As it is: a reader neither creates the bucket nor brings it to this TTL.
     let listed = match legio_store::Leases::open_to_read(&options)? {
         Some(leases) => leases.list_with_age()?,
-        None => Vec::new(),
+        // No node ran on this stream yet, or the stream is misnamed: the open says which.
+        None => {
+            legio_store::NatsLog::open_read_only(&options)?;
+            Vec::new()
+        }
     };
     let (present, mut held): (Vec<_>, Vec<_>) = listed
         .into_iter()

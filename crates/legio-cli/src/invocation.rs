@@ -49,7 +49,7 @@ impl Context {
         Ok(Some(crate::remote::Remote::new(url, token)?))
     }
 
-    /// The validated configuration, with `--db` applied.
+    /// The validated configuration, with `--db` applied (a sled log in that folder).
     pub fn runtime_config(&self) -> anyhow::Result<legio_config::RuntimeConfig> {
         let mut config = legio_config::RuntimeConfig::load(&self.config).map_err(|e| match e {
             legio_config::ConfigError::Read { .. } => {
@@ -58,7 +58,10 @@ impl Context {
             other => other.into(),
         })?;
         if let Some(db) = &self.db {
+            // A folder is a sled log: on a configuration whose backend is NATS, `--db` still
+            // means this folder (a backup imported into it, say), never the cluster.
             config.store.path = db.clone();
+            config.store.backend = legio_config::StoreBackend::Sled;
         }
         Ok(config)
     }

@@ -106,7 +106,8 @@ pub struct Cli {
         default_value = "config/legio.toml"
     )]
     config: PathBuf,
-    /// The event log's folder; overrides store.path from the configuration.
+    /// The event log's folder (a sled log); overrides store.path from the configuration, and
+    /// store.backend = "nats" too.
     #[arg(long, global = true)]
     db: Option<PathBuf>,
     /// Read a NATS JetStream cluster's log instead of --db (replay, inspect, verify, export,
@@ -143,7 +144,8 @@ enum Command {
     Replay(replay::Args),
     /// What an agent's model would receive for its next turn, at any point of the log.
     Context(context::Args),
-    /// Tables of conversations, agents or sessions.
+    /// Tables of conversations, agents, sessions, the shared memory, a cluster's nodes, or
+    /// every agent's tools.
     Inspect(inspect::Args),
     /// Log size, events by kind, per-conversation counts, size on disk.
     Stats(stats::Args),
@@ -175,11 +177,21 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let config_explicit = std::env::var_os("LEGIO_CONFIG").is_some()
         || std::env::args().any(|a| a == "--config" || a.starts_with("--config="));
+    // LEGIO_NATS_URL serves the commands that read the log; it is no --nats for the others
+    // (`serve`, `post`, ...), which an exported variable would otherwise refuse, nor beside an
+    // explicit --db.
+    let nats_flag = std::env::args().any(|a| a == "--nats" || a.starts_with("--nats="));
+    if nats_flag && cli.db.is_some() {
+        eprintln!("legio: --db names a sled log and --nats a cluster's: give one of them");
+        return ExitCode::from(2);
+    }
+    let nats = cli
+        .nats
+        .filter(|_| nats_flag || (reads_the_log(&cli.command) && cli.db.is_none()))
+        .map(|urls| urls.split(',').map(|u| u.trim().to_owned()).collect());
     let context = Context {
         db: cli.db,
-        nats: cli
-            .nats
-            .map(|urls| urls.split(',').map(|u| u.trim().to_owned()).collect()),
+        nats,
         config: cli.config,
         config_explicit,
         server: cli.server,
@@ -239,17 +251,7 @@ fn check_remote_flags(command: &Command, context: &Context) -> Result<bool, Exit
             | Command::Heartbeat(_)
             | Command::Completions(_)
     );
-    let reads_the_log = matches!(
-        command,
-        Command::Replay(_)
-            | Command::Inspect(_)
-            | Command::Context(_)
-            | Command::Verify(_)
-            | Command::Export(_)
-            | Command::Stats(_)
-            | Command::Completions(_)
-    );
-    if context.nats.is_some() && !reads_the_log {
+    if context.nats.is_some() && !reads_the_log(command) {
         eprintln!("legio: --nats works with replay, inspect, context, verify, export and stats (it reads the cluster's log); other commands run through a legio node");
         return Err(ExitCode::from(2));
     }
@@ -258,6 +260,20 @@ fn check_remote_flags(command: &Command, context: &Context) -> Result<bool, Exit
         return Err(ExitCode::from(2));
     }
     Ok(live)
+}
+
+/// Whether `command` reads the log, and so may read a cluster's (`--nats`).
+fn reads_the_log(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Replay(_)
+            | Command::Inspect(_)
+            | Command::Context(_)
+            | Command::Verify(_)
+            | Command::Export(_)
+            | Command::Stats(_)
+            | Command::Completions(_)
+    )
 }
 
 /// Whether `error` is the log being held by another process (directly or through the runtime).

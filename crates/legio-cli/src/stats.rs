@@ -35,7 +35,7 @@ pub fn run(context: &Context, _args: Args) -> Result<ExitCode> {
     outln!(
         "on disk: {:.1} MiB at {}",
         log.size_on_disk()? as f64 / (1024.0 * 1024.0),
-        context.store()?.path.display()
+        common::log_location(context)?
     );
     outln!("by kind:");
     for (kind, count) in &kinds {

@@ -298,7 +298,7 @@ fn store_code(e: &StoreError) -> ErrorCode {
             ErrorCode::ClusterUnavailable
         }
         // Credentials the servers refuse: retrying will not help, the configuration must change.
-        StoreError::Refused { .. } => ErrorCode::Config,
+        StoreError::Refused { .. } | StoreError::NoJetStream { .. } => ErrorCode::Config,
         _ => ErrorCode::Internal,
     }
 }

@@ -128,8 +128,14 @@ pub enum StoreError {
         /// What the cluster or client said.
         reason: String,
     },
+    /// A server was reached, but it runs without JetStream.
+    #[error("the NATS server at {server} runs without JetStream, which legio's log needs; start it with -js (or a `jetstream {{}}` block in its configuration), or point store.nats.servers (or --nats) at servers that have it (scripts/nats-cluster.sh starts such a cluster)")]
+    NoJetStream {
+        /// The server the client connected to.
+        server: String,
+    },
     /// The log's stream does not exist and a read-only open may not create it.
-    #[error("no JetStream stream {stream} on the cluster; check store.nats.stream (or --stream), or start a node that creates it")]
+    #[error("no JetStream stream {stream} on the cluster; check store.nats.stream in the configuration (without one, --nats reads the stream `legio`), or start a legio node on this cluster, which creates it")]
     StreamNotFound {
         /// The stream's name.
         stream: String,

@@ -175,7 +175,7 @@ impl NatsOptions {
                 }))
             });
         }
-        options.connect(servers.to_vec()).await.map_err(|e| {
+        let client = options.connect(servers.to_vec()).await.map_err(|e| {
             let (servers, reason) = (servers.join(", "), e.to_string());
             match e.kind() {
                 ConnectErrorKind::AuthorizationViolation | ConnectErrorKind::Authentication => {
@@ -183,7 +183,16 @@ impl NatsOptions {
                 }
                 _ => StoreError::Unreachable { servers, reason },
             }
-        })
+        })?;
+        // Without JetStream every request would go unanswered until its retries ran out (about
+        // 30 s) and end in a message that does not say why.
+        let info = client.server_info();
+        if !info.jetstream {
+            return Err(StoreError::NoJetStream {
+                server: format!("{}:{}", info.host, info.port),
+            });
+        }
+        Ok(client)
     }
 }
 
