@@ -169,12 +169,30 @@ enum Command {
     Completions(completions::Args),
 }
 
-fn main() -> ExitCode {
+/// Logs on stderr, filtered by `LEGIO_LOG`; without it, warnings and errors (a node's restart
+/// boundaries, a lease given up, an MCP server that failed: before, nothing below an error
+/// showed), but for the demo, whose tour says what happens itself (it panics an agent on
+/// purpose). Colours only on a terminal, not in a node's log file.
+fn init_logging(command: &Command) {
+    let level = match command {
+        #[cfg(feature = "runtime")]
+        Command::Demo(_) => tracing_subscriber::filter::LevelFilter::ERROR,
+        _ => tracing_subscriber::filter::LevelFilter::WARN,
+    };
+    let filter = tracing_subscriber::EnvFilter::builder()
+        .with_default_directive(level.into())
+        .with_env_var("LEGIO_LOG")
+        .from_env_lossy();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("LEGIO_LOG"))
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .init();
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    init_logging(&cli.command);
     let config_explicit = std::env::var_os("LEGIO_CONFIG").is_some()
         || std::env::args().any(|a| a == "--config" || a.starts_with("--config="));
     // LEGIO_NATS_URL serves the commands that read the log; it is no --nats for the others
