@@ -28,6 +28,14 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
             "/operator/reset",
             &serde_json::json!({"conversation": args.conversation, "agent": args.agent}),
         )?;
+        if done["reset"] == false {
+            let (agent, conversation) = (done["agent"].as_str(), done["conversation"].as_str());
+            outln!(
+                "{}",
+                nothing_to_reset(agent.unwrap_or_default(), conversation.unwrap_or_default())
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         outln!(
             "reset {} in {} at seq {}{}; its next turn opens a new session restored from the log",
             done["agent"].as_str().unwrap_or_default(),
@@ -51,12 +59,14 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         .map(|d| d.as_micros())
         .unwrap_or(0);
     let at = Timestamp::from_unix_micros(i64::try_from(micros).unwrap_or(i64::MAX));
-    let range = log.append(vec![manual_reset(
-        state.as_ref(),
-        &conversation,
-        &spec.name,
-        at,
-    )])?;
+    let Some(reset) = manual_reset(state.as_ref(), &conversation, &spec.name, at) else {
+        outln!(
+            "{}",
+            nothing_to_reset(spec.name.as_str(), conversation.as_str())
+        );
+        return Ok(ExitCode::SUCCESS);
+    };
+    let range = log.append(vec![reset])?;
     let was_failed = state.is_some_and(|s| s.failed.is_some());
     outln!(
         "reset {} in {} at seq {}{}; its next turn opens a new session restored from the log",
@@ -70,4 +80,9 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         }
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a reset with nothing to reset says (nothing was written).
+fn nothing_to_reset(agent: &str, conversation: &str) -> String {
+    format!("nothing to reset: {agent} has no open session in {conversation} and is not failed; nothing was written")
 }

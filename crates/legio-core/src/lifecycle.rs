@@ -187,23 +187,32 @@ pub fn crash_cleanup(state: Option<&AgentSessionState>, history: History) -> Opt
 }
 
 /// The event of a manual reset: the agent's latest session closed as `manual_reset` (the nil
-/// session id when it never had one). Folding it also clears a failed agent.
+/// session id when a failed agent never had one); folding it also clears a failed agent. `None`
+/// when there is nothing to reset: no session and no failure, or a latest session already
+/// closed and no failure (a second reset, or one of an agent never used), so that a reset never
+/// writes a conversation the log did not have, nor closes a session twice.
 pub fn manual_reset(
     state: Option<&AgentSessionState>,
     conversation: &crate::name::ConversationKey,
     agent: &crate::name::AgentName,
     at: crate::timestamp::Timestamp,
-) -> crate::event::Event {
-    let session = state
-        .and_then(|s| s.current.as_ref())
-        .map_or(crate::event::SessionId(uuid::Uuid::nil()), |c| c.session);
-    crate::event::Event::SessionClosed(crate::event::SessionEnded {
-        conversation: conversation.clone(),
-        agent: agent.clone(),
-        session,
-        at,
-        why: BoundaryReason::ManualReset,
-    })
+) -> Option<crate::event::Event> {
+    let state = state?;
+    let current = state.current.as_ref();
+    let open = current.is_some_and(|c| c.status != SessionStatus::Closed);
+    if !open && state.failed.is_none() {
+        return None;
+    }
+    let session = current.map_or(crate::event::SessionId(uuid::Uuid::nil()), |c| c.session);
+    Some(crate::event::Event::SessionClosed(
+        crate::event::SessionEnded {
+            conversation: conversation.clone(),
+            agent: agent.clone(),
+            session,
+            at,
+            why: BoundaryReason::ManualReset,
+        },
+    ))
 }
 
 /// Decides how the next turn's session starts and what it is sent.

@@ -67,8 +67,10 @@ pub fn parse_mentions(text: &str, known: &[AgentName]) -> Result<Option<Audience
     }
 }
 
+/// Characters a handle goes on with: those of agent names (ASCII), and any other letter or digit,
+/// so that `@vörenus` is the unknown handle `vörenus`, never a mention of `v`.
 fn is_name_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+    c.is_alphanumeric() || c == '_' || c == '-'
 }
 
 /// Characters that, right before an `@`, make it part of a word (an address, code) rather than a
@@ -105,7 +107,7 @@ fn mention_tokens(text: &str) -> Vec<&str> {
                     .strip_prefix('.')
                     .and_then(|after| after.chars().next())
                     .is_some_and(is_name_char);
-                if name.starts_with(|ch: char| ch.is_ascii_alphabetic()) && !continues {
+                if name.starts_with(char::is_alphabetic) && !continues {
                     tokens.push(name);
                 }
             }
@@ -161,6 +163,10 @@ mod tests {
         check("ask @Nobody", "error:Nobody");
         check("end with @pullo", "pullo");
         check("line one\n@vorenus on line two", "vorenus");
+        // A handle with letters agent names never have is one unknown handle, whole.
+        check("@vörenus hi", "error:vörenus");
+        check("@élan hi", "error:élan");
+        check("@pullo—and you?", "pullo");
     }
 
     /// Regression (issue 11, defect 4): handles that name no agent are plain text.

@@ -234,13 +234,11 @@ impl Shared {
     ) -> Result<(), RuntimeError> {
         let (c, a) = (conversation.clone(), agent.clone());
         let state = self.read(move |log| log.session_state(&c, &a)).await?;
-        self.append(vec![legio_core::manual_reset(
-            state.as_ref(),
-            conversation,
-            agent,
-            now(),
-        )])
-        .await?;
+        let Some(reset) = legio_core::manual_reset(state.as_ref(), conversation, agent, now())
+        else {
+            return Ok(()); // nothing to reset: nothing written
+        };
+        self.append(vec![reset]).await?;
         metrics::counter!(crate::metrics::SESSIONS_CLOSED, "reason" => "manual_reset").increment(1);
         Ok(())
     }

@@ -374,15 +374,22 @@ pub(crate) async fn reset(
         .map_err(RuntimeError::from)?
         .name
         .clone();
-    let was_failed = runtime
-        .status(key.as_str())
-        .await?
+    let status = runtime.status(key.as_str()).await?;
+    let session = status
         .iter()
-        .any(|s| s.agent == agent && s.session.as_ref().is_some_and(|x| x.failed.is_some()));
+        .find(|s| s.agent == agent)
+        .and_then(|s| s.session.as_ref());
+    let was_failed = session.is_some_and(|x| x.failed.is_some());
+    let open = session
+        .and_then(|x| x.current.as_ref())
+        .is_some_and(|c| c.status != legio_core::SessionStatus::Closed);
     runtime.reset(&key, &agent).await?;
     Ok(Json(json!({
         "conversation": key.as_str(),
         "agent": agent.as_str(),
+        // Whether there was anything to reset (an open session, a failure): none is written
+        // otherwise.
+        "reset": open || was_failed,
         "was_failed": was_failed,
         "last_seq": runtime.log().last_seq().get(),
     })))

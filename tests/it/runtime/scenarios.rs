@@ -283,6 +283,15 @@ async fn a_manual_reset_closes_and_the_next_turn_is_restored() {
         .contains("manual reset"));
     let err = legion.rt().reset(CONV, "nobody").await.unwrap_err();
     assert!(err.to_string().contains("\"nobody\""), "{err}");
+    // Nothing to reset, nothing written: a second reset (the session is closed), an agent that
+    // never had a session, a conversation the log does not have (found by a host's walkthrough:
+    // each wrote a `session_closed`, the last one making the conversation).
+    legion.rt().reset(CONV, "lead").await.unwrap();
+    let before = legion.events().len();
+    legion.rt().reset(CONV, "lead").await.unwrap();
+    legion.rt().reset(CONV, "ann").await.unwrap();
+    legion.rt().reset("never:1", "lead").await.unwrap();
+    assert_eq!(legion.events().len(), before, "nothing written");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
