@@ -11,6 +11,41 @@ use thiserror::Error;
 /// What the runtime's API can fail with, one variant per cause; [`RuntimeError::code`] names the
 /// cause for a host that maps it (the server's status table). A failing agent is not an error of
 /// `post`: it is an error reply for that agent.
+/// Why a host's tool result answers no waiting call ([`RuntimeError::NoPendingToolCall`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotWaiting {
+    /// No call with this id waits: answered already, or never made.
+    Unknown,
+    /// The call waited past `runtime.host_tool_timeout_seconds`: it got an error result and
+    /// its turn went on.
+    TimedOut,
+    /// The request answers this call twice.
+    Twice,
+    /// The request carries no result.
+    NoResults,
+}
+
+impl NotWaiting {
+    /// The refusal in words, for the call `call_id`.
+    fn says(self, call_id: &str) -> String {
+        match self {
+            Self::Unknown => format!(
+                "no tool call {call_id:?} is waiting for a result in this conversation (answered already, or never made)"
+            ),
+            Self::TimedOut => format!(
+                "tool call {call_id:?} waited past runtime.host_tool_timeout_seconds: it got an error result and its turn went on without this one"
+            ),
+            Self::Twice => format!(
+                "tool call {call_id:?} is answered twice in this request; send one result per call"
+            ),
+            Self::NoResults => {
+                "the request carries no tool result; send one per waiting call".to_owned()
+            }
+        }
+    }
+}
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RuntimeError {
     /// Bad configuration.
@@ -131,13 +166,15 @@ pub enum RuntimeError {
     #[error(transparent)]
     HostTool(#[from] crate::registry_error::ToolRegistryError),
     /// A host tool result names no call waiting in the conversation (answered already, timed
-    /// out, or never made).
-    #[error("no tool call {call_id:?} is waiting for a result in this conversation; waiting: {}", if waiting.is_empty() { "none".to_owned() } else { waiting.join(", ") })]
+    /// out, or never made), answers one twice, or none was given.
+    #[error("{}; waiting: {}", why.says(call_id), if waiting.is_empty() { "none".to_owned() } else { waiting.join(", ") })]
     NoPendingToolCall {
-        /// The call id given.
+        /// The call id given ("" when no result was).
         call_id: String,
         /// The calls that are waiting.
         waiting: Vec<String>,
+        /// Why the result answers no waiting call.
+        why: NotWaiting,
     },
     /// A turn followed with [`crate::Runtime::follow_tool_results`] was taken over by later
     /// results of its calls, handed over with `follow_tool_results` too: it goes on, followed

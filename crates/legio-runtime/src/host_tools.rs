@@ -18,7 +18,7 @@ use std::time::Instant;
 use legio_core::{AgentName, ConversationKey, Participant, Seq};
 use tokio::sync::oneshot;
 
-use crate::error::RuntimeError;
+use crate::error::{NotWaiting, RuntimeError};
 use crate::follow::{Follower, Follows};
 use crate::memory::ToolSpec;
 use crate::outcome::ToolOutcome;
@@ -71,8 +71,14 @@ type PendingKey = (ConversationKey, String);
 pub(crate) struct HostToolDesk {
     declared: Mutex<HashMap<ConversationKey, Declared>>,
     pending: Mutex<HashMap<PendingKey, oneshot::Sender<ToolOutcome>>>,
+    /// The latest calls that waited past the host tool timeout (at most [`TIMED_OUT_KEPT`]), so
+    /// that a late result is told so rather than "no such call".
+    timed_out: Mutex<std::collections::VecDeque<PendingKey>>,
     pub(crate) follows: Follows,
 }
+
+/// How many timed-out calls the desk remembers.
+const TIMED_OUT_KEPT: usize = 256;
 
 /// A conversation's declared tools as of a seq: those of its last `ToolsDeclared` event at or
 /// before `through` (none when it has none); `used`: when it was last noted or read.
@@ -187,6 +193,32 @@ impl HostToolDesk {
         pending.remove(&(conversation.clone(), call_id.to_owned()));
     }
 
+    /// Notes that `call_id` waited past the host tool timeout.
+    pub(crate) fn timed_out(&self, conversation: &ConversationKey, call_id: &str) {
+        let mut kept = self.timed_out.lock().unwrap_or_else(|p| p.into_inner());
+        if kept.len() == TIMED_OUT_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back((conversation.clone(), call_id.to_owned()));
+    }
+
+    /// The refusal of a result for `call_id` (see [`not_waiting`]), told whether it timed out.
+    fn refusal(
+        &self,
+        pending: &Pending,
+        conversation: &ConversationKey,
+        call_id: &str,
+        why: NotWaiting,
+    ) -> RuntimeError {
+        let key = (conversation.clone(), call_id.to_owned());
+        let kept = self.timed_out.lock().unwrap_or_else(|p| p.into_inner());
+        let why = match why {
+            NotWaiting::Unknown if kept.contains(&key) => NotWaiting::TimedOut,
+            why => why,
+        };
+        not_waiting(pending, conversation, call_id, why)
+    }
+
     /// Hands the host's results to the waiting calls: all or none (every id must be waiting,
     /// each once).
     pub(crate) fn submit(
@@ -195,7 +227,8 @@ impl HostToolDesk {
         results: Vec<HostToolResult>,
     ) -> Result<(), RuntimeError> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        check_waiting(&pending, conversation, &results, |_| true)?;
+        check_waiting(&pending, conversation, &results, |_| true)
+            .map_err(|(id, why)| self.refusal(&pending, conversation, &id, why))?;
         hand_over(&mut pending, conversation, results);
         Ok(())
     }
@@ -213,9 +246,15 @@ impl HostToolDesk {
     ) -> Result<(), RuntimeError> {
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
         let known = |id: &str| self.follows.knows(conversation, id);
-        check_waiting(&pending, conversation, &results, known)?;
+        check_waiting(&pending, conversation, &results, known)
+            .map_err(|(id, why)| self.refusal(&pending, conversation, &id, why))?;
         let Some(first) = results.first() else {
-            return Err(not_waiting(&pending, conversation, ""));
+            return Err(not_waiting(
+                &pending,
+                conversation,
+                "",
+                NotWaiting::NoResults,
+            ));
         };
         let still_waiting = |id: &str| {
             pending.contains_key(&(conversation.clone(), id.to_owned()))
@@ -225,7 +264,8 @@ impl HostToolDesk {
             .follows
             .take_over(conversation, &first.call_id, follower, still_waiting)
         {
-            return Err(not_waiting(&pending, conversation, &first.call_id));
+            let why = NotWaiting::Unknown;
+            return Err(self.refusal(&pending, conversation, &first.call_id, why));
         }
         hand_over(&mut pending, conversation, results);
         Ok(())
@@ -236,24 +276,36 @@ type Pending = HashMap<PendingKey, oneshot::Sender<ToolOutcome>>;
 
 /// Refuses `results` unless each names a call waiting in `conversation` (and `known` to the
 /// caller), once.
+/// Checks that every result answers a waiting call of `conversation` that `known` knows, each
+/// once, and that there is one: else the call id at fault and why.
 fn check_waiting(
     pending: &Pending,
     conversation: &ConversationKey,
     results: &[HostToolResult],
     known: impl Fn(&str) -> bool,
-) -> Result<(), RuntimeError> {
+) -> Result<(), (String, NotWaiting)> {
+    if results.is_empty() {
+        return Err((String::new(), NotWaiting::NoResults));
+    }
     for (i, result) in results.iter().enumerate() {
         let key = (conversation.clone(), result.call_id.clone());
-        let twice = results[..i].iter().any(|r| r.call_id == result.call_id);
-        if twice || !pending.contains_key(&key) || !known(&result.call_id) {
-            return Err(not_waiting(pending, conversation, &result.call_id));
+        if results[..i].iter().any(|r| r.call_id == result.call_id) {
+            return Err((result.call_id.clone(), NotWaiting::Twice));
+        }
+        if !pending.contains_key(&key) || !known(&result.call_id) {
+            return Err((result.call_id.clone(), NotWaiting::Unknown));
         }
     }
     Ok(())
 }
 
 /// The refusal of a result for `call_id`, naming the calls that wait in `conversation`.
-fn not_waiting(pending: &Pending, conversation: &ConversationKey, call_id: &str) -> RuntimeError {
+fn not_waiting(
+    pending: &Pending,
+    conversation: &ConversationKey,
+    call_id: &str,
+    why: NotWaiting,
+) -> RuntimeError {
     let mut waiting: Vec<String> = pending
         .keys()
         .filter(|(c, _)| c == conversation)
@@ -263,6 +315,7 @@ fn not_waiting(pending: &Pending, conversation: &ConversationKey, call_id: &str)
     RuntimeError::NoPendingToolCall {
         call_id: call_id.to_owned(),
         waiting,
+        why,
     }
 }
 

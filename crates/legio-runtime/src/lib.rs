@@ -39,7 +39,7 @@ mod tools;
 mod tools_view;
 mod turn;
 
-pub use error::{ErrorCode, RuntimeError};
+pub use error::{ErrorCode, NotWaiting, RuntimeError};
 pub use host_tools::{HostToolCall, HostToolResult, HostTurn};
 pub use legio_config::{
     AgentSpec, ConfigError, HeartbeatSchedule, ProviderSpec, RestartSettings, Role, RuntimeConfig,

@@ -250,8 +250,12 @@ fn wait_for_host(
     );
     let timeout = ctx.shared.config.runtime.host_tool_timeout;
     Box::pin(async move {
-        let _forget = forget;
-        match tokio::time::timeout(timeout, receiver).await {
+        let forget = forget;
+        let answered = tokio::time::timeout(timeout, receiver).await;
+        if answered.is_err() {
+            forget.0.host_desk.timed_out(&forget.1, &forget.2);
+        }
+        match answered {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) | Err(_) => ToolOutcome::Failed(format!(
                 "interrupted: the host did not answer within {} s (runtime.host_tool_timeout_seconds)",

@@ -37,6 +37,12 @@ impl ApiError {
         self
     }
 
+    /// The same error, its message led by `prefix` (the field it is about, say).
+    pub fn with_message_prefix(mut self, prefix: &str) -> Self {
+        self.message = format!("{prefix}{}", self.message);
+        self
+    }
+
     /// OpenAI's error `type` for the status: `invalid_request_error` (4xx),
     /// `authentication_error` (401), `server_error` (5xx).
     pub fn kind(&self) -> &'static str {
@@ -136,7 +142,7 @@ impl From<RuntimeError> for ApiError {
 impl From<JsonRejection> for ApiError {
     fn from(e: JsonRejection) -> Self {
         match e {
-            JsonRejection::JsonDataError(e) => Self::new("invalid_body", e.body_text()),
+            JsonRejection::JsonDataError(e) => data_error(&e.body_text()),
             JsonRejection::JsonSyntaxError(e) => Self::new("invalid_json", e.body_text()),
             JsonRejection::MissingJsonContentType(_) => Self::new(
                 "unsupported_media_type",
@@ -159,6 +165,49 @@ impl From<JsonRejection> for ApiError {
             }
             other => Self::new("bad_request", other.body_text()),
         }
+    }
+}
+
+/// A body of the wrong shape, in the client's words: the field at fault as `param` (a missing or
+/// unknown field, or the path serde reports), and no Rust type name (`expected struct TurnBody
+/// with 3 elements` reads `expected a JSON object`).
+fn data_error(text: &str) -> ApiError {
+    let text = text
+        .strip_prefix("Failed to deserialize the JSON body into the target type: ")
+        .unwrap_or(text);
+    let quoted = |after: &str| {
+        let rest = text.split_once(after)?.1;
+        Some(rest.split('`').next()?.to_owned())
+    };
+    let path = text
+        .split_once(": ")
+        .map(|(path, _)| path)
+        .filter(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || "_.[]".contains(c)))
+        .map(str::to_owned);
+    let param = quoted("missing field `")
+        .or_else(|| quoted("unknown field `"))
+        .or(path);
+    let mut words = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some((before, after)) = rest.split_once("expected struct ") {
+        words.push_str(before);
+        words.push_str("expected a JSON object");
+        let name_end = after
+            .find(|c: char| !c.is_alphanumeric() && c != '_')
+            .unwrap_or(after.len());
+        rest = &after[name_end..];
+        if let Some(tail) = rest.strip_prefix(" with ") {
+            let count_end = tail.find(" element").map_or(0, |i| i + " element".len());
+            rest = tail[count_end..]
+                .strip_prefix('s')
+                .unwrap_or(&tail[count_end..]);
+        }
+    }
+    words.push_str(rest);
+    let error = ApiError::new("invalid_body", words);
+    match param {
+        Some(param) => error.with_param(param),
+        None => error,
     }
 }
 

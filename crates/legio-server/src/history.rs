@@ -53,6 +53,13 @@ pub(crate) async fn history(
 ) -> Result<Response, ApiError> {
     let Path(id) = path?;
     let key = conversation_key(&id)?;
+    if key.is_reserved() {
+        // legio's own keys (`legio:memory`) hold no conversation: refused as a turn there is.
+        let reserved = RuntimeError::ReservedConversation {
+            key: key.as_str().to_owned(),
+        };
+        return Err(reserved.into());
+    }
     caller.check_conversation(key.as_str())?;
     let Query(query) = query?;
     let runtime = &state.runtime;

@@ -259,7 +259,7 @@ pub(crate) async fn inspect(
     let kind = InspectKind::parse(&what).ok_or_else(|| {
         ApiError::new(
             "not_found",
-            format!("cannot inspect {what:?}; choose conversations, agents or sessions"),
+            format!("cannot inspect {what:?}; choose conversations, agents or sessions (the shared memory is GET /operator/memory; a cluster's nodes, legio --nats URL inspect nodes)"),
         )
     })?;
     let only = optional_key(query.conversation.as_deref())?;

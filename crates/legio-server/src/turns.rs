@@ -59,6 +59,7 @@ pub(crate) async fn post_turn(
         Err(too_many) => return Ok(too_many.into_response()),
     };
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
+    check_sender(&state, &sender)?;
     if body.tools.is_some() || !state.runtime.declared_tools(&key).await?.is_empty() {
         let tools = body.tools.unwrap_or_default();
         return crate::host_tools::start(&state, key, &sender, body.content, tools, &headers).await;
@@ -182,4 +183,23 @@ fn drain(updates: &mut mpsc::UnboundedReceiver<Progress>) -> Vec<Progress> {
         out.push(update);
     }
     out
+}
+
+/// A `sender` other than the user must be an agent of the roster: refused naming the field
+/// (the runtime's refusal says only "unknown agent").
+fn check_sender(state: &AppState, sender: &str) -> Result<(), ApiError> {
+    if sender == "user" {
+        return Ok(());
+    }
+    state
+        .runtime
+        .config()
+        .agent_named(sender)
+        .map(|_| ())
+        .map_err(|e| {
+            let known = RuntimeError::from(e);
+            ApiError::from(known)
+                .with_message_prefix("sender: ")
+                .with_param("sender")
+        })
 }

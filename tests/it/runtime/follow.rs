@@ -240,3 +240,59 @@ async fn a_message_posted_while_a_host_call_waits_is_answered_once() {
         }
     }
 }
+
+/// A host's results that answer no waiting call are refused with the reason: none given, a call
+/// answered twice in one request, a call never made, a call that timed out (found by a host's
+/// walkthrough: `no tool call "" is waiting`, `no tool call "call_1" is waiting ...; waiting:
+/// call_1`, and `waiting: none` after a timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_that_answer_no_waiting_call_say_why() {
+    use legio_runtime::{NotWaiting, RuntimeError};
+    let legion = Legion::new(History::Stateless, "host_tool_timeout_seconds = 1").await;
+    let lead = Legion::agent("lead");
+    legion
+        .provider
+        .inject(Some(&lead), Fault::tool_calls([("call-1", "lookup", "{}")]));
+    let turn = HostTurn {
+        sender: Participant::User,
+        to: None,
+        text: "please look it up".into(),
+        tools: vec![tool()],
+    };
+    let rt = legion.rt();
+    let why = |results: Vec<HostToolResult>| async move {
+        match rt.submit_tool_results(CONV, results).await {
+            Err(RuntimeError::NoPendingToolCall { why, .. }) => why,
+            other => panic!("{other:?}"),
+        }
+    };
+    let (caller, mut caller_steps) = channel();
+    let host = async {
+        assert_eq!(next_calls(&mut caller_steps).await, ["call-1"]);
+        assert_eq!(why(Vec::new()).await, NotWaiting::NoResults);
+        let twice = [result("call-1"), result("call-1")].concat();
+        assert_eq!(why(twice).await, NotWaiting::Twice);
+        assert_eq!(why(result("call-9")).await, NotWaiting::Unknown);
+    };
+    let (posted, ()) =
+        within(async { tokio::join!(rt.post_host_turn(CONV, turn, caller), host) }).await;
+    posted.unwrap();
+    let late = rt
+        .submit_tool_results(CONV, result("call-1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            late,
+            RuntimeError::NoPendingToolCall {
+                why: NotWaiting::TimedOut,
+                ..
+            }
+        ),
+        "{late:?}"
+    );
+    assert!(
+        late.to_string().contains("host_tool_timeout_seconds"),
+        "{late}"
+    );
+}

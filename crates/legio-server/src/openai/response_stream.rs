@@ -50,7 +50,7 @@ impl ResponseStream {
     /// calls (no message in `output`) is kept as a message item of its own, first.
     pub(super) fn finish(mut self, mut output: Vec<Value>, mut response: Value) {
         if self.opened && !output.iter().any(is_message) {
-            output.insert(0, super::responses::message_item(&self.text, &self.item_id));
+            output.insert(0, message_item(&self.text, &self.item_id));
         }
         for (index, item) in output.iter_mut().enumerate() {
             if is_message(item) {
@@ -116,4 +116,15 @@ impl ResponseStream {
 
 fn is_message(item: &Value) -> bool {
     item["type"] == "message"
+}
+
+/// A message item of the output, with id `id` (`msg_<seq>`).
+pub(super) fn message_item(text: &str, id: &str) -> Value {
+    json!({
+        "type": "message",
+        "id": id,
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    })
 }

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat::FunctionDef;
-use super::response_stream::ResponseStream;
+use super::response_stream::{message_item, ResponseStream};
 use super::transcript::{self, Earlier};
 use super::{agent_for_model, conversation_of, missing_conversation, text_of, unix_now, usage};
 use crate::auth::Caller;
@@ -245,17 +245,6 @@ fn function_call_item(call: &HostToolCall) -> Value {
         "name": call.name,
         "arguments": call.arguments,
         "status": "completed",
-    })
-}
-
-/// A message item of the output, with id `id` (`msg_<seq>`).
-pub(super) fn message_item(text: &str, id: &str) -> Value {
-    json!({
-        "type": "message",
-        "id": id,
-        "status": "completed",
-        "role": "assistant",
-        "content": [{"type": "output_text", "text": text, "annotations": []}],
     })
 }
 
