@@ -146,3 +146,73 @@ async fn readyz_never_says_ready_during_shutdown() {
         "no probe heard \"not ready\" while the turn drained"
     );
 }
+
+/// Two agents addressed by one turn both call host tools: each `requires_action` lists the calls
+/// that wait, and the results of those answer promptly, with the next calls or the replies. (A
+/// host's walkthrough saw the request carrying the first agent's results held until the other
+/// agent's call timed out, with the openai-chat provider against a mock; not reproduced here,
+/// where the second agent's call is announced at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_agents_calling_host_tools_are_answered_call_by_call() {
+    let h = Harness::start_config("", "host_tool_timeout_seconds = 20", Duration::ZERO).await;
+    let (a, b) = (
+        legio_core::AgentName::new("a").unwrap(),
+        legio_core::AgentName::new("b").unwrap(),
+    );
+    h.providers["stateless"].inject(
+        Some(&a),
+        legio_llm::Fault::tool_calls([("ca-1", "lookup", "{}")]),
+    );
+    h.providers["fragile"].inject(
+        Some(&b),
+        legio_llm::Fault::tool_calls([("cb-1", "lookup", "{}")]),
+    );
+    let tool = json!({"name": "lookup", "description": "finds", "parameters": {"type": "object", "properties": {}}});
+    let path = "/sessions/t:two/turns";
+    let turn = json!({"content": "@a @b look it up", "tools": [tool]});
+    let started = Instant::now();
+    let (status, mut body) = h.post_json("/sessions/{id}/turns", path, &turn).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let mut answered = Vec::new();
+    while body["status"] == "requires_action" {
+        assert!(answered.len() < 4, "{body}");
+        let ids: Vec<String> = body["required_action"]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_owned())
+            .collect();
+        let results: Vec<_> = ids
+            .iter()
+            .map(|id| json!({"tool_call_id": id, "content": format!("fact {id}")}))
+            .collect();
+        answered.extend(ids);
+        let asked = Instant::now();
+        let path = "/sessions/t:two/tool_results";
+        let (status, next) = h
+            .post_json(
+                "/sessions/{id}/tool_results",
+                path,
+                &json!({"tool_results": results}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{next}");
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "held {:?}: {next}",
+            asked.elapsed()
+        );
+        body = next;
+    }
+    answered.sort();
+    assert_eq!(answered, ["ca-1", "cb-1"], "{body}");
+    let replies = body["replies"].as_array().unwrap();
+    assert_eq!(replies.len(), 2, "{body}");
+    assert!(replies.iter().all(|r| r["error"].is_null()), "{body}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    h.stop().await;
+}
