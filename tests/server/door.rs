@@ -253,49 +253,7 @@ async fn responses_map_previous_response_id_to_the_log_and_models_list_agents() 
             false,
         )
         .await;
-    let names: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
-    let mut kinds = names.clone();
-    kinds.dedup();
-    assert_eq!(
-        kinds,
-        [
-            "response.created",
-            "response.in_progress",
-            "response.output_item.added",
-            "response.content_part.added",
-            "response.output_text.delta",
-            "response.output_text.done",
-            "response.content_part.done",
-            "response.output_item.done",
-            "response.completed"
-        ],
-        "in OpenAI's order (the SDK's stream helper checks it)"
-    );
-    let data = |name: &str| -> Vec<Value> {
-        events
-            .iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, d)| serde_json::from_str(d).unwrap())
-            .collect()
-    };
-    let done: Value = serde_json::from_str(&events.last().unwrap().1).unwrap();
-    let started = &data("response.created")[0]["response"];
-    assert_eq!(
-        started["id"], done["response"]["id"],
-        "one id from start to end"
-    );
-    let item = &data("response.output_item.added")[0]["item"]["id"];
-    assert_eq!(item, &data("response.output_item.done")[0]["item"]["id"]);
-    assert_eq!(item, &done["response"]["output"][0]["id"], "one message id");
-    let numbers: Vec<u64> = events
-        .iter()
-        .map(|(_, d)| {
-            serde_json::from_str::<Value>(d).unwrap()["sequence_number"]
-                .as_u64()
-                .unwrap()
-        })
-        .collect();
-    assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
+    let done = assert_in_openai_order(&events);
     let streamed: String = events
         .iter()
         .filter(|(n, _)| n == "response.output_text.delta")
@@ -907,4 +865,53 @@ async fn a_message_too_large_for_the_window_is_413_not_a_retried_5xx() {
     assert_openai_error(&body, "context_too_large", None);
     assert_eq!(user_texts(&h, "d:huge").len(), 1, "stored once");
     h.stop().await;
+}
+
+/// Checks a streamed response's events against OpenAI's order (the SDK's stream helper checks
+/// it): one id from start to end, one message item id, `sequence_number` 0, 1, 2, ...; returns
+/// the `response.completed` event.
+fn assert_in_openai_order(events: &[(String, String)]) -> Value {
+    let mut kinds: Vec<&str> = events.iter().map(|(n, _)| n.as_str()).collect();
+    kinds.dedup();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed"
+        ],
+        "in OpenAI's order (the SDK's stream helper checks it)"
+    );
+    let data = |name: &str| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, d)| serde_json::from_str(d).unwrap())
+            .collect()
+    };
+    let done: Value = serde_json::from_str(&events.last().unwrap().1).unwrap();
+    let started = &data("response.created")[0]["response"];
+    assert_eq!(
+        started["id"], done["response"]["id"],
+        "one id from start to end"
+    );
+    let item = &data("response.output_item.added")[0]["item"]["id"];
+    assert_eq!(item, &data("response.output_item.done")[0]["item"]["id"]);
+    assert_eq!(item, &done["response"]["output"][0]["id"], "one message id");
+    let numbers: Vec<u64> = events
+        .iter()
+        .map(|(_, d)| {
+            serde_json::from_str::<Value>(d).unwrap()["sequence_number"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
+    done
 }

@@ -464,13 +464,29 @@ async fn turns_and_their_errors_store_nothing_partial() {
         assert_eq!(status.as_u16(), want, "{code}: {body}");
         assert_eq!(body["error"]["code"], code, "{body}");
     }
-    // The field at fault is the error's `param`, in the client's words (found by a host's
-    // walkthrough: `param` null, "unknown agent" for a sender, a Rust type name).
+    assert_eq!(log.last_seq(), stored, "a refused turn stores nothing");
+    assert_eq!(messages_of(log.as_ref(), &key).len(), 5);
+    h.stop().await;
+}
+
+/// The field at fault is a refusal's `param`, in the client's words (found by a host's
+/// walkthrough: `param` null, "unknown agent" for a sender, a Rust type name); a reserved key's
+/// history is refused as a turn there is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_body_names_its_field() {
+    let h = Harness::start().await;
+    let post = |path: &str| h.client.post(h.url(path)).bearer_auth(TOKEN);
+    let tool = json!({"description": "no name"});
     let fields: Vec<(Value, Option<&str>, &str)> = vec![
         (json!([]), None, "expected a JSON object"),
         (json!({"content": 1}), Some("content"), "expected a string"),
         (json!({"text": "x"}), Some("text"), "unknown field"),
         (json!({}), Some("content"), "missing field"),
+        (
+            json!({"content": "hi", "tools": [tool]}),
+            Some("tools[0].name"),
+            "missing field",
+        ),
         (
             json!({"content": "hi", "sender": "zed"}),
             Some("sender"),
@@ -478,24 +494,26 @@ async fn turns_and_their_errors_store_nothing_partial() {
         ),
     ];
     for (sent, param, says) in fields {
-        let request = post("/sessions/t:turns/turns").json(&sent);
+        let request = post("/sessions/t:fields/turns").json(&sent);
         let (_, body) = h.call("post", "/sessions/{id}/turns", request).await;
         let error = &body["error"];
         assert_eq!(error["param"].as_str(), param, "{sent}: {body}");
         let message = error["message"].as_str().unwrap();
         assert!(message.contains(says), "{sent}: {message}");
         assert!(
-            !message.contains("TurnBody") && !message.contains("Failed to deserialize"),
+            !message.contains("Body") && !message.contains("Failed to deserialize"),
             "{message}"
         );
     }
-    // legio's own keys hold no conversation: their history is refused as a turn there is.
     let reserved = h.get("/sessions/legio:memory/history");
     let (status, body) = h.call("get", "/sessions/{id}/history", reserved).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(body["error"]["code"], "bad_conversation_key", "{body}");
-    assert_eq!(log.last_seq(), stored, "a refused turn stores nothing");
-    assert_eq!(messages_of(log.as_ref(), &key).len(), 5);
+    assert_eq!(
+        h.runtime.log().last_seq(),
+        legio_core::Seq::ZERO,
+        "nothing stored"
+    );
     h.stop().await;
 }
 

@@ -110,6 +110,8 @@ impl Actor for AgentActor {
             }
             AgentMsg::Reset { reply } => {
                 state.turn.live_session = None;
+                // A message taken in before the reset is answered afresh after it.
+                state.turn.delivered = legio_core::Seq::ZERO;
                 let result = self
                     .shared
                     .record_reset(&self.conversation, &self.agent)

@@ -8,9 +8,6 @@ use legio_ops::OpsError;
 use legio_store::{IoCause, StoreError};
 use thiserror::Error;
 
-/// What the runtime's API can fail with, one variant per cause; [`RuntimeError::code`] names the
-/// cause for a host that maps it (the server's status table). A failing agent is not an error of
-/// `post`: it is an error reply for that agent.
 /// Why a host's tool result answers no waiting call ([`RuntimeError::NoPendingToolCall`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -46,6 +43,9 @@ impl NotWaiting {
     }
 }
 
+/// What the runtime's API can fail with, one variant per cause; [`RuntimeError::code`] names the
+/// cause for a host that maps it (the server's status table). A failing agent is not an error of
+/// `post`: it is an error reply for that agent.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum RuntimeError {
     /// Bad configuration.
@@ -203,7 +203,8 @@ pub enum RuntimeError {
         /// The owner's message.
         message: String,
     },
-    /// A conversation lease could not be taken or kept (the cluster failed).
+    /// A conversation lease could not be taken or kept (the cluster failed), or the lease
+    /// bucket keeps another TTL than this node's while nodes hold leases in it.
     #[error(transparent)]
     Lease(#[from] legio_store::LeaseError),
     /// Another running process holds this node's id: it renewed the node's presence lease while
@@ -309,6 +310,7 @@ impl RuntimeError {
             Self::AgentRestarting { .. } | Self::Moved { .. } | Self::Bus(_) => C::Unavailable,
             Self::Remote { code, .. } => *code,
             Self::Lease(legio_store::LeaseError::Store(e)) => store_code(e),
+            Self::Lease(legio_store::LeaseError::TtlDiffers { .. }) => C::Config,
             Self::Lease(_) => C::Internal,
             Self::SupervisorStart { .. }
             | Self::PromptUnreadable { .. }

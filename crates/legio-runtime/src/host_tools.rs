@@ -193,8 +193,10 @@ impl HostToolDesk {
         pending.remove(&(conversation.clone(), call_id.to_owned()));
     }
 
-    /// Notes that `call_id` waited past the host tool timeout.
+    /// Notes that `call_id` waited past the host tool timeout, and forgets it at once: a result
+    /// handed over from now on is refused as late rather than taken and lost.
     pub(crate) fn timed_out(&self, conversation: &ConversationKey, call_id: &str) {
+        self.forget(conversation, call_id);
         let mut kept = self.timed_out.lock().unwrap_or_else(|p| p.into_inner());
         if kept.len() == TIMED_OUT_KEPT {
             kept.pop_front();
@@ -274,8 +276,6 @@ impl HostToolDesk {
 
 type Pending = HashMap<PendingKey, oneshot::Sender<ToolOutcome>>;
 
-/// Refuses `results` unless each names a call waiting in `conversation` (and `known` to the
-/// caller), once.
 /// Checks that every result answers a waiting call of `conversation` that `known` knows, each
 /// once, and that there is one: else the call id at fault and why.
 fn check_waiting(

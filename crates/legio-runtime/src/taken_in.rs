@@ -33,18 +33,21 @@ pub(crate) async fn taken_in(
     let (conversation, agent) = (conversation.clone(), agent.clone());
     shared
         .read(move |log| {
-            let after = log.conversation_events(&conversation, seq.next(), LOOK_AHEAD)?;
+            let after = log.conversation_events(&conversation, seq, LOOK_AHEAD)?;
             Ok(loop_reply(&agent, seq, &after))
         })
         .await
 }
 
 /// In `after` (the conversation's events after the message at `seq`, in order): the text reply
-/// that ended the first loop of `agent` whose delivered context reached `seq`; `None` if that
-/// loop failed or has not ended.
+/// that ended the loop of `agent` whose step first delivered context up to `seq` or beyond; `None`
+/// if that loop failed or has not ended. The loop is told by its steps' replies' `reply_to`
+/// (every step of a turn replies to the turn's message): a step's reply to anything else means
+/// another turn ran first (the loop's failure was never written), and the message has no answer.
 fn loop_reply(agent: &AgentName, seq: Seq, after: &[Record]) -> Option<Reply> {
     let me = Participant::Agent(agent.clone());
     let mut delivered = false;
+    let mut turn: Option<Option<MessageId>> = None;
     let mut mine: HashMap<MessageId, (Seq, &Message)> = HashMap::new();
     for record in after {
         match &record.event {
@@ -52,10 +55,17 @@ fn loop_reply(agent: &AgentName, seq: Seq, after: &[Record]) -> Option<Reply> {
             Event::MessagePosted(m) if m.sender == me => {
                 mine.insert(m.id, (record.seq, m));
             }
+            // A step's reply (the message its `TurnCompleted` names) replies to its turn's
+            // message: the first after the delivery tells the loop.
             Event::TurnCompleted(t) if delivered && t.agent == *agent => {
                 let Some((seq, message)) = t.reply.and_then(|id| mine.get(&id)) else {
                     continue;
                 };
+                match turn {
+                    None => turn = Some(message.reply_to),
+                    Some(of) if of != message.reply_to => return None,
+                    Some(_) => {}
+                }
                 if tool_call_ids(message).is_empty() {
                     return Some(Reply {
                         text: message.text_content(),
@@ -104,8 +114,17 @@ mod tests {
         })
     }
 
-    /// A message of `sender` with id `id`: text, or a tool call when `text` starts with "call".
+    /// The message of the loop that took the message in.
+    const LOOP: u128 = 100;
+
+    /// A step's message of `sender` in the loop, with id `id`: text, or a tool call when `text`
+    /// starts with "call".
     fn posted(sender: &str, id: u128, text: &str) -> Event {
+        posted_for(sender, id, text, LOOP)
+    }
+
+    /// As [`posted`], replying to the message `to`.
+    fn posted_for(sender: &str, id: u128, text: &str, to: u128) -> Event {
         let part = match text.strip_prefix("call ") {
             Some(call) => Part::ToolCall {
                 id: call.into(),
@@ -120,7 +139,7 @@ mod tests {
             sender: Participant::Agent(AgentName::new(sender).unwrap()),
             audience: Audience::All,
             parts: vec![part],
-            reply_to: None,
+            reply_to: Some(MessageId(uuid::Uuid::from_u128(to))),
             at: at(),
         })
     }
@@ -200,15 +219,29 @@ mod tests {
                 ],
                 None,
             ),
-            // A message the agent posts along (a dispatch) is not the loop's reply.
+            // A message the agent posts along (a dispatch, replying to the calls) is not a
+            // step's reply.
             (
                 vec![
                     delivered("lead", 7),
-                    posted("lead", 3, "ann, please look"),
+                    posted_for("lead", 3, "ann, please look", 1),
                     posted("lead", 1, "hi"),
                     completed("lead", 1),
                 ],
                 Some(9),
+            ),
+            // The loop's end was never written (its results and its failure lost with the
+            // cluster) and another turn replied first: not this message's answer.
+            (
+                vec![
+                    delivered("lead", 7),
+                    posted("lead", 1, "call c2"),
+                    completed("lead", 1),
+                    delivered("lead", 5),
+                    posted_for("lead", 2, "the answer to #5", 5),
+                    completed("lead", 2),
+                ],
+                None,
             ),
         ];
         for (i, (events, expected)) in cases.into_iter().enumerate() {

@@ -66,7 +66,7 @@ pub(crate) struct TurnState {
     window: WindowTally,
     /// The furthest seq a step of this actor delivered context up to: a turn for a message at
     /// or before it may have been taken in by an earlier loop (taken_in.rs).
-    delivered: Seq,
+    pub(crate) delivered: Seq,
 }
 
 /// What one step of a turn ended with.

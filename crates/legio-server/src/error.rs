@@ -179,14 +179,20 @@ fn data_error(text: &str) -> ApiError {
         let rest = text.split_once(after)?.1;
         Some(rest.split('`').next()?.to_owned())
     };
+    // serde_path_to_error's path of the value at fault (`messages[0]`), before ": ".
     let path = text
         .split_once(": ")
         .map(|(path, _)| path)
-        .filter(|p| !p.is_empty() && p.chars().all(|c| c.is_alphanumeric() || "_.[]".contains(c)))
-        .map(str::to_owned);
-    let param = quoted("missing field `")
-        .or_else(|| quoted("unknown field `"))
-        .or(path);
+        .filter(|p| *p != "." && !p.is_empty())
+        .filter(|p| p.chars().all(|c| c.is_alphanumeric() || "_.[]".contains(c)));
+    // The path of a missing field is its object's; an unknown field's path is the field's own.
+    let param = match (path, quoted("missing field `")) {
+        (Some(path), Some(field)) => Some(format!("{path}.{field}")),
+        (None, Some(field)) => Some(field),
+        (path, None) => path
+            .map(str::to_owned)
+            .or_else(|| quoted("unknown field `")),
+    };
     let mut words = String::with_capacity(text.len());
     let mut rest = text;
     while let Some((before, after)) = rest.split_once("expected struct ") {

@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::chat::FunctionDef;
-use super::response_stream::{message_item, ResponseStream};
+use super::response_stream::{message_item, ResponseStream, Streamed};
 use super::transcript::{self, Earlier};
 use super::{agent_for_model, conversation_of, missing_conversation, text_of, unix_now, usage};
 use crate::auth::Caller;
@@ -63,6 +63,8 @@ pub(crate) fn response_id(key: &ConversationKey, seq: Seq) -> String {
 /// The conversation and position a response id names.
 pub(crate) fn parse_response_id(id: &str) -> Option<(ConversationKey, Seq)> {
     let (hex, seq) = id.strip_prefix("resp_")?.rsplit_once('_')?;
+    // A streamed response's id goes on with `-<suffix>` (see `streamed`).
+    let seq = seq.split_once('-').map_or(seq, |(seq, _)| seq);
     if hex.len() % 2 != 0 {
         return None;
     }
@@ -100,11 +102,11 @@ pub(crate) async fn create(
     let agent = agent_for_model(&state, &body.model)?;
     let key = conversation(
         &state,
+        &caller,
         body.previous_response_id.as_deref(),
         body.metadata.as_ref(),
     )
     .await?;
-    caller.check_conversation(key.as_str())?;
     let tools = response_tools(body.tools.unwrap_or_default())?;
     // The token's cap on turns in flight holds here too (see chat::completions).
     let slot = match state.turn_slots.acquire(caller.name()) {
@@ -122,22 +124,27 @@ pub(crate) async fn create(
     if body.stream.unwrap_or(false) {
         return streamed(state, shape, run, slot).await;
     }
-    let (output, seq, usage) = outcome(&state, &shape, run, |_| {}).await?;
+    let (output, seq, usage) = outcome(&state, &shape, run, |_| ()).await?;
     drop(slot);
     let id = response_id(&shape.key, seq);
     Ok(Json(response_json(&shape, &id, output, &usage)).into_response())
 }
 
-/// The conversation: named by `previous_response_id` (whose conversation the log must have,
-/// at a seq it has reached) or `metadata.conversation` (both: they must agree).
+/// The conversation, one `caller` may use: named by `previous_response_id` (whose conversation
+/// the log must have, at a seq it has reached; checked after the caller's scope, so that a
+/// scoped token learns nothing of other conversations) or `metadata.conversation` (both: they
+/// must agree).
 async fn conversation(
     state: &AppState,
+    caller: &Caller,
     previous: Option<&str>,
     metadata: Option<&Map<String, Value>>,
 ) -> Result<ConversationKey, ApiError> {
     let named = conversation_of(metadata)?;
     let Some(previous) = previous else {
-        return named.ok_or_else(missing_conversation);
+        let key = named.ok_or_else(missing_conversation)?;
+        caller.check_conversation(key.as_str())?;
+        return Ok(key);
     };
     let unknown = || {
         ApiError::new(
@@ -147,6 +154,7 @@ async fn conversation(
         .with_param("previous_response_id")
     };
     let (key, seq) = parse_response_id(previous).ok_or_else(unknown)?;
+    caller.check_conversation(key.as_str())?;
     let log = Arc::clone(state.runtime.log());
     let asked = key.clone();
     let had = tokio::task::spawn_blocking(move || log.conversation_events(&asked, Seq::ZERO, 1))
@@ -254,12 +262,17 @@ async fn outcome(
     state: &Arc<AppState>,
     shape: &Shape,
     mut run: Run,
-    mut on_delta: impl FnMut(String),
+    mut on_text: impl FnMut(Streamed),
 ) -> Result<(Vec<Value>, Seq, TokenUsage), ApiError> {
     loop {
         match run.next().await {
             Next::Progress(Progress::Delta { agent, text }) if agent == shape.agent => {
-                on_delta(text)
+                on_text(Streamed::Delta(text))
+            }
+            // The agent's step called tools (its own, or MCP ones): the text it streamed is that
+            // step's, not the reply's.
+            Next::Progress(Progress::ToolCalled { agent, .. }) if agent == shape.agent => {
+                on_text(Streamed::StepEnded)
             }
             Next::Progress(_) => {}
             Next::ToolCalls(calls) => {
@@ -328,26 +341,25 @@ async fn streamed(
 ) -> Result<Response, ApiError> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
     let at = state.runtime.log().last_seq();
-    let id = response_id(&shape.key, at);
+    // The log's last seq alone could repeat (a streamed follow-up of a paused response, before
+    // its results are appended): a counter makes the id unique.
+    let id = format!("{}-{}", response_id(&shape.key, at), super::fresh_id("s"));
     let mut started = response_json(&shape, &id, Vec::new(), &TokenUsage::default());
     started["status"] = json!("in_progress");
     started["usage"] = Value::Null;
-    let item_id = format!("msg_{}_{}", at.get(), shape.created);
+    let item_id = format!("msg_{}", id.trim_start_matches("resp_"));
     let mut events = ResponseStream::start(tx.clone(), started, item_id);
     tokio::spawn(async move {
         let _slot = slot;
-        let sent = outcome(&state, &shape, run, |text| events.delta(text)).await;
+        let sent = outcome(&state, &shape, run, |text| match text {
+            Streamed::Delta(text) => events.delta(text),
+            Streamed::StepEnded => events.step_ended(),
+        })
+        .await;
+        let response = |usage| response_json(&shape, &id, Vec::new(), usage);
         match sent {
-            Ok((output, _, usage)) => {
-                events.finish(output, response_json(&shape, &id, Vec::new(), &usage))
-            }
-            Err(e) => {
-                let body = e.body();
-                let _ = tx.send(json!({
-                    "type": "error", "code": e.code, "message": e.message,
-                    "param": body["error"]["param"],
-                }));
-            }
+            Ok((output, _, usage)) => events.finish(output, response(&usage)),
+            Err(e) => events.fail(&e, response(&TokenUsage::default())),
         }
     });
     let numbered = stream::unfold((rx, 0u64), |(mut rx, n)| async move {

@@ -71,6 +71,11 @@ impl Bucket {
         self.store.stream.cached_info().config.max_age
     }
 
+    /// How many copies the bucket keeps, as it was when opened.
+    pub(super) fn replicas(&self) -> usize {
+        self.store.stream.cached_info().config.num_replicas
+    }
+
     /// Gives the bucket `max_age` and `replicas` copies where it has others (made by an earlier
     /// configuration, or `legio mcp token` run with another one). JetStream changes both in
     /// place, keeping the entries.

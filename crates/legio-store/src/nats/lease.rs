@@ -87,8 +87,9 @@ pub enum LeaseError {
         "lease bucket {bucket} keeps leases for {} s and nodes hold leases in it ({holders}), but \
          store.nats.lease_ttl_seconds asks for {} s. Every node of a cluster must use one TTL: \
          give this node lease_ttl_seconds = {}, or stop every node and start them with the new \
-         TTL (the first node to start when no lease is held changes the bucket)",
-        kept.as_secs_f64(), asked.as_secs_f64(), kept.as_secs_f64()
+         TTL (the first node to start when no lease is held changes the bucket; leases of nodes \
+         that stopped without releasing them, a crash, expire within {} s)",
+        kept.as_secs_f64(), asked.as_secs_f64(), kept.as_secs_f64(), kept.as_secs_f64()
     )]
     TtlDiffers {
         /// The bucket.

@@ -185,12 +185,17 @@ impl NatsOptions {
             }
         })?;
         // Without JetStream every request would go unanswered until its retries ran out (about
-        // 30 s) and end in a message that does not say why.
+        // 30 s) and end in a message that does not say why. A server without it may still reach
+        // JetStream on others of its cluster: asked once before refusing.
         let info = client.server_info();
         if !info.jetstream {
-            return Err(StoreError::NoJetStream {
-                server: format!("{}:{}", info.host, info.port),
-            });
+            let js = async_nats::jetstream::new(client.clone());
+            let asked = tokio::time::timeout(self.request_timeout, js.query_account()).await;
+            if !matches!(asked, Ok(Ok(_))) {
+                return Err(StoreError::NoJetStream {
+                    server: format!("{}:{}", info.host, info.port),
+                });
+            }
         }
         Ok(client)
     }

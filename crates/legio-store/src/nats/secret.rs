@@ -1,8 +1,8 @@
 //! Secrets every node of a cluster shares (the key that signs MCP tokens, so a token made on one
 //! node is accepted by every other): each made once, by whichever node asks first, and kept in
 //! a key-value bucket of its own, `<stream>_secrets` (no max age, one revision, the stream's
-//! replica count, which a bucket made with another is brought to); every other node reads it. Whoever may read the cluster's buckets may read
-//! them, as they may read the log itself.
+//! replica count, to which a bucket made with fewer is grown); every other node reads it.
+//! Whoever may read the cluster's buckets may read them, as they may read the log itself.
 
 use async_nats::jetstream::{self, kv};
 
@@ -20,9 +20,13 @@ pub fn shared_secret(options: &NatsOptions, name: &str, fresh: Vec<u8>) -> Resul
     let (options, key) = (options.clone(), encode_token(name));
     let kept = super::runtime::block_on(runtime.handle(), async move {
         let bucket = bucket(&options).await?;
-        bucket
-            .conform(std::time::Duration::ZERO, options.replicas)
-            .await?;
+        // Grown, never shrunk: `legio mcp token` asks too, with whatever configuration it has
+        // (no log stream checks its replicas first, as a node's does). A failure to grow it
+        // (no permission to change the bucket) leaves it as it is, said in a warning.
+        let replicas = options.replicas.max(bucket.replicas());
+        if let Err(e) = bucket.conform(std::time::Duration::ZERO, replicas).await {
+            tracing::warn!(error = %e, "the secrets bucket keeps fewer copies than store.nats.replicas asks");
+        }
         let store = bucket.store;
         match store.create(&key, fresh.into()).await {
             Ok(_) => {}
