@@ -172,6 +172,23 @@ async fn a_follower_is_told_the_calls_still_waiting_when_it_takes_over() {
     );
 }
 
+/// A legion (host tool timeout 1 s) whose lead calls the host tool `lookup` (call `call-1`) on
+/// the host turn returned.
+async fn lead_calls_a_host_tool() -> (Legion, HostTurn) {
+    let legion = Legion::new(History::Stateless, "host_tool_timeout_seconds = 1").await;
+    legion.provider.inject(
+        Some(&Legion::agent("lead")),
+        Fault::tool_calls([("call-1", "lookup", "{}")]),
+    );
+    let turn = HostTurn {
+        sender: Participant::User,
+        to: None,
+        text: "please look it up".into(),
+        tools: vec![tool()],
+    };
+    (legion, turn)
+}
+
 /// A user's message posted while a host tool call waits: the paused turn's next step takes it
 /// in (it arrived while the call ran), so that step's reply answers it, and its own turn gives
 /// that reply instead of answering it again from a context cut at the message (where the call
@@ -179,17 +196,8 @@ async fn a_follower_is_told_the_calls_still_waiting_when_it_takes_over() {
 /// one message, two replies.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_posted_while_a_host_call_waits_is_answered_once() {
-    let legion = Legion::new(History::Stateless, "host_tool_timeout_seconds = 1").await;
+    let (legion, turn) = lead_calls_a_host_tool().await;
     let lead = Legion::agent("lead");
-    legion
-        .provider
-        .inject(Some(&lead), Fault::tool_calls([("call-1", "lookup", "{}")]));
-    let turn = HostTurn {
-        sender: Participant::User,
-        to: None,
-        text: "please look it up".into(),
-        tools: vec![tool()],
-    };
     let rt = legion.rt();
     let (caller, mut caller_steps) = channel();
     let meanwhile = async {
@@ -248,17 +256,7 @@ async fn a_message_posted_while_a_host_call_waits_is_answered_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn results_that_answer_no_waiting_call_say_why() {
     use legio_runtime::{NotWaiting, RuntimeError};
-    let legion = Legion::new(History::Stateless, "host_tool_timeout_seconds = 1").await;
-    let lead = Legion::agent("lead");
-    legion
-        .provider
-        .inject(Some(&lead), Fault::tool_calls([("call-1", "lookup", "{}")]));
-    let turn = HostTurn {
-        sender: Participant::User,
-        to: None,
-        text: "please look it up".into(),
-        tools: vec![tool()],
-    };
+    let (legion, turn) = lead_calls_a_host_tool().await;
     let rt = legion.rt();
     let why = |results: Vec<HostToolResult>| async move {
         match rt.submit_tool_results(CONV, results).await {
