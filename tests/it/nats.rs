@@ -1596,7 +1596,15 @@ fn a_lease_ttl_other_than_the_buckets_is_refused_while_leases_are_held_and_taken
         matches!(two.acquire("t:ttl", "node-a"), Err(LeaseError::Held { .. })),
         "past the old TTL the lease still lives"
     );
-    assert_eq!(five.list().unwrap(), vec![taken]);
+    assert_eq!(five.list().unwrap(), vec![taken.clone()]);
+    // Nodes that start at once with different TTLs can both pass the check (here `five`, whose
+    // TTL the bucket keeps, then one asking for 2 s while nobody holds a lease): the node with
+    // the longer TTL trusts the bucket's shorter one from its next round on.
+    five.release(taken).unwrap();
+    let short = Leases::open(&with_ttl(2)).unwrap();
+    assert_eq!(short.ttl(), Duration::from_secs(2));
+    assert_eq!(five.follow_bucket_ttl().unwrap(), Duration::from_secs(2));
+    assert_eq!(five.ttl(), Duration::from_secs(2), "trusts the shorter TTL");
     let other = NatsOptions {
         stream: "other".into(),
         ..with_ttl(5)

@@ -389,15 +389,15 @@ impl Ownership {
     /// Starts the task that renews every lease at TTL/3 and, beside it, stands down at TTL/8
     /// from every lease no longer trusted: a renewal can wait for the cluster longer than the
     /// lease lives (`request_timeout`, 5 s, against a TTL of 2 s; or several conversations
-    /// renewed one after another), and the actors must stop before the lease can expire.
+    /// renewed one after another), and the actors must stop before the lease can expire. Each
+    /// presence round also reads the bucket's TTL again (`Leases::follow_bucket_ttl`), and the
+    /// periods follow the TTL trusted.
     pub(crate) fn start_renewing(self: &Arc<Self>) {
         let ownership = Arc::clone(self);
-        let period = self.leases.ttl() / 3;
-        let watch = self.leases.ttl() / 8;
         let task = tokio::spawn(async move {
             let renewing = async {
                 loop {
-                    tokio::time::sleep(period).await;
+                    tokio::time::sleep(ownership.ttl() / 3).await;
                     ownership.renew_all().await;
                 }
             };
@@ -406,7 +406,8 @@ impl Ownership {
             let present = async {
                 loop {
                     let pause = if ownership.keep_presence().await {
-                        period
+                        ownership.follow_bucket_ttl().await;
+                        ownership.ttl() / 3
                     } else {
                         ACQUIRE_PAUSE
                     };
@@ -415,7 +416,7 @@ impl Ownership {
             };
             let watching = async {
                 loop {
-                    tokio::time::sleep(watch).await;
+                    tokio::time::sleep(ownership.ttl() / 8).await;
                     ownership.stand_down_untrusted().await;
                 }
             };
@@ -439,6 +440,19 @@ impl Ownership {
 
     /// Takes this node's presence lease, or renews it (taking back its own from before a
     /// restart within the TTL); answers whether it holds it. A failure is logged.
+    /// Trusts the bucket's TTL if another node made it shorter (a failed read keeps the TTL
+    /// trusted so far; the next round reads again).
+    async fn follow_bucket_ttl(&self) {
+        let leases = Arc::clone(&self.leases);
+        let read = blocking("reading the lease bucket's TTL", move || {
+            leases.follow_bucket_ttl()
+        })
+        .await;
+        if let Ok(Err(e)) = read {
+            tracing::debug!(error = %e, "reading the lease bucket's TTL failed; trying next round");
+        }
+    }
+
     async fn keep_presence(&self) -> bool {
         let held = lock(&self.presence).clone();
         let (leases, node) = (Arc::clone(&self.leases), self.node.clone());

@@ -109,7 +109,11 @@ pub enum LeaseError {
 /// The lease bucket `<stream>_leases` (see the module docs). Methods block, like the log's.
 pub struct Leases {
     store: kv::Store,
-    ttl: Duration,
+    /// The TTL this process asked for (or, opened to read, the bucket's).
+    configured: Duration,
+    /// The TTL to trust, in nanoseconds: the configured one, or the bucket's if shorter as last
+    /// read ([`Leases::follow_bucket_ttl`]).
+    ttl: std::sync::atomic::AtomicU64,
     /// How long a listing keeps retrying through a leader election (`append_deadline`).
     retry_for: Duration,
     /// How long `acquire`'s read of the holder keeps retrying: one `request_timeout` and a TTL
@@ -121,7 +125,7 @@ pub struct Leases {
 impl std::fmt::Debug for Leases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leases")
-            .field("ttl", &self.ttl)
+            .field("ttl", &self.ttl())
             .finish_non_exhaustive()
     }
 }
@@ -132,6 +136,10 @@ impl Drop for Leases {
             runtime.shutdown_background();
         }
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 fn cluster(during: &'static str, err: impl std::fmt::Display) -> LeaseError {
@@ -190,7 +198,8 @@ impl Leases {
     ) -> Self {
         Self {
             store: bucket.store.clone(),
-            ttl,
+            configured: ttl,
+            ttl: std::sync::atomic::AtomicU64::new(nanos(ttl)),
             retry_for: options.append_deadline,
             read_holder_for: options.request_timeout + ttl,
             runtime: Some(runtime),
@@ -209,9 +218,42 @@ impl Leases {
         Ok(key_value(&options, config, "creating the lease bucket").await?)
     }
 
-    /// How long a lease lives without renewal.
+    /// How long a lease lives without renewal: the configured TTL, or the bucket's if shorter
+    /// as last read.
     pub fn ttl(&self) -> Duration {
-        self.ttl
+        Duration::from_nanos(self.ttl.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Reads the bucket's max age again and trusts the shorter of it and the configured TTL
+    /// (a running node calls it every renewal round): should another node change the bucket to
+    /// a shorter TTL (nodes that started at once with different TTLs, see [`Leases::open`]),
+    /// this node's trust follows within a round instead of outliving the servers' expiry for
+    /// good. Returns the TTL now trusted.
+    pub fn follow_bucket_ttl(&self) -> Result<Duration, LeaseError> {
+        let mut stream = self.store.stream.clone();
+        let kept = self.block_on(async move {
+            stream
+                .info()
+                .await
+                .map(|info| info.config.max_age)
+                .map_err(|e| cluster("reading the lease bucket's configuration", e))
+        })?;
+        let trusted = match kept.is_zero() {
+            true => self.configured,
+            false => self.configured.min(kept),
+        };
+        if trusted != self.ttl() {
+            tracing::warn!(
+                bucket = %self.store.name,
+                bucket_ttl = ?kept,
+                configured = ?self.configured,
+                "the lease bucket's TTL changed: this node now trusts its leases for 3/4 of {trusted:?}"
+            );
+            let trusted = nanos(trusted);
+            self.ttl
+                .store(trusted, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(trusted)
     }
 
     fn block_on<F>(&self, future: F) -> F::Output
