@@ -438,8 +438,6 @@ impl Ownership {
         }
     }
 
-    /// Takes this node's presence lease, or renews it (taking back its own from before a
-    /// restart within the TTL); answers whether it holds it. A failure is logged.
     /// Trusts the bucket's TTL if another node made it shorter (a failed read keeps the TTL
     /// trusted so far; the next round reads again).
     async fn follow_bucket_ttl(&self) {
@@ -453,6 +451,8 @@ impl Ownership {
         }
     }
 
+    /// Takes this node's presence lease, or renews it (taking back its own from before a
+    /// restart within the TTL); answers whether it holds it. A failure is logged.
     async fn keep_presence(&self) -> bool {
         let held = lock(&self.presence).clone();
         let (leases, node) = (Arc::clone(&self.leases), self.node.clone());
