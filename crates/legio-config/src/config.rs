@@ -505,8 +505,7 @@ impl RuntimeConfig {
             file: file.to_owned(),
             message,
         };
-        let parsed: FileConfig =
-            toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
+        let parsed: FileConfig = toml::from_str(text).map_err(|e| invalid(located(text, &e)))?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         let store = store_settings(&parsed.store, &base).map_err(&invalid)?;
         let runtime = runtime_settings(&parsed.runtime).map_err(&invalid)?;
@@ -600,6 +599,23 @@ impl RuntimeConfig {
     }
 }
 
+/// A TOML error with where it is: `line N: `the line`: what is wrong` (the message alone did
+/// not name a mistyped value's key, `invalid type: string "10s", expected f64`, nor the line of
+/// a syntax error).
+fn located(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    let Some(span) = error.span() else {
+        return message.to_owned();
+    };
+    let start = span.start.min(text.len());
+    let line = text[..start].matches('\n').count() + 1;
+    let shown = text.lines().nth(line - 1).unwrap_or("").trim();
+    match shown.is_empty() {
+        true => format!("line {line}: {message}"),
+        false => format!("line {line} (`{shown}`): {message}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -678,6 +694,12 @@ history = "session-not-resumable"
         assert!(e.contains("forever"), "{e}");
         let e = err(&GOOD.replace("[agents.ann]", "[agents.Ann]"));
         assert!(e.contains("\"Ann\""), "{e}");
+        // A value of the wrong type, and a syntax error, with their line (an operator's
+        // walkthrough: neither named where it was).
+        let e = err(&GOOD.replace("history_window = 20", "history_window = \"20\""));
+        assert!(e.contains("line 5 (`history_window = \"20\"`)"), "{e}");
+        let e = err(&GOOD.replace("path = \"db\"", "path = \"db\", durability = \"relaxed\""));
+        assert!(e.contains("line 3"), "{e}");
     }
 
     #[test]
