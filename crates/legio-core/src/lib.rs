@@ -47,8 +47,8 @@ pub use event::{
 };
 pub use event_json::{record_from_json, record_to_json, JsonEventError, RecordJson};
 pub use lifecycle::{
-    crash_cleanup, decide_session, manual_reset, restored_notice, stop_session, Delivery,
-    EndSession, History, SessionDecision, SessionFacts, Start,
+    crash_cleanup, decide_session, manual_reset, resettable, restored_notice, stop_session,
+    Delivery, EndSession, History, SessionDecision, SessionFacts, Start,
 };
 pub use memory::{
     check_note_key, check_permission, Caller, Directive, DirectivePublished, DirectiveRevoked,

@@ -186,23 +186,33 @@ pub fn crash_cleanup(state: Option<&AgentSessionState>, history: History) -> Opt
         .then(|| stop_session(current, history, BoundaryReason::Crashed))
 }
 
+/// Whether a manual reset has anything to do: a latest session not closed, or a failure to
+/// clear. Not when there is no session and no failure, or a latest session already closed and
+/// no failure (a second reset, or one of an agent never used), so that a reset never writes a
+/// conversation the log did not have, nor closes a session twice.
+pub fn resettable(state: Option<&AgentSessionState>) -> bool {
+    state.is_some_and(|state| {
+        let open = state
+            .current
+            .as_ref()
+            .is_some_and(|c| c.status != SessionStatus::Closed);
+        open || state.failed.is_some()
+    })
+}
+
 /// The event of a manual reset: the agent's latest session closed as `manual_reset` (the nil
 /// session id when a failed agent never had one); folding it also clears a failed agent. `None`
-/// when there is nothing to reset: no session and no failure, or a latest session already
-/// closed and no failure (a second reset, or one of an agent never used), so that a reset never
-/// writes a conversation the log did not have, nor closes a session twice.
+/// when there is nothing to reset ([`resettable`]).
 pub fn manual_reset(
     state: Option<&AgentSessionState>,
     conversation: &crate::name::ConversationKey,
     agent: &crate::name::AgentName,
     at: crate::timestamp::Timestamp,
 ) -> Option<crate::event::Event> {
-    let state = state?;
-    let current = state.current.as_ref();
-    let open = current.is_some_and(|c| c.status != SessionStatus::Closed);
-    if !open && state.failed.is_none() {
+    if !resettable(state) {
         return None;
     }
+    let current = state.and_then(|s| s.current.as_ref());
     let session = current.map_or(crate::event::SessionId(uuid::Uuid::nil()), |c| c.session);
     Some(crate::event::Event::SessionClosed(
         crate::event::SessionEnded {

@@ -166,59 +166,33 @@ mod tests {
         })
     }
 
-    #[test]
-    fn the_reply_of_the_loop_that_took_the_message_in_answers_it() {
-        // (events after the message at seq 6, from seq 7 on; the seq of the reply expected)
-        let cases: Vec<(Vec<Event>, Option<u64>)> = vec![
+    /// One step of `agent`: context delivered up to `up_to`, its message `id` (`text`, or a
+    /// tool call when it starts with "call"), its `TurnCompleted`.
+    fn step(agent: &str, up_to: u64, id: u128, text: &str) -> Vec<Event> {
+        vec![
+            delivered(agent, up_to),
+            posted(agent, id, text),
+            completed(agent, id),
+        ]
+    }
+
+    /// (events after the message at seq 6, from seq 7 on; the seq of the reply expected)
+    fn cases() -> Vec<(Vec<Event>, Option<u64>)> {
+        vec![
             // The loop's next step reached #6 and ended with a text reply.
-            (
-                vec![
-                    delivered("lead", 7),
-                    posted("lead", 1, "hi"),
-                    completed("lead", 1),
-                ],
-                Some(8),
-            ),
+            (step("lead", 7, 1, "hi"), Some(8)),
             // A step that called tools again, then the reply.
             (
-                vec![
-                    delivered("lead", 7),
-                    posted("lead", 1, "call c2"),
-                    completed("lead", 1),
-                    delivered("lead", 10),
-                    posted("lead", 2, "done"),
-                    completed("lead", 2),
-                ],
+                [step("lead", 7, 1, "call c2"), step("lead", 10, 2, "done")].concat(),
                 Some(11),
             ),
             // Delivered short of the message: not taken in.
-            (
-                vec![
-                    delivered("lead", 5),
-                    posted("lead", 1, "hi"),
-                    completed("lead", 1),
-                ],
-                None,
-            ),
+            (step("lead", 5, 1, "hi"), None),
             // Another agent's loop.
-            (
-                vec![
-                    delivered("ann", 7),
-                    posted("ann", 1, "hi"),
-                    completed("ann", 1),
-                ],
-                None,
-            ),
+            (step("ann", 7, 1, "hi"), None),
             // The loop failed, or has not ended: the message's own turn runs.
             (vec![delivered("lead", 7), failed("lead")], None),
-            (
-                vec![
-                    delivered("lead", 7),
-                    posted("lead", 1, "call c2"),
-                    completed("lead", 1),
-                ],
-                None,
-            ),
+            (step("lead", 7, 1, "call c2"), None),
             // A message the agent posts along (a dispatch, replying to the calls) is not a
             // step's reply.
             (
@@ -233,18 +207,21 @@ mod tests {
             // The loop's end was never written (its results and its failure lost with the
             // cluster) and another turn replied first: not this message's answer.
             (
-                vec![
-                    delivered("lead", 7),
-                    posted("lead", 1, "call c2"),
-                    completed("lead", 1),
-                    delivered("lead", 5),
-                    posted_for("lead", 2, "the answer to #5", 5),
-                    completed("lead", 2),
-                ],
+                [
+                    step("lead", 7, 1, "call c2"),
+                    vec![delivered("lead", 5)],
+                    vec![posted_for("lead", 2, "the answer to #5", 5)],
+                    vec![completed("lead", 2)],
+                ]
+                .concat(),
                 None,
             ),
-        ];
-        for (i, (events, expected)) in cases.into_iter().enumerate() {
+        ]
+    }
+
+    #[test]
+    fn the_reply_of_the_loop_that_took_the_message_in_answers_it() {
+        for (i, (events, expected)) in cases().into_iter().enumerate() {
             let records: Vec<Record> = events
                 .into_iter()
                 .enumerate()

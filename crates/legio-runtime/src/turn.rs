@@ -277,7 +277,9 @@ async fn step(
                 let sent = sizes.fixed_tokens + plan.estimated_tokens;
                 fit::learn(&agent.shared, &setup.spec, sent, reply.usage.as_ref());
                 let step = record_reply(agent, session, plan, window, request.id, reply).await;
-                state.delivered = state.delivered.max(plan.up_to);
+                if step.is_ok() {
+                    state.delivered = state.delivered.max(plan.up_to);
+                }
                 step
             }
             Ok(Err(ProviderError::SessionLost { session: lost })) if retry_lost => {

@@ -175,24 +175,38 @@ fn data_error(text: &str) -> ApiError {
     let text = text
         .strip_prefix("Failed to deserialize the JSON body into the target type: ")
         .unwrap_or(text);
+    let error = ApiError::new("invalid_body", without_type_names(text));
+    match param_of(text) {
+        Some(param) => error.with_param(param),
+        None => error,
+    }
+}
+
+/// The field a data error is about: serde_path_to_error's path of the value at fault
+/// (`messages[0]`, before ": "), with a missing field's name after it (the path of a missing
+/// field is its object's; an unknown field's path is the field's own).
+fn param_of(text: &str) -> Option<String> {
     let quoted = |after: &str| {
         let rest = text.split_once(after)?.1;
         Some(rest.split('`').next()?.to_owned())
     };
-    // serde_path_to_error's path of the value at fault (`messages[0]`), before ": ".
     let path = text
         .split_once(": ")
         .map(|(path, _)| path)
         .filter(|p| *p != "." && !p.is_empty())
         .filter(|p| p.chars().all(|c| c.is_alphanumeric() || "_.[]".contains(c)));
-    // The path of a missing field is its object's; an unknown field's path is the field's own.
-    let param = match (path, quoted("missing field `")) {
+    match (path, quoted("missing field `")) {
         (Some(path), Some(field)) => Some(format!("{path}.{field}")),
         (None, Some(field)) => Some(field),
         (path, None) => path
             .map(str::to_owned)
             .or_else(|| quoted("unknown field `")),
-    };
+    }
+}
+
+/// `text` with serde's Rust type names in words: `expected struct TurnBody with 3 elements`
+/// reads `expected a JSON object`.
+fn without_type_names(text: &str) -> String {
     let mut words = String::with_capacity(text.len());
     let mut rest = text;
     while let Some((before, after)) = rest.split_once("expected struct ") {
@@ -210,11 +224,7 @@ fn data_error(text: &str) -> ApiError {
         }
     }
     words.push_str(rest);
-    let error = ApiError::new("invalid_body", words);
-    match param {
-        Some(param) => error.with_param(param),
-        None => error,
-    }
+    words
 }
 
 /// Whether reading the body failed on tower-http's body read timeout (anywhere in the chain).

@@ -380,16 +380,14 @@ pub(crate) async fn reset(
         .find(|s| s.agent == agent)
         .and_then(|s| s.session.as_ref());
     let was_failed = session.is_some_and(|x| x.failed.is_some());
-    let open = session
-        .and_then(|x| x.current.as_ref())
-        .is_some_and(|c| c.status != legio_core::SessionStatus::Closed);
+    let resettable = legio_core::resettable(session);
     runtime.reset(&key, &agent).await?;
     Ok(Json(json!({
         "conversation": key.as_str(),
         "agent": agent.as_str(),
         // Whether there was anything to reset (an open session, a failure): none is written
         // otherwise.
-        "reset": open || was_failed,
+        "reset": resettable,
         "was_failed": was_failed,
         "last_seq": runtime.log().last_seq().get(),
     })))

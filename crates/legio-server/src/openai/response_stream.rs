@@ -209,14 +209,37 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn each_step_that_streamed_text_is_an_item_and_the_output_holds_every_item() {
+    /// The events of a message item at `index` whose text is `text`, as [`shape`] writes them.
+    fn message_events(index: usize, text: &str) -> Vec<String> {
+        let kinds = ["output_item.added", "content_part.added"];
+        let done = ["output_text.done", "content_part.done", "output_item.done"];
+        let delta = format!("delta@{index}:{text}");
+        (kinds.iter().map(|k| format!("{k}@{index}")))
+            .chain(std::iter::once(delta))
+            .chain(done.iter().map(|k| format!("{k}@{index}")))
+            .collect()
+    }
+
+    /// The whole stream: started, then `items`, then completed.
+    fn stream_of(items: Vec<Vec<String>>) -> Vec<String> {
+        let ends = |k: &str| vec![k.to_owned()];
+        [ends("created"), ends("in_progress")]
+            .into_iter()
+            .chain(items)
+            .chain([ends("completed")])
+            .flatten()
+            .collect()
+    }
+
+    type Feed = fn(&mut ResponseStream);
+    type Case = (Feed, Vec<Value>, Vec<String>, Vec<&'static str>);
+
+    /// (what was streamed, the output, the events expected, the output's item ids)
+    fn cases() -> Vec<Case> {
         let call =
             json!({"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"});
-        // (what was streamed, the output, the events expected, the output's item ids)
-        type Feed = fn(&mut ResponseStream);
-        type Case = (Feed, Vec<Value>, Vec<&'static str>, Vec<&'static str>);
-        let cases: Vec<Case> = vec![
+        let call_events = vec!["output_item.added@1".into(), "output_item.done@1".into()];
+        vec![
             // A step that called the agent's own tools, then the reply.
             (
                 |s| {
@@ -225,63 +248,32 @@ mod tests {
                     s.delta("The answer.".into());
                 },
                 vec![message_item("The answer.", "msg_9")],
-                vec![
-                    "created",
-                    "in_progress",
-                    "output_item.added@0",
-                    "content_part.added@0",
-                    "delta@0:Let me check. ",
-                    "output_text.done@0",
-                    "content_part.done@0",
-                    "output_item.done@0",
-                    "output_item.added@1",
-                    "content_part.added@1",
-                    "delta@1:The answer.",
-                    "output_text.done@1",
-                    "content_part.done@1",
-                    "output_item.done@1",
-                    "completed",
-                ],
+                stream_of(vec![
+                    message_events(0, "Let me check. "),
+                    message_events(1, "The answer."),
+                ]),
                 vec!["msg_x", "msg_x_1"],
             ),
             // A provider that does not stream: the reply's text as one delta.
             (
                 |_| {},
                 vec![message_item("Whole.", "msg_9")],
-                vec![
-                    "created",
-                    "in_progress",
-                    "output_item.added@0",
-                    "content_part.added@0",
-                    "delta@0:Whole.",
-                    "output_text.done@0",
-                    "content_part.done@0",
-                    "output_item.done@0",
-                    "completed",
-                ],
+                stream_of(vec![message_events(0, "Whole.")]),
                 vec!["msg_x"],
             ),
             // Text streamed along host tool calls: its item, then the calls'.
             (
                 |s| s.delta("Looking.".into()),
-                vec![call.clone()],
-                vec![
-                    "created",
-                    "in_progress",
-                    "output_item.added@0",
-                    "content_part.added@0",
-                    "delta@0:Looking.",
-                    "output_text.done@0",
-                    "content_part.done@0",
-                    "output_item.done@0",
-                    "output_item.added@1",
-                    "output_item.done@1",
-                    "completed",
-                ],
+                vec![call],
+                stream_of(vec![message_events(0, "Looking."), call_events]),
                 vec!["msg_x", ""],
             ),
-        ];
-        for (i, (feed, output, expected, ids)) in cases.into_iter().enumerate() {
+        ]
+    }
+
+    #[test]
+    fn each_step_that_streamed_text_is_an_item_and_the_output_holds_every_item() {
+        for (i, (feed, output, expected, ids)) in cases().into_iter().enumerate() {
             let events = events(feed, output);
             assert_eq!(shape(&events), expected, "case {i}");
             let completed = &events.last().unwrap()["response"]["output"];

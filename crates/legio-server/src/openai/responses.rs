@@ -256,8 +256,9 @@ fn function_call_item(call: &HostToolCall) -> Value {
     })
 }
 
-/// Follows the run to its output (a message, or tool calls: the run is parked), reporting text
-/// deltas to `on_delta`: the output items, the response's seq and the usage.
+/// Follows the run to its output (a message, or tool calls: the run is parked), reporting the
+/// agent's text deltas and the ends of its steps that called tools to `on_text`: the output
+/// items, the response's seq and the usage.
 async fn outcome(
     state: &Arc<AppState>,
     shape: &Shape,
@@ -348,7 +349,7 @@ async fn streamed(
     started["status"] = json!("in_progress");
     started["usage"] = Value::Null;
     let item_id = format!("msg_{}", id.trim_start_matches("resp_"));
-    let mut events = ResponseStream::start(tx.clone(), started, item_id);
+    let mut events = ResponseStream::start(tx, started, item_id);
     tokio::spawn(async move {
         let _slot = slot;
         let sent = outcome(&state, &shape, run, |text| match text {

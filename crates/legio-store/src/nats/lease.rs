@@ -6,7 +6,9 @@
 //! Every node of a cluster must use the TTL the bucket keeps: a node that believed in a longer
 //! one would go on serving a conversation another node may already have taken. So a node whose
 //! `lease_ttl` differs from the bucket's is refused while any lease is held (a node is running),
-//! and changes the bucket when none is (every node stopped: the new TTL takes effect).
+//! and changes the bucket when none is (every node stopped: the new TTL takes effect); a running
+//! node reads the bucket's TTL again each round and trusts the shorter one
+//! ([`Leases::follow_bucket_ttl`]).
 
 use std::time::Duration;
 
