@@ -163,6 +163,7 @@ fn a_hosts_turn_with_tools_posted_to_a_non_owner_runs_on_the_owner() {
             to: Some(ann.clone()),
             text: "look it up".into(),
             tools: vec![tool("note")],
+            idempotency_key: None,
         };
         let (progress, mut updates) = tokio::sync::mpsc::unbounded_channel();
         let host = async {

@@ -453,3 +453,42 @@ async fn tools_declared_through_one_node_are_declared_on_every_node() {
     a_turn_pauses_for(&n2, &n2, DECLARED, "call-2", "fetch").await;
     n2.stop().await;
 }
+
+/// A keyed turn on a cluster: sent to the node that does not own the conversation (forwarded to
+/// the owner), sent again to either node, and again once the owner has stopped (n2 takes the
+/// conversation over and finds the message in the log): stored once, answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_turn_is_stored_once_whichever_node_its_retries_reach() {
+    use super::idempotency::TURNS;
+    let Some((_nats, n1, n2)) = two_nodes("srvkeyed").await else {
+        return;
+    };
+    const KEYED: &str = "s:keyed";
+    n1.turn(KEYED, "hello").await;
+    let path = format!("/sessions/{KEYED}/turns");
+    let body = json!({"content": "once"});
+    let (status, first) = n2.post_keyed(TURNS, &path, "k-1", &body).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["replayed"], false, "{first}");
+    for node in [&n1, &n2] {
+        let (status, again) = node.post_keyed(TURNS, &path, "k-1", &body).await;
+        assert_eq!(status, StatusCode::OK, "{again}");
+        assert_eq!(again["replayed"], true, "{again}");
+        assert_eq!(again["replies"], first["replies"]);
+    }
+    n1.stop().await;
+    let (status, after) = n2.post_keyed(TURNS, &path, "k-1", &body).await;
+    assert_eq!(status, StatusCode::OK, "{after}");
+    assert_eq!(after["replayed"], true, "{after}");
+    assert_eq!(
+        after["replies"], first["replies"],
+        "the reply written on n1"
+    );
+    assert_eq!(super::door::user_texts(&n2, KEYED), ["hello", "once"]);
+    let owned = n2.runtime.owned_conversations();
+    assert!(
+        owned.iter().any(|(k, ..)| k.as_str() == KEYED),
+        "n2 took it over"
+    );
+    n2.stop().await;
+}

@@ -70,7 +70,7 @@ fn assert_openai_error(body: &Value, code: &str, param: Option<&str>) {
     assert_eq!(error["param"].as_str(), param, "{body}");
 }
 
-fn user_texts(h: &Harness, key: &str) -> Vec<String> {
+pub(crate) fn user_texts(h: &Harness, key: &str) -> Vec<String> {
     let key = ConversationKey::new(key).unwrap();
     messages_of(h.runtime.log().as_ref(), &key)
         .iter()

@@ -9,6 +9,7 @@ mod cluster;
 mod door;
 mod fuzz;
 mod heartbeats;
+mod idempotency;
 mod limits;
 mod mcp;
 mod openapi;

@@ -60,6 +60,28 @@ def chat_whole():
     print("ok chat.completions")
 
 
+def chat_retried():
+    # A host's retry with its Idempotency-Key (the SDK sends the header it is given): the
+    # message is stored once and the retry gets the stored answer.
+    asked = dict(
+        model="legio",
+        messages=[{"role": "user", "content": "only once"}],
+        metadata=conv("sdk:retry"),
+        extra_headers={"Idempotency-Key": "sdk-retry-1"},
+    )
+    first = client.chat.completions.create(**asked)
+    again = client.chat.completions.create(**asked)
+    assert again.choices[0].message.content == first.choices[0].message.content, (first, again)
+    users = [m["content"] for m in history("sdk:retry", "full") if m["role"] == "user"]
+    assert users == ["only once"], users
+    try:
+        client.chat.completions.create(**{**asked, "messages": [{"role": "user", "content": "other"}]})
+        raise AssertionError("a key reused for another message must be refused")
+    except openai.UnprocessableEntityError as e:
+        assert e.code == "idempotency_key_reused", e
+    print("ok chat.completions retried with an Idempotency-Key")
+
+
 def chat_streamed():
     stream = client.chat.completions.create(
         model="legio/b",
@@ -245,6 +267,7 @@ if __name__ == "__main__":
     print("openai", openai.__version__)
     models()
     chat_whole()
+    chat_retried()
     chat_streamed()
     responses()
     host_tool()

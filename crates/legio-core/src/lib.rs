@@ -10,6 +10,7 @@ mod context_item;
 mod error;
 mod event;
 mod event_json;
+mod idempotency;
 mod lifecycle;
 mod memory;
 mod memory_event;
@@ -46,6 +47,7 @@ pub use event::{
     SummaryRecorded, TokenUsage, ToolsDeclared, TurnCompleted, TurnFailed,
 };
 pub use event_json::{record_from_json, record_to_json, JsonEventError, RecordJson};
+pub use idempotency::{IdempotencyKey, IdempotencyKeyError, MAX_IDEMPOTENCY_KEY_BYTES};
 pub use lifecycle::{
     crash_cleanup, decide_session, manual_reset, resettable, restored_notice, stop_session,
     Delivery, EndSession, History, SessionDecision, SessionFacts, Start,

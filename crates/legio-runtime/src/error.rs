@@ -88,6 +88,15 @@ pub enum RuntimeError {
     /// An empty message.
     #[error("a message needs some text")]
     EmptyMessage,
+    /// An idempotency key already used in the conversation for another message (another sender
+    /// or text): a retry must send the same message, a new message a new key.
+    #[error("idempotency key {key:?} was used for another message of this conversation (seq {seq}); send the same message to retry it, or a new key for a new message")]
+    IdempotencyKeyReused {
+        /// The key.
+        key: String,
+        /// The message stored with it.
+        seq: legio_core::Seq,
+    },
     /// The runtime is shutting down or shut down.
     #[error("the runtime is shut down")]
     ShutDown,
@@ -240,6 +249,8 @@ pub enum ErrorCode {
     UnknownConversation,
     /// An empty message.
     EmptyMessage,
+    /// An idempotency key used for another message.
+    IdempotencyKeyReused,
     /// A message over the store's size limit.
     MessageTooLarge,
     /// The runtime (or its log) is shutting down.
@@ -303,6 +314,7 @@ impl RuntimeError {
             Self::UnknownConversation { .. } => C::UnknownConversation,
             Self::ReservedConversation { .. } => C::ReservedConversation,
             Self::EmptyMessage => C::EmptyMessage,
+            Self::IdempotencyKeyReused { .. } => C::IdempotencyKeyReused,
             Self::ShutDown | Self::Cancelled { .. } => C::ShuttingDown,
             Self::HostTool(_) => C::InvalidTool,
             Self::NoPendingToolCall { .. } => C::NoPendingToolCall,

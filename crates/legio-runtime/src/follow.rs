@@ -326,6 +326,7 @@ mod tests {
         let posted = Posted {
             replies: Vec::new(),
             unknown_mentions: vec!["@x".into()],
+            replayed: false,
         };
         relay.finish(&posted).await;
         assert_eq!(

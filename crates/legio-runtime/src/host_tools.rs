@@ -60,6 +60,8 @@ pub struct HostTurn {
     /// Tools the host runs for this turn only, offered with the conversation's declared ones (a
     /// tool of this list replaces a declared one of the same name).
     pub tools: Vec<ToolSpec>,
+    /// With a key, a retry of this turn stores nothing new: see [`crate::Runtime::post_once`].
+    pub idempotency_key: Option<legio_core::IdempotencyKey>,
 }
 
 type PendingKey = (ConversationKey, String);

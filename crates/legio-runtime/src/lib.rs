@@ -13,6 +13,7 @@ mod fit;
 mod follow;
 mod heartbeat;
 mod host_tools;
+mod keyed;
 mod mcp_client;
 mod mcp_server;
 mod mcp_token;

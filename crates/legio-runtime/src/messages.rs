@@ -23,6 +23,9 @@ pub(crate) struct TurnRequest {
     /// Tools the host runs, offered on this turn (host_tools.rs); only with a `progress` sink,
     /// through which their calls reach the host.
     pub(crate) host_tools: Option<Arc<[ToolSpec]>>,
+    /// A keyed post's retry (keyed.rs): the agent may have answered the message already, before
+    /// a restart too; the log says, and its reply is given instead of a new one.
+    pub(crate) replayed: bool,
 }
 
 /// Work for an agent, queued in its order by the supervisor: a turn, or a heartbeat (a host's

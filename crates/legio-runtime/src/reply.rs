@@ -133,6 +133,10 @@ pub struct Posted {
     pub replies: Vec<AgentReply>,
     /// The handles that matched no agent, as written, each once.
     pub unknown_mentions: Vec<String>,
+    /// The post was a retry of a keyed post already stored (`Runtime::post_once`, or a host
+    /// turn's `idempotency_key`): nothing new was stored, and the replies are those the message
+    /// had (an agent that had not answered it answers now).
+    pub replayed: bool,
 }
 
 impl Deref for Posted {

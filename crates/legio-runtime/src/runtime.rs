@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use legio_core::{
-    find_mentions, AgentName, AgentSessionState, Audience, ConversationKey, Event, Message,
-    MessageId, Participant, Record, Seq, Viewer,
+    find_mentions, AgentName, AgentSessionState, Audience, ConversationKey, Event, IdempotencyKey,
+    Message, MessageId, Participant, Record, Seq, Viewer,
 };
 use legio_llm::Provider;
 use legio_store::{EventLog, NatsLog, SledLog};
@@ -28,6 +28,7 @@ use crate::dispatch::{gather, RootRoute, Route};
 use crate::error::RuntimeError;
 use crate::follow::Relay;
 use crate::host_tools::{check_host_tools, turn_tools, HostTurn};
+use crate::keyed::KeyedPosts;
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{ConversationMsg, Job, RootMsg, TurnRequest};
 use crate::names::IntoName;
@@ -41,11 +42,33 @@ use legio_config::{Role, RuntimeConfig, UnknownMentions};
 use legio_ops::ContextReport;
 use legio_ops::{preview_turn, TurnInputs, TurnPreview};
 
-/// What a host's post adds to a plain one: the one agent it is for, and the tools the host runs.
+/// What a host's post adds to a plain one: the one agent it is for, the tools the host runs, and
+/// the key that makes a retry of it store nothing new (keyed.rs).
 #[derive(Default)]
 struct HostPost {
     to: Option<AgentName>,
     tools: Option<Arc<[ToolSpec]>>,
+    key: Option<IdempotencyKey>,
+}
+
+/// A stored message's turns, as the post path sends them.
+struct Turns {
+    seq: Seq,
+    id: MessageId,
+    /// A keyed post's retry: the message was stored before.
+    replayed: bool,
+    targets: Vec<AgentName>,
+    unknown_mentions: Vec<String>,
+}
+
+impl Turns {
+    fn posted(self, replies: Vec<AgentReply>) -> Posted {
+        Posted {
+            replies,
+            unknown_mentions: self.unknown_mentions,
+            replayed: self.replayed,
+        }
+    }
 }
 
 impl HostPost {
@@ -55,6 +78,7 @@ impl HostPost {
         Self {
             to: post.to.take(),
             tools: (!tools.is_empty()).then(|| tools.into()),
+            key: post.key.take(),
         }
     }
 }
@@ -82,6 +106,8 @@ pub struct Runtime {
     stopped: Arc<AtomicBool>,
     /// On the NATS backend: leases and the routing of posts to the owning node.
     cluster: Option<Arc<Cluster>>,
+    /// The keyed messages this node has read, per conversation (keyed.rs).
+    keyed: Arc<KeyedPosts>,
     /// False for the handle the cluster's routing serves forwarded posts with (its drop stops
     /// nothing).
     primary: bool,
@@ -269,6 +295,7 @@ impl Runtime {
             schedules: Default::default(),
             stopped: Default::default(),
             cluster: cluster.map(Arc::new),
+            keyed: Arc::default(),
             primary: true,
         };
         runtime.start_reaper();
@@ -296,6 +323,7 @@ impl Runtime {
             schedules: Arc::clone(&self.schedules),
             stopped: Arc::clone(&self.stopped),
             cluster: self.cluster.clone(),
+            keyed: Arc::clone(&self.keyed),
             primary: false,
         }
     }
@@ -581,6 +609,28 @@ impl Runtime {
         .await
     }
 
+    /// Like [`Runtime::post_streaming`] (with `progress` or without), stored at most once per
+    /// `key` in the conversation, on whichever node: a retry of a post whose answer was lost (a
+    /// timeout, a node that died) stores nothing new and answers with `replayed` set; an agent
+    /// that has answered the message gives that reply again (waiting for it if its turn still
+    /// runs), one that has not answers now. The same key with another sender or text is refused
+    /// ([`RuntimeError::IdempotencyKeyReused`]).
+    pub async fn post_once(
+        &self,
+        conversation: impl IntoName<ConversationKey>,
+        sender: impl IntoName<Participant>,
+        text: &str,
+        key: IdempotencyKey,
+        progress: Option<ProgressSink>,
+    ) -> Result<Posted, RuntimeError> {
+        let host = HostPost {
+            key: Some(key),
+            ..HostPost::default()
+        };
+        self.post_with(conversation, sender, text, progress, host, false)
+            .await
+    }
+
     /// Posts a host's message with tools the host runs (host_tools.rs): the conversation's
     /// declared tools and the turn's own are offered to the addressed agents; a model's calls of
     /// them reach `progress` as [`crate::Progress::ToolCallsRequired`] and wait for
@@ -603,6 +653,7 @@ impl Runtime {
         let host = HostPost {
             to,
             tools: turn_tools(declared, turn.tools),
+            key: turn.idempotency_key,
         };
         self.post_with(key, turn.sender, &turn.text, Some(progress), host, false)
             .await
@@ -670,59 +721,115 @@ impl Runtime {
                 text: text.to_owned(),
                 to: host.to.clone(),
                 tools: host.tools.as_deref().map(<[_]>::to_vec).unwrap_or_default(),
+                key: host.key.clone(),
             })
         };
         let _in_use = match self.elsewhere(post, progress.as_ref(), forwarded).await {
             Ok(in_use) => in_use,
             Err(answer) => return answer.and_then(Answered::into_posted),
         };
-        let (audience, targets, unknown_mentions) = match host.to {
-            Some(to) => {
-                let targets = (sender.agent() != Some(&to)).then(|| to.clone());
-                (
-                    Audience::agent(to),
-                    targets.into_iter().collect(),
-                    Vec::new(),
-                )
-            }
+        let (audience, targets, unknown_mentions) = match &host.to {
+            Some(to) => Self::only(&sender, to),
             None => self.address(&sender, text)?,
         };
-        let id = MessageId(fresh_uuid());
-        let message = Message::text(id, key.clone(), sender, audience, text, now());
-        if targets.is_empty() {
-            self.shared
-                .append(vec![Event::MessagePosted(message)])
-                .await?;
-            return Ok(Posted {
-                replies: Vec::new(),
-                unknown_mentions,
-            });
-        }
-        let (range, ticket) = self
-            .shared
-            .append_for_dispatch(&key, vec![Event::MessagePosted(message)])
-            .await?;
-        let host_tools = host.tools.filter(|_| progress.is_some());
-        let follows = &self.shared.host_desk.follows;
-        let relay = Relay::for_turn(follows, &key, host_tools.is_some(), progress);
-        let request = TurnRequest {
-            seq: range.first,
-            id,
-            progress: relay.as_ref().map(|r| r.sink.clone()),
-            host_tools,
-        };
-        let replies = self
-            .dispatch(&key, Job::Turn(request), &targets, Some(ticket))
-            .await;
-        let posted = Posted {
-            replies,
+        let turns = Turns {
+            seq: Seq::ZERO,
+            id: MessageId(fresh_uuid()),
+            replayed: false,
+            targets,
             unknown_mentions,
         };
-        let posted = self.settled(&key, posted);
+        let message = Message::text(turns.id, key.clone(), sender, audience, text, now());
+        self.post_here(message, turns, progress, host).await
+    }
+
+    /// The post path on the node that runs the conversation: the message appended, then its
+    /// turns sent. A keyed post takes its id from its key, and a retry of one already stored
+    /// (keyed.rs) sends the stored message's turns again instead, marked `replayed`.
+    async fn post_here(
+        &self,
+        mut message: Message,
+        mut turns: Turns,
+        progress: Option<ProgressSink>,
+        host: HostPost,
+    ) -> Result<Posted, RuntimeError> {
+        let key = message.conversation.clone();
+        let mut gate = None;
+        if let Some(k) = &host.key {
+            let entered = self.keyed.enter(&self.shared, &key).await?;
+            let id = MessageId::keyed(&key, k);
+            (message.id, turns.id) = (id, id);
+            if let Some(seq) = entered.find(message.id) {
+                drop(entered);
+                let text = message.text_content();
+                crate::keyed::check_same(&self.shared, k, seq, &message.sender, &text).await?;
+                (turns.seq, turns.replayed) = (seq, true);
+                if turns.targets.is_empty() {
+                    return Ok(turns.posted(Vec::new()));
+                }
+                let ticket = self.shared.queue_for_dispatch(&key).await;
+                let posted = self.send_turns(&key, turns, progress, host.tools, ticket);
+                return Ok(posted.await);
+            }
+            gate = Some(entered);
+        }
+        let events = vec![Event::MessagePosted(message)];
+        if turns.targets.is_empty() {
+            let range = self.shared.append(events).await?;
+            if let Some(gate) = &mut gate {
+                gate.stored(turns.id, range.first);
+            }
+            return Ok(turns.posted(Vec::new()));
+        }
+        let (range, ticket) = self.shared.append_for_dispatch(&key, events).await?;
+        if let Some(gate) = &mut gate {
+            gate.stored(turns.id, range.first);
+        }
+        drop(gate);
+        turns.seq = range.first;
+        Ok(self
+            .send_turns(&key, turns, progress, host.tools, ticket)
+            .await)
+    }
+
+    /// A host's message for one agent: its audience, and its turn (none when the agent sent it).
+    fn only(sender: &Participant, to: &AgentName) -> (Audience, Vec<AgentName>, Vec<String>) {
+        let targets = (sender.agent() != Some(to)).then(|| to.clone());
+        (
+            Audience::agent(to.clone()),
+            targets.into_iter().collect(),
+            Vec::new(),
+        )
+    }
+
+    /// Sends the message's turns to its agents and gathers their replies; a host's calls of its
+    /// tools go out through `progress` (relayed to whoever follows the turn, follow.rs).
+    async fn send_turns(
+        &self,
+        key: &ConversationKey,
+        turns: Turns,
+        progress: Option<ProgressSink>,
+        host_tools: Option<Arc<[ToolSpec]>>,
+        ticket: DispatchTicket,
+    ) -> Posted {
+        let host_tools = host_tools.filter(|_| progress.is_some());
+        let follows = &self.shared.host_desk.follows;
+        let relay = Relay::for_turn(follows, key, host_tools.is_some(), progress);
+        let request = TurnRequest {
+            seq: turns.seq,
+            id: turns.id,
+            progress: relay.as_ref().map(|r| r.sink.clone()),
+            host_tools,
+            replayed: turns.replayed,
+        };
+        let replies = self
+            .dispatch(key, Job::Turn(request), &turns.targets, Some(ticket))
+            .await;
+        let posted = self.settled(key, turns.posted(replies));
         if let Some(relay) = relay {
             relay.finish(&posted).await;
         }
-        Ok(posted)
+        posted
     }
 
     /// `posted`, its turns cut by a stand-down during it answered as moved (on a cluster).

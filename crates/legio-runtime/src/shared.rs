@@ -2,6 +2,7 @@
 //! board. Holds configuration only; no conversation state lives here.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -98,22 +99,47 @@ impl Shared {
         events: Vec<Event>,
     ) -> Result<(SeqRange, DispatchTicket), RuntimeError> {
         self.check_gate(&events)?;
-        let (done, signal) = oneshot::channel();
-        let (handle, previous) = {
-            let mut tails = self
-                .dispatch_tails
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            // Under the lock, submit order (the seq order) is the order of the tails.
-            let handle = self.log.submit(events)?;
-            (handle, tails.insert(conversation.clone(), signal))
-        };
+        let (handle, previous, ticket) = self.queued(conversation, || self.log.submit(events))?;
         let range = self.observe(handle.await)?;
+        Self::after(previous).await;
+        Ok((range, ticket))
+    }
+
+    /// A ticket for sending the turns of a message already in the log (a keyed post's retry,
+    /// keyed.rs), in order with the messages appended for dispatch: it waits until the
+    /// conversation's messages appended before it have sent their turns.
+    pub(crate) async fn queue_for_dispatch(
+        &self,
+        conversation: &ConversationKey,
+    ) -> DispatchTicket {
+        let Ok(((), previous, ticket)) = self.queued(conversation, || Ok::<_, Infallible>(()));
+        Self::after(previous).await;
+        ticket
+    }
+
+    /// Runs `submit` and becomes the conversation's dispatch tail in one step (under the lock,
+    /// submit order, the seq order, is the order of the tails).
+    fn queued<T, E>(
+        &self,
+        conversation: &ConversationKey,
+        submit: impl FnOnce() -> Result<T, E>,
+    ) -> Result<(T, Option<oneshot::Receiver<()>>, DispatchTicket), E> {
+        let (done, signal) = oneshot::channel();
+        let mut tails = self
+            .dispatch_tails
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let submitted = submit()?;
+        let previous = tails.insert(conversation.clone(), signal);
+        Ok((submitted, previous, DispatchTicket { _done: done }))
+    }
+
+    /// Waits for the previous tail. An error means the earlier post gave up (its append failed
+    /// or it was dropped).
+    async fn after(previous: Option<oneshot::Receiver<()>>) {
         if let Some(previous) = previous {
-            // An error means the earlier post gave up (its append failed or it was dropped).
             let _ = previous.await;
         }
-        Ok((range, DispatchTicket { _done: done }))
     }
 
     /// Forgets the dispatch tails of conversations whose last post has sent its turns (their

@@ -23,7 +23,8 @@ use crate::shared::Shared;
 const LOOK_AHEAD: usize = 10_000;
 
 /// The reply of `agent`'s earlier loop that took in the message at `seq`, if one did and ended
-/// with a reply. Asked only when the agent's actor delivered context up to `seq` or beyond.
+/// with a reply. Asked only when the agent's actor delivered context up to `seq` or beyond, or
+/// for a keyed post's retry (keyed.rs), whose message the agent's own turn may have answered.
 pub(crate) async fn taken_in(
     shared: &Arc<Shared>,
     conversation: &ConversationKey,

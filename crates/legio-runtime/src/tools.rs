@@ -470,6 +470,7 @@ async fn dispatch(ctx: &CallContext, args: &Value) -> Result<String, String> {
         id,
         progress: None,
         host_tools: None,
+        replayed: false,
     });
     let remaining = ctx.deadline.saturating_duration_since(Instant::now());
     let replies = gather(

@@ -121,13 +121,14 @@ pub(crate) async fn run(agent: &Agent, state: &mut TurnState, request: TurnReque
 /// Provider calls until the model answers with text, running the tools it calls in between
 /// (each step's calls and results are in the log before the next step), within
 /// `runtime.max_tool_steps` calls and the turn timeout; none when an earlier loop of the agent
-/// took the message in and answered it (taken_in.rs).
+/// took the message in and answered it (taken_in.rs), or, for a keyed post's retry, when the
+/// agent answered it already (its own turn is such a loop; before a restart too).
 async fn tool_loop(
     agent: &Agent,
     state: &mut TurnState,
     request: &TurnRequest,
 ) -> Result<AgentReply, RuntimeError> {
-    if request.seq <= state.delivered {
+    if request.seq <= state.delivered || request.replayed {
         let (shared, conversation) = (&agent.shared, &agent.conversation);
         if let Some(reply) = taken_in(shared, conversation, &agent.name, request.seq).await? {
             return Ok(AgentReply::answered(&agent.name, reply));
@@ -923,6 +924,7 @@ mod tests {
             id,
             progress: None,
             host_tools: None,
+            replayed: false,
         }
     }
 

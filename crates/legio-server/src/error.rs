@@ -67,6 +67,7 @@ impl ApiError {
             | "bad_path"
             | "bad_seq"
             | "invalid_tool"
+            | "invalid_idempotency_key"
             | "missing_field" => StatusCode::BAD_REQUEST,
             "history_mismatch" | "no_pending_tool_call" | "turn_taken_over" => StatusCode::CONFLICT,
             "unauthorized" => StatusCode::UNAUTHORIZED,
@@ -84,7 +85,7 @@ impl ApiError {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unknown_mention" | "empty_message" | "invalid_body" => {
+            "unknown_mention" | "empty_message" | "invalid_body" | "idempotency_key_reused" => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
             "shutting_down"
@@ -121,6 +122,7 @@ impl From<RuntimeError> for ApiError {
             C::UnknownAgent => "unknown_agent",
             C::UnknownConversation => "unknown_conversation",
             C::EmptyMessage => "empty_message",
+            C::IdempotencyKeyReused => "idempotency_key_reused",
             C::MessageTooLarge => "message_too_large",
             C::ShuttingDown => "shutting_down",
             C::StoreLocked => "store_locked",

@@ -15,7 +15,7 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
-use legio_core::ConversationKey;
+use legio_core::{ConversationKey, IdempotencyKey};
 use legio_runtime::{HostToolResult, HostTurn, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -134,7 +134,7 @@ pub(crate) async fn start(
     key: ConversationKey,
     sender: &str,
     content: String,
-    tools: Vec<ToolBody>,
+    (tools, idempotency_key): (Vec<ToolBody>, Option<IdempotencyKey>),
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let sender = legio_core::Participant::parse(sender)
@@ -144,6 +144,7 @@ pub(crate) async fn start(
         to: None,
         text: content,
         tools: tools.into_iter().map(ToolBody::into_spec).collect(),
+        idempotency_key,
     };
     let run = state.start_run(key.clone(), turn);
     follow(state, key, run, wants_stream(headers)).await

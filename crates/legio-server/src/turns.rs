@@ -24,7 +24,8 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::wire::{
-    conversation_key, error_event, progress_event, replies_event, replies_json, sse, wants_stream,
+    conversation_key, error_event, idempotency_key, progress_event, replies_event, replies_json,
+    sse, wants_stream,
 };
 
 /// The body of a turn.
@@ -53,6 +54,7 @@ pub(crate) async fn post_turn(
     let key = conversation_key(&id)?;
     caller.check_conversation(key.as_str())?;
     let Json(body) = body?;
+    let idempotency = idempotency_key(&headers)?;
     // Held by the turn's task: released when the turn ends, not when the client leaves.
     let slot = match state.turn_slots.acquire(caller.name()) {
         Ok(slot) => slot,
@@ -62,7 +64,8 @@ pub(crate) async fn post_turn(
     check_sender(&state, &sender)?;
     if body.tools.is_some() || !state.runtime.declared_tools(&key).await?.is_empty() {
         let tools = body.tools.unwrap_or_default();
-        return crate::host_tools::start(&state, key, &sender, body.content, tools, &headers).await;
+        let asked = (tools, idempotency);
+        return crate::host_tools::start(&state, key, &sender, body.content, asked, &headers).await;
     }
     if !wants_stream(&headers) {
         // On its own task too: a client that goes away mid-turn must not leave a stored message
@@ -70,7 +73,13 @@ pub(crate) async fn post_turn(
         let (done_tx, done) = oneshot::channel::<Result<Posted, RuntimeError>>();
         let runtime = Arc::clone(&state.runtime);
         state.spawn_turn(async move {
-            let result = runtime.post_as(&key, &sender, &body.content).await;
+            let result = match idempotency {
+                Some(once) => {
+                    let text = &body.content;
+                    runtime.post_once(&key, &sender, text, once, None).await
+                }
+                None => runtime.post_as(&key, &sender, &body.content).await,
+            };
             let _ = done_tx.send(result);
             drop(slot);
         });
@@ -83,9 +92,17 @@ pub(crate) async fn post_turn(
     // The turn runs on its own task: a client that goes away does not cancel it (its reply is
     // stored all the same).
     state.spawn_turn(async move {
-        let result = runtime
-            .post_streaming(&key, &sender, &body.content, progress)
-            .await;
+        let result = match idempotency {
+            Some(once) => {
+                let (text, progress) = (&body.content, Some(progress));
+                runtime.post_once(&key, &sender, text, once, progress).await
+            }
+            None => {
+                runtime
+                    .post_streaming(&key, &sender, &body.content, progress)
+                    .await
+            }
+        };
         let _ = done_tx.send(result);
         drop(slot);
     });

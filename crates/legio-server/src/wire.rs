@@ -8,7 +8,7 @@ use axum::http::{header, HeaderMap};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::Stream;
-use legio_core::ConversationKey;
+use legio_core::{ConversationKey, IdempotencyKey};
 use legio_runtime::{AgentReply, HostToolCall, Posted, Progress};
 use serde_json::{json, Value};
 
@@ -35,7 +35,24 @@ pub(crate) fn replies_json(posted: &Posted) -> Value {
     json!({
         "replies": posted.replies.iter().map(reply_json).collect::<Vec<_>>(),
         "unknown_mentions": posted.unknown_mentions,
+        "replayed": posted.replayed,
     })
+}
+
+/// The request's `Idempotency-Key` header, if it has one: a retry with the same key stores
+/// nothing new (`Runtime::post_once`).
+pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let bad =
+        |why: String| ApiError::new("invalid_idempotency_key", why).with_param("Idempotency-Key");
+    let text = value
+        .to_str()
+        .map_err(|_| bad("the Idempotency-Key header is not visible ASCII".to_owned()))?;
+    IdempotencyKey::new(text)
+        .map(Some)
+        .map_err(|e| bad(e.to_string()))
 }
 
 pub(crate) fn wants_stream(headers: &HeaderMap) -> bool {

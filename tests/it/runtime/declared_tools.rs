@@ -73,6 +73,7 @@ async fn declared_tools_are_in_the_log_and_outlive_a_restart() {
         to: Some(Legion::agent("lead")),
         text: "anything new?".into(),
         tools: vec![tool("note")],
+        idempotency_key: None,
     };
     legion
         .rt()

@@ -78,6 +78,7 @@ async fn results_that_follow_a_turn_take_over_its_progress_and_replies() {
         to: Some(ann.clone()),
         text: "look it up twice".into(),
         tools: vec![tool()],
+        idempotency_key: None,
     };
     let rt = legion.rt();
     let (caller, mut caller_steps) = channel();
@@ -138,6 +139,7 @@ async fn a_follower_is_told_the_calls_still_waiting_when_it_takes_over() {
         to: None,
         text: "@ann @bob look it up".into(),
         tools: vec![tool()],
+        idempotency_key: None,
     };
     let rt = legion.rt();
     let (caller, mut caller_steps) = channel();
@@ -185,6 +187,7 @@ async fn lead_calls_a_host_tool() -> (Legion, HostTurn) {
         to: None,
         text: "please look it up".into(),
         tools: vec![tool()],
+        idempotency_key: None,
     };
     (legion, turn)
 }

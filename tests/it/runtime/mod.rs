@@ -7,6 +7,7 @@ mod declared_tools;
 mod exactly_once;
 mod follow;
 mod heartbeat;
+mod keyed;
 mod mcp;
 mod providers;
 mod retirement;

@@ -15,7 +15,7 @@ mod wire;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use legio_core::{AgentName, ConversationKey, Participant};
+use legio_core::{AgentName, ConversationKey, IdempotencyKey, Participant};
 use legio_store::{Leases, NatsLog, NatsOptions, NodeBus};
 
 use crate::error::RuntimeError;
@@ -54,6 +54,9 @@ pub(crate) struct ForwardedPost {
     /// back as progress and wait there for `Forwarded::ToolResults`.
     #[serde(default)]
     pub(crate) tools: Vec<ToolSpec>,
+    /// The host's idempotency key (keyed.rs); a node that predates it stores the post anew.
+    #[serde(default)]
+    pub(crate) key: Option<IdempotencyKey>,
 }
 
 /// A request the owner of its conversation serves, as it crosses the bus: already parsed and

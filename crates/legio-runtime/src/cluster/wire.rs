@@ -66,6 +66,8 @@ pub(super) enum WireAnswer {
     Posted {
         replies: Vec<WireReply>,
         unknown_mentions: Vec<String>,
+        #[serde(default)]
+        replayed: bool,
     },
     Reset,
     Heartbeat {
@@ -156,7 +158,7 @@ const TURN_KINDS: [(TurnErrorKind, &str); 10] = [
     (TurnErrorKind::Moved, "moved"),
 ];
 
-const CODES: [(ErrorCode, &str); 20] = [
+const CODES: [(ErrorCode, &str); 21] = [
     (ErrorCode::Config, "config"),
     (ErrorCode::BadName, "bad_name"),
     (ErrorCode::ReservedConversation, "reserved_conversation"),
@@ -164,6 +166,7 @@ const CODES: [(ErrorCode, &str); 20] = [
     (ErrorCode::UnknownAgent, "unknown_agent"),
     (ErrorCode::UnknownConversation, "unknown_conversation"),
     (ErrorCode::EmptyMessage, "empty_message"),
+    (ErrorCode::IdempotencyKeyReused, "idempotency_key_reused"),
     (ErrorCode::MessageTooLarge, "message_too_large"),
     (ErrorCode::ShuttingDown, "shutting_down"),
     (ErrorCode::StoreLocked, "store_locked"),
@@ -248,6 +251,7 @@ impl WireAnswer {
             Ok(Answered::Posted(posted)) => Self::Posted {
                 replies: posted.replies.iter().map(WireReply::from).collect(),
                 unknown_mentions: posted.unknown_mentions.clone(),
+                replayed: posted.replayed,
             },
             Ok(Answered::Reset) => Self::Reset,
             Ok(Answered::Heartbeat(reply)) => Self::Heartbeat {
@@ -276,9 +280,11 @@ impl WireAnswer {
             Self::Posted {
                 replies,
                 unknown_mentions,
+                replayed,
             } => Ok(Answered::Posted(Posted {
                 replies: replies.into_iter().map(AgentReply::from).collect(),
                 unknown_mentions,
+                replayed,
             })),
             Self::Reset => Ok(Answered::Reset),
             Self::Heartbeat { reply } => Ok(Answered::Heartbeat(reply.into())),
@@ -428,6 +434,7 @@ mod tests {
                 text: "hi @ann".into(),
                 to: None,
                 tools: Vec::new(),
+                key: None,
             }),
             Forwarded::Post(ForwardedPost {
                 conversation: conversation.clone(),
@@ -439,6 +446,7 @@ mod tests {
                     description: "finds a fact".into(),
                     parameters: serde_json::json!({"type": "object", "properties": {}}),
                 }],
+                key: Some(legio_core::IdempotencyKey::new("retry-1").unwrap()),
             }),
             Forwarded::Reset {
                 conversation: conversation.clone(),
@@ -535,6 +543,7 @@ mod tests {
                 AgentReply::failed(&agent, TurnErrorKind::Moved, "moved"),
             ],
             unknown_mentions: vec!["@zed".into()],
+            replayed: true,
         };
         let bytes =
             serde_json::to_vec(&WireAnswer::of(&Ok(Answered::Posted(posted.clone())))).unwrap();

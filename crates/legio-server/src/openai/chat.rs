@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
-use legio_core::{AgentName, ConversationKey, Participant};
+use legio_core::{AgentName, ConversationKey, IdempotencyKey, Participant};
 use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Posted, Progress, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -26,7 +27,7 @@ use crate::error::ApiError;
 use crate::limits::TurnSlot;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
-use crate::wire::sse;
+use crate::wire::{idempotency_key, sse};
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ChatRequest {
@@ -100,9 +101,11 @@ struct Shape {
 pub(crate) async fn completions(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     body: Result<Json<ChatRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
+    let idempotency = idempotency_key(&headers)?;
     let agent = agent_for_model(&state, &body.model)?;
     let key = conversation_of(body.metadata.as_ref())?.ok_or_else(missing_conversation)?;
     caller.check_conversation(key.as_str())?;
@@ -113,7 +116,12 @@ pub(crate) async fn completions(
         Ok(slot) => slot,
         Err(too_many) => return Ok(too_many.into_response()),
     };
-    let run = start(&state, &key, &agent, body.messages, tools).await?;
+    let asked = Asked {
+        messages: body.messages,
+        tools,
+        idempotency,
+    };
+    let run = start(&state, &key, &agent, asked).await?;
     let shape = Shape {
         id: super::fresh_id("chatcmpl"),
         model: body.model,
@@ -156,15 +164,26 @@ pub(crate) fn function_tools(
         .collect()
 }
 
+/// What a request asks of [`start`]: its messages, its tools, and its `Idempotency-Key`.
+struct Asked {
+    messages: Vec<ChatMessage>,
+    tools: Vec<ToolSpec>,
+    idempotency: Option<IdempotencyKey>,
+}
+
 /// Starts the turn the request's last message asks for (a new message, or tool results), after
 /// checking its earlier messages against the log.
 async fn start(
     state: &Arc<AppState>,
     key: &ConversationKey,
     agent: &AgentName,
-    messages: Vec<ChatMessage>,
-    tools: Vec<ToolSpec>,
+    asked: Asked,
 ) -> Result<Run, ApiError> {
+    let Asked {
+        messages,
+        tools,
+        idempotency,
+    } = asked;
     let results_from = messages
         .iter()
         .rposition(|m| m.role != "tool")
@@ -179,7 +198,7 @@ async fn start(
         })
         .filter_map(|(index, m)| earlier_of(index, m))
         .collect();
-    transcript::check(state, key, &earlier).await?;
+    transcript::check(state, key, &earlier, idempotency.as_ref()).await?;
     if results_from < messages.len() {
         let results = messages[results_from..]
             .iter()
@@ -213,6 +232,7 @@ async fn start(
         to: Some(agent.clone()),
         text,
         tools,
+        idempotency_key: idempotency,
     };
     Ok(state.start_run(key.clone(), turn))
 }

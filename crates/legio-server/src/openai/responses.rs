@@ -10,11 +10,12 @@ use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
-use legio_core::{AgentName, ConversationKey, Participant, Seq, TokenUsage};
+use legio_core::{AgentName, ConversationKey, IdempotencyKey, Participant, Seq, TokenUsage};
 use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Progress, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -28,7 +29,7 @@ use crate::error::ApiError;
 use crate::limits::TurnSlot;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
-use crate::wire::sse;
+use crate::wire::{idempotency_key, sse};
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ResponsesRequest {
@@ -89,9 +90,11 @@ struct Shape {
 pub(crate) async fn create(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
+    headers: HeaderMap,
     body: Result<Json<ResponsesRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
+    let idempotency = idempotency_key(&headers)?;
     if body.instructions.is_some() {
         return Err(ApiError::new(
             "bad_request",
@@ -113,7 +116,7 @@ pub(crate) async fn create(
         Ok(slot) => slot,
         Err(too_many) => return Ok(too_many.into_response()),
     };
-    let run = start(&state, &key, &agent, &body.input, tools).await?;
+    let run = start(&state, &key, &agent, &body.input, (tools, idempotency)).await?;
     let shape = Shape {
         model: body.model,
         created: unix_now(),
@@ -188,7 +191,7 @@ async fn start(
     key: &ConversationKey,
     agent: &AgentName,
     input: &Value,
-    tools: Vec<ToolSpec>,
+    (tools, idempotency): (Vec<ToolSpec>, Option<IdempotencyKey>),
 ) -> Result<Run, ApiError> {
     let bad = |why: &str| ApiError::new("bad_request", why.to_owned()).with_param("input");
     let items: Vec<Value> = match input {
@@ -235,12 +238,13 @@ async fn start(
             })
         })
         .collect();
-    transcript::check(state, key, &earlier).await?;
+    transcript::check(state, key, &earlier, idempotency.as_ref()).await?;
     let turn = HostTurn {
         sender: Participant::User,
         to: Some(agent.clone()),
         text,
         tools,
+        idempotency_key: idempotency,
     };
     Ok(state.start_run(key.clone(), turn))
 }

@@ -7,7 +7,9 @@
 
 use std::sync::Arc;
 
-use legio_core::{Audience, ConversationKey, Message, Part, Participant, Seq};
+use legio_core::{
+    Audience, ConversationKey, IdempotencyKey, Message, MessageId, Part, Participant, Seq,
+};
 
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -41,9 +43,11 @@ fn to_user(audience: &Audience) -> bool {
     }
 }
 
+/// The transcript up to the end, or up to the message `stop_at` (not included).
 async fn transcript(
     state: &AppState,
     key: &ConversationKey,
+    stop_at: Option<MessageId>,
 ) -> Result<Vec<(Seq, &'static str, String)>, ApiError> {
     // On a cluster node that does not own the conversation: what its owner appended first.
     state.runtime.catch_up(key).await?;
@@ -58,7 +62,11 @@ async fn transcript(
                 return Ok(out);
             };
             for record in &chunk {
-                if let Some((role, text)) = record.event.as_message().and_then(said) {
+                let message = record.event.as_message();
+                if message.is_some_and(|m| Some(m.id) == stop_at) {
+                    return Ok(out);
+                }
+                if let Some((role, text)) = message.and_then(said) {
                     out.push((record.seq, role, text));
                 }
             }
@@ -78,16 +86,19 @@ fn cut(text: &str) -> String {
     out
 }
 
-/// Checks `earlier` against the end of the conversation's transcript.
+/// Checks `earlier` against the end of the conversation's transcript; for a retry with an
+/// idempotency key, the transcript before the message its first attempt stored.
 pub(crate) async fn check(
     state: &AppState,
     key: &ConversationKey,
     earlier: &[Earlier],
+    idempotency: Option<&IdempotencyKey>,
 ) -> Result<(), ApiError> {
     if earlier.is_empty() {
         return Ok(());
     }
-    let log = transcript(state, key).await?;
+    let stop_at = idempotency.map(|k| MessageId::keyed(key, k));
+    let log = transcript(state, key, stop_at).await?;
     let mismatch = |message: String| {
         ApiError::new(
             "history_mismatch",

@@ -1,0 +1,129 @@
+//! `Idempotency-Key` on the turn endpoints: a retry stores nothing new and answers the replies
+//! the message had (`replayed: true` on the native API), streamed or not; the door's retry
+//! checks its earlier messages against the log before the retried message. A malformed key is
+//! 400, a key reused for another message 422, and neither stores anything.
+
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+use super::door::{chat, user_texts};
+use super::{Harness, TOKEN};
+
+pub(crate) const TURNS: &str = "/sessions/{id}/turns";
+
+impl Harness {
+    /// POST `body` to `path` with `Idempotency-Key: key`, checked against the OpenAPI document.
+    pub(crate) async fn post_keyed(
+        &self,
+        template: &str,
+        path: &str,
+        key: &str,
+        body: &Value,
+    ) -> (StatusCode, Value) {
+        let request = self
+            .client
+            .post(self.url(path))
+            .bearer_auth(TOKEN)
+            .header("idempotency-key", key)
+            .json(body);
+        self.call("post", template, request).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_turn_sent_again_is_answered_from_the_log_and_stored_once() {
+    let h = Harness::start().await;
+    let path = "/sessions/i:1/turns";
+    let body = json!({"content": "hello @a"});
+    let (status, first) = h.post_keyed(TURNS, path, "k-1", &body).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    assert_eq!(first["replayed"], false);
+    let (status, again) = h.post_keyed(TURNS, path, "k-1", &body).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["replies"], first["replies"]);
+    // Streamed, the last event carries the same replies.
+    let response = h
+        .client
+        .post(h.url(path))
+        .bearer_auth(TOKEN)
+        .header("idempotency-key", "k-1")
+        .header("accept", "text/event-stream")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let text = response.text().await.unwrap();
+    let last = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .next_back()
+        .expect("events");
+    let last: Value = serde_json::from_str(last).unwrap();
+    assert_eq!(last["replayed"], true, "{text}");
+    assert_eq!(last["replies"], first["replies"], "{text}");
+    assert_eq!(user_texts(&h, "i:1"), ["hello @a"]);
+
+    let (status, reused) = h
+        .post_keyed(TURNS, path, "k-1", &json!({"content": "something else"}))
+        .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{reused}");
+    assert_eq!(reused["error"]["code"], "idempotency_key_reused");
+    for bad in ["two words", &"k".repeat(256)] {
+        let (status, refused) = h.post_keyed(TURNS, path, bad, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+        assert_eq!(refused["error"]["code"], "invalid_idempotency_key");
+        assert_eq!(refused["error"]["param"], "Idempotency-Key");
+    }
+    assert_eq!(user_texts(&h, "i:1"), ["hello @a"], "nothing stored");
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doors_retry_with_its_key_gets_the_stored_answer() {
+    let h = Harness::start().await;
+    let url = "/v1/chat/completions";
+    let (status, first) = h
+        .post_json(
+            url,
+            url,
+            &chat(
+                Some("i:door"),
+                "legio",
+                json!([{"role": "user", "content": "hello"}]),
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let reply = first["choices"][0]["message"]["content"].clone();
+    let history = json!([
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": reply},
+        {"role": "user", "content": "again"},
+    ]);
+    let request = chat(Some("i:door"), "legio", history);
+    let (status, second) = h.post_keyed(url, url, "door-2", &request).await;
+    assert_eq!(status, StatusCode::OK, "{second}");
+    // The retry carries the same history: the log's end is now the retried message and its
+    // reply, so the check reads the log before that message.
+    let (status, retried) = h.post_keyed(url, url, "door-2", &request).await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    assert_eq!(
+        retried["choices"][0]["message"]["content"],
+        second["choices"][0]["message"]["content"]
+    );
+    let responses = "/v1/responses";
+    let asked = json!({"model": "legio", "input": "third", "metadata": {"conversation": "i:door"}});
+    let (status, third) = h.post_keyed(responses, responses, "door-3", &asked).await;
+    assert_eq!(status, StatusCode::OK, "{third}");
+    let (status, again) = h.post_keyed(responses, responses, "door-3", &asked).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["output"], third["output"]);
+    assert_eq!(
+        again["id"], third["id"],
+        "the same reply, so the same response id"
+    );
+    assert_eq!(user_texts(&h, "i:door"), ["hello", "again", "third"]);
+    h.stop().await;
+}
