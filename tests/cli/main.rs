@@ -1004,6 +1004,64 @@ fn missing_and_locked_databases_are_clear_errors() {
     drop(held);
 }
 
+/// `legio post --idempotency-key`: run twice (a script retrying after a crash), the message is
+/// stored once and the second run prints the replies it had; a malformed key is refused before
+/// anything is opened, and a key reused for another text is refused.
+#[test]
+fn post_with_an_idempotency_key_stores_the_message_once() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "", "");
+    let config = dir.path().join("legio.toml");
+    let post = |text: &str, key: &str| {
+        let args = [
+            "post",
+            "--json",
+            "--conversation",
+            "cli:k",
+            "--idempotency-key",
+            key,
+            text,
+        ];
+        legio_in(dir.path(), &config, &args, None)
+    };
+    let first = post("@ann hello", "run-1");
+    assert_eq!(code(&first), 0, "{}", stderr(&first));
+    let again = post("@ann hello", "run-1");
+    assert_eq!(code(&again), 0, "{}", stderr(&again));
+    assert_eq!(stdout(&again), stdout(&first), "the same replies");
+    assert!(
+        stderr(&again).contains("stored before"),
+        "{}",
+        stderr(&again)
+    );
+    assert!(
+        !stderr(&first).contains("stored before"),
+        "{}",
+        stderr(&first)
+    );
+    let reused = post("@ann other", "run-1");
+    assert_eq!(code(&reused), 1, "{}", stderr(&reused));
+    assert!(
+        stderr(&reused).contains("idempotency key \"run-1\""),
+        "{}",
+        stderr(&reused)
+    );
+    let bad = post("@ann hello", "two words");
+    assert_eq!(code(&bad), 2, "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("invalid idempotency key"),
+        "{}",
+        stderr(&bad)
+    );
+    let out = legio_in(dir.path(), &config, &["replay", "--format", "jsonl"], None);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let users = stdout(&out)
+        .lines()
+        .filter(|l| l.contains("@ann hello") && l.contains("message_posted"))
+        .count();
+    assert_eq!(users, 1, "{}", stdout(&out));
+}
+
 #[test]
 fn post_chat_and_reset_talk_to_the_configured_legion() {
     let dir = tempfile::tempdir().unwrap();

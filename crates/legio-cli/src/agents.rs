@@ -17,10 +17,12 @@ pub async fn open_runtime(context: &Context) -> Result<Runtime> {
 /// status messages): each tool call and how it ended, when an agent starts thinking (where its
 /// provider streams thinking), and a warning for each compaction that failed (the turn goes on;
 /// older messages may be left out to fit the window).
+/// With `key`, a retry of a post already stored stores nothing new (`Runtime::post_once`).
 pub async fn post_with_status(
     runtime: &Runtime,
     conversation: &str,
     text: &str,
+    key: Option<legio_core::IdempotencyKey>,
 ) -> std::result::Result<legio_runtime::Posted, legio_runtime::RuntimeError> {
     let (sink, mut progress) = tokio::sync::mpsc::unbounded_channel();
     let lines = tokio::spawn(async move {
@@ -31,9 +33,19 @@ pub async fn post_with_status(
             }
         }
     });
-    let replies = runtime
-        .post_streaming(conversation, "user", text, sink)
-        .await;
+    let replies = match key {
+        Some(key) => {
+            let sink = Some(sink);
+            runtime
+                .post_once(conversation, "user", text, key, sink)
+                .await
+        }
+        None => {
+            runtime
+                .post_streaming(conversation, "user", text, sink)
+                .await
+        }
+    };
     let _ = lines.await;
     replies
 }

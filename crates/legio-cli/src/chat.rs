@@ -114,7 +114,7 @@ async fn handle(
 
 /// Posts `line` and prints the replies.
 async fn post(runtime: &Runtime, conversation: &str, line: &str, colour: bool) -> Result<Handled> {
-    match agents::post_with_status(runtime, conversation, line).await {
+    match agents::post_with_status(runtime, conversation, line, None).await {
         Ok(replies) => {
             if let Some(warning) = unknown_mentions_warning(&replies) {
                 outln!("{warning}");

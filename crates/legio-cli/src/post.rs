@@ -19,6 +19,11 @@ pub struct Args {
     /// Print the replies as JSON.
     #[arg(long)]
     json: bool,
+    /// Post at most once with this key: run again with the same key and text (after a crash, a
+    /// timeout), the message is not stored again and the replies it had are printed (a key is
+    /// 1 to 255 visible ASCII characters, a UUID for instance; keys are per conversation).
+    #[arg(long, value_name = "KEY", value_parser = parse_key)]
+    idempotency_key: Option<legio_core::IdempotencyKey>,
     /// The message; `@name` addresses a specialist, `@all` everyone, no mention the orchestrator.
     text: String,
 }
@@ -69,14 +74,23 @@ pub fn replies_json(replies: &[AgentReply]) -> serde_json::Value {
         .collect::<Vec<_>>())
 }
 
+fn parse_key(text: &str) -> std::result::Result<legio_core::IdempotencyKey, String> {
+    legio_core::IdempotencyKey::new(text).map_err(|e| e.to_string())
+}
+
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let tokio = common::tokio()?;
     tokio.block_on(async {
         let runtime = agents::open_runtime(context).await?;
-        let result = agents::post_with_status(&runtime, &args.conversation, &args.text).await;
+        let (conversation, text) = (&args.conversation, &args.text);
+        let result = agents::post_with_status(&runtime, conversation, text, args.idempotency_key)
+            .await;
         runtime.shutdown().await?;
         let replies = result?;
+        if replies.replayed {
+            eprintln!("note: this message was stored before with the same --idempotency-key: nothing new was stored, and these are the replies it had");
+        }
         if let Some(warning) = unknown_mentions_warning(&replies) {
             eprintln!("{warning}");
         }
