@@ -1062,6 +1062,35 @@ fn post_with_an_idempotency_key_stores_the_message_once() {
     assert_eq!(users, 1, "{}", stdout(&out));
 }
 
+/// A command that needs the roster says so when the configuration is missing; when it is
+/// invalid, the error says what is wrong and where, with no such prefix before it (an operator's
+/// walkthrough found `serve` blaming the roster for a mistyped value).
+#[test]
+fn an_invalid_configuration_is_named_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("absent.toml");
+    let out = legio_in(dir.path(), &missing, &["post", "hi"], None);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("needs the roster"),
+        "{}",
+        stderr(&out)
+    );
+    write_config(dir.path(), "", "turn_timeout_seconds = \"10s\"");
+    let config = dir.path().join("legio.toml");
+    for args in [&["post", "hi"][..], &["serve"]] {
+        let command = args[0];
+        let out = legio_in(dir.path(), &config, args, None);
+        assert_eq!(code(&out), 1, "{command}: {}", stderr(&out));
+        let text = stderr(&out);
+        assert!(
+            text.starts_with("legio: invalid configuration"),
+            "{command}: {text}"
+        );
+        assert!(text.contains("turn_timeout_seconds"), "{command}: {text}");
+    }
+}
+
 #[test]
 fn post_chat_and_reset_talk_to_the_configured_legion() {
     let dir = tempfile::tempdir().unwrap();

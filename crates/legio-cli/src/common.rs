@@ -82,11 +82,14 @@ pub fn log_location(context: &Context) -> Result<String> {
     })
 }
 
-/// The configuration (the roster is needed to know roles and providers).
+/// The configuration (the roster is needed to know roles and providers). A missing file is said
+/// to be needed; an invalid one's error says what is wrong and where, with nothing before it.
 pub fn config(context: &Context) -> Result<RuntimeConfig> {
-    context
-        .runtime_config()
-        .with_context(|| "this command needs the roster from the configuration")
+    let config = context.runtime_config();
+    if context.config.exists() {
+        return config;
+    }
+    config.with_context(|| "this command needs the roster from the configuration")
 }
 
 /// A tokio runtime for the commands that talk to agents.
