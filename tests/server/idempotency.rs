@@ -113,6 +113,12 @@ async fn the_doors_retry_with_its_key_gets_the_stored_answer() {
         retried["choices"][0]["message"]["content"],
         second["choices"][0]["message"]["content"]
     );
+    assert_eq!(agent_replies(&h, "i:door"), 2, "no new reply for the retry");
+    // The same key for the same text to another agent (another model) is another message.
+    let elsewhere = chat(Some("i:door"), "legio/a", request["messages"].clone());
+    let (status, refused) = h.post_keyed(url, url, "door-2", &elsewhere).await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{refused}");
+    assert_eq!(refused["error"]["code"], "idempotency_key_reused");
     let responses = "/v1/responses";
     let asked = json!({"model": "legio", "input": "third", "metadata": {"conversation": "i:door"}});
     let (status, third) = h.post_keyed(responses, responses, "door-3", &asked).await;
@@ -125,5 +131,48 @@ async fn the_doors_retry_with_its_key_gets_the_stored_answer() {
         "the same reply, so the same response id"
     );
     assert_eq!(user_texts(&h, "i:door"), ["hello", "again", "third"]);
+    h.stop().await;
+}
+
+/// The agents' messages in a conversation.
+fn agent_replies(h: &Harness, key: &str) -> usize {
+    let key = legio_core::ConversationKey::new(key).unwrap();
+    super::messages_of(h.runtime.log().as_ref(), &key)
+        .iter()
+        .filter_map(|r| r.event.as_message())
+        .filter(|m| m.sender != legio_core::Participant::User)
+        .count()
+}
+
+/// A door retry of a message whose agent failed and then answered a later one is 409
+/// `message_unanswered` (which the SDKs do not retry), not a new model call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doors_retry_of_a_message_its_agent_went_on_from_is_409() {
+    let h = Harness::start().await;
+    let url = "/v1/chat/completions";
+    let a = legio_core::AgentName::new("a").unwrap();
+    h.providers["stateless"].inject(Some(&a), legio_llm::Fault::Error("overloaded".into()));
+    let first = chat(
+        Some("i:gone"),
+        "legio/a",
+        json!([{"role": "user", "content": "first"}]),
+    );
+    let (status, failed) = h.post_keyed(url, url, "gone-1", &first).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{failed}");
+    let later = chat(
+        Some("i:gone"),
+        "legio/a",
+        json!([{"role": "user", "content": "later"}]),
+    );
+    let (status, answered) = h.post_keyed(url, url, "gone-2", &later).await;
+    assert_eq!(status, StatusCode::OK, "{answered}");
+    let (status, refused) = h.post_keyed(url, url, "gone-1", &first).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{refused}");
+    assert_eq!(refused["error"]["code"], "message_unanswered");
+    assert_eq!(
+        agent_replies(&h, "i:gone"),
+        1,
+        "only the later message's reply"
+    );
     h.stop().await;
 }

@@ -88,8 +88,8 @@ pub enum RuntimeError {
     /// An empty message.
     #[error("a message needs some text")]
     EmptyMessage,
-    /// An idempotency key already used in the conversation for another message (another sender
-    /// or text): a retry must send the same message, a new message a new key.
+    /// An idempotency key already used in the conversation for another message (another sender,
+    /// text or addressee): a retry must send the same message, a new message a new key.
     #[error("idempotency key {key:?} was used for another message of this conversation (seq {seq}); send the same message to retry it, or a new key for a new message")]
     IdempotencyKeyReused {
         /// The key.

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use legio_core::{ConversationKey, Event, IdempotencyKey, MessageId, Participant, Record, Seq};
+use legio_core::{ConversationKey, Event, IdempotencyKey, Message, MessageId, Record, Seq};
 use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 
 use crate::error::RuntimeError;
@@ -127,17 +127,21 @@ impl KeyedGate {
     }
 }
 
-/// Refuses a retry that is not the stored message's: the same key with another sender or text.
+/// Refuses a retry that is not the stored message's: the same key with another sender, text or
+/// audience (on the door, another model: the message would go to an agent it was not for).
 pub(crate) async fn check_same(
     shared: &Arc<Shared>,
     key: &IdempotencyKey,
     seq: Seq,
-    sender: &Participant,
-    text: &str,
+    retry: &Message,
 ) -> Result<(), RuntimeError> {
     let records = shared.read(move |log| log.read_range(seq, seq, 1)).await?;
     let same = records.iter().any(|record| match &record.event {
-        Event::MessagePosted(m) => m.sender == *sender && m.text_content() == text,
+        Event::MessagePosted(m) => {
+            m.sender == retry.sender
+                && m.audience == retry.audience
+                && m.text_content() == retry.text_content()
+        }
         _ => false,
     });
     if same {

@@ -62,6 +62,9 @@ pub enum TurnErrorKind {
     Moved,
     /// The log or the agent's configuration failed during the turn.
     Runtime,
+    /// A keyed post's retry: the agent went on to later messages without answering this one
+    /// (its turn failed or was cut short), so it is not run again; post it anew to ask again.
+    Unanswered,
 }
 
 impl TurnError {

@@ -761,8 +761,7 @@ impl Runtime {
             (message.id, turns.id) = (id, id);
             if let Some(seq) = entered.find(message.id) {
                 drop(entered);
-                let text = message.text_content();
-                crate::keyed::check_same(&self.shared, k, seq, &message.sender, &text).await?;
+                crate::keyed::check_same(&self.shared, k, seq, &message).await?;
                 (turns.seq, turns.replayed) = (seq, true);
                 if turns.targets.is_empty() {
                     return Ok(turns.posted(Vec::new()));

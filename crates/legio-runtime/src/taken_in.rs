@@ -6,8 +6,14 @@
 //!
 //! Only a loop that ended with a reply counts: when it failed (or a crash cut it), the message
 //! has no answer yet and its turn runs as usual.
+//!
+//! A keyed post's retry (keyed.rs) asks the same question of the log, whatever the actor
+//! remembers: the message's own turn is such a loop. There the answer must be this message's or
+//! an earlier one's, never a later turn's that carried the message as history; and when the agent
+//! went on to later messages without answering it ([`Taken::MovedOn`]), running its turn now would
+//! show the model a message its session already holds, as new.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use legio_core::{
@@ -22,6 +28,17 @@ use crate::shared::Shared;
 /// reply (a loop's steps are a few events each).
 const LOOK_AHEAD: usize = 10_000;
 
+/// What the log says of the message at `seq` for `agent`.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// The loop that first delivered it (its own turn, or an earlier loop) ended with this reply.
+    Answered(Reply),
+    /// No answer, and the agent has since replied to a later message (or the look-ahead ran out).
+    MovedOn,
+    /// No answer yet: its turn may run.
+    Open,
+}
+
 /// The reply of `agent`'s earlier loop that took in the message at `seq`, if one did and ended
 /// with a reply. Asked only when the agent's actor delivered context up to `seq` or beyond, or
 /// for a keyed post's retry (keyed.rs), whose message the agent's own turn may have answered.
@@ -30,12 +47,17 @@ pub(crate) async fn taken_in(
     conversation: &ConversationKey,
     agent: &AgentName,
     seq: Seq,
-) -> Result<Option<Reply>, RuntimeError> {
+) -> Result<Taken, RuntimeError> {
     let (conversation, agent) = (conversation.clone(), agent.clone());
     shared
         .read(move |log| {
             let after = log.conversation_events(&conversation, seq, LOOK_AHEAD)?;
-            Ok(loop_reply(&agent, seq, &after))
+            let taken = loop_reply(&agent, seq, &after);
+            let cut = after.len() == LOOK_AHEAD;
+            Ok(match taken {
+                Taken::Open if cut => Taken::MovedOn,
+                taken => taken,
+            })
         })
         .await
 }
@@ -45,8 +67,22 @@ pub(crate) async fn taken_in(
 /// if that loop failed or has not ended. The loop is told by its steps' replies' `reply_to`
 /// (every step of a turn replies to the turn's message): a step's reply to anything else means
 /// another turn ran first (the loop's failure was never written), and the message has no answer.
-fn loop_reply(agent: &AgentName, seq: Seq, after: &[Record]) -> Option<Reply> {
+fn loop_reply(agent: &AgentName, seq: Seq, after: &[Record]) -> Taken {
     let me = Participant::Agent(agent.clone());
+    let later: HashSet<MessageId> = after
+        .iter()
+        .filter_map(|r| r.event.as_message())
+        .map(|m| m.id)
+        .collect();
+    let moved_on = || {
+        let answers_later = |m: &Message| m.reply_to.is_some_and(|to| later.contains(&to));
+        let mine = after.iter().filter_map(|r| r.event.as_message());
+        if mine.filter(|m| m.sender == me).any(answers_later) {
+            Taken::MovedOn
+        } else {
+            Taken::Open
+        }
+    };
     let mut delivered = false;
     let mut turn: Option<Option<MessageId>> = None;
     let mut mine: HashMap<MessageId, (Seq, &Message)> = HashMap::new();
@@ -57,29 +93,33 @@ fn loop_reply(agent: &AgentName, seq: Seq, after: &[Record]) -> Option<Reply> {
                 mine.insert(m.id, (record.seq, m));
             }
             // A step's reply (the message its `TurnCompleted` names) replies to its turn's
-            // message: the first after the delivery tells the loop.
+            // message: the first after the delivery tells the loop, which must answer this
+            // message or an earlier one (a later turn only carried it as history).
             Event::TurnCompleted(t) if delivered && t.agent == *agent => {
                 let Some((seq, message)) = t.reply.and_then(|id| mine.get(&id)) else {
                     continue;
                 };
                 match turn {
+                    None if message.reply_to.is_some_and(|to| later.contains(&to)) => {
+                        return moved_on()
+                    }
                     None => turn = Some(message.reply_to),
-                    Some(of) if of != message.reply_to => return None,
+                    Some(of) if of != message.reply_to => return moved_on(),
                     Some(_) => {}
                 }
                 if tool_call_ids(message).is_empty() {
-                    return Some(Reply {
+                    return Taken::Answered(Reply {
                         text: message.text_content(),
                         message_id: Some(message.id),
                         seq: *seq,
                     });
                 }
             }
-            Event::TurnFailed(f) if delivered && f.agent == *agent => return None,
+            Event::TurnFailed(f) if delivered && f.agent == *agent => return moved_on(),
             _ => {}
         }
     }
-    None
+    moved_on()
 }
 
 #[cfg(test)]
@@ -220,18 +260,68 @@ mod tests {
         ]
     }
 
+    fn records(events: Vec<Event>) -> Vec<Record> {
+        events
+            .into_iter()
+            .enumerate()
+            .map(|(n, event)| Record {
+                seq: Seq(7 + n as u64),
+                event,
+            })
+            .collect()
+    }
+
+    /// A keyed retry's question: a later turn that carried the message as history is no answer,
+    /// and tells that the agent went on; a failed own turn with nothing after leaves it open.
+    #[test]
+    fn a_later_turn_is_no_answer_and_means_the_agent_went_on() {
+        let later = Event::MessagePosted(Message {
+            id: MessageId(uuid::Uuid::from_u128(50)),
+            conversation: conv(),
+            sender: Participant::User,
+            audience: Audience::All,
+            parts: vec![Part::text("later")],
+            reply_to: None,
+            at: at(),
+        });
+        let answered_later = [
+            vec![later.clone(), delivered("lead", 7)],
+            vec![
+                posted_for("lead", 1, "about later", 50),
+                completed("lead", 1),
+            ],
+        ]
+        .concat();
+        let cases = [
+            (answered_later, Taken::MovedOn),
+            (vec![failed("lead")], Taken::Open),
+            (vec![delivered("lead", 7), failed("lead")], Taken::Open),
+            (
+                [vec![delivered("lead", 7), failed("lead"), later], {
+                    let mut rest = vec![delivered("lead", 9)];
+                    rest.push(posted_for("lead", 2, "about later", 50));
+                    rest
+                }]
+                .concat(),
+                Taken::MovedOn,
+            ),
+        ];
+        for (i, (events, expected)) in cases.into_iter().enumerate() {
+            assert_eq!(
+                loop_reply(&lead(), Seq(6), &records(events)),
+                expected,
+                "case {i}"
+            );
+        }
+    }
+
     #[test]
     fn the_reply_of_the_loop_that_took_the_message_in_answers_it() {
         for (i, (events, expected)) in cases().into_iter().enumerate() {
-            let records: Vec<Record> = events
-                .into_iter()
-                .enumerate()
-                .map(|(n, event)| Record {
-                    seq: Seq(7 + n as u64),
-                    event,
-                })
-                .collect();
-            let got = loop_reply(&lead(), Seq(6), &records).map(|r| r.seq.0);
+            let got = match loop_reply(&lead(), Seq(6), &records(events)) {
+                Taken::Answered(reply) => Some(reply.seq.0),
+                _ => None,
+            };
             assert_eq!(got, expected, "case {i}");
         }
     }

@@ -37,7 +37,7 @@ use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, Reply, TurnErrorKind};
 use crate::shared::Shared;
 use crate::status::Activity;
-use crate::taken_in::taken_in;
+use crate::taken_in::{taken_in, Taken};
 use crate::tool_progress;
 use crate::tools::{run_calls, tools_for, CallContext, HostCalls, ToolOutcome};
 
@@ -130,8 +130,17 @@ async fn tool_loop(
 ) -> Result<AgentReply, RuntimeError> {
     if request.seq <= state.delivered || request.replayed {
         let (shared, conversation) = (&agent.shared, &agent.conversation);
-        if let Some(reply) = taken_in(shared, conversation, &agent.name, request.seq).await? {
-            return Ok(AgentReply::answered(&agent.name, reply));
+        match taken_in(shared, conversation, &agent.name, request.seq).await? {
+            Taken::Answered(reply) => return Ok(AgentReply::answered(&agent.name, reply)),
+            Taken::MovedOn if request.replayed => {
+                let why = format!("{} went on to later messages without answering this one (its turn failed or was cut short); post it again with a new idempotency key to ask again", agent.name);
+                return Ok(AgentReply::failed(
+                    &agent.name,
+                    TurnErrorKind::Unanswered,
+                    why,
+                ));
+            }
+            Taken::MovedOn | Taken::Open => {}
         }
     }
     let setup = setup(agent, state, request)?;

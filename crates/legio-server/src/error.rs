@@ -69,7 +69,10 @@ impl ApiError {
             | "invalid_tool"
             | "invalid_idempotency_key"
             | "missing_field" => StatusCode::BAD_REQUEST,
-            "history_mismatch" | "no_pending_tool_call" | "turn_taken_over" => StatusCode::CONFLICT,
+            "history_mismatch"
+            | "no_pending_tool_call"
+            | "turn_taken_over"
+            | "message_unanswered" => StatusCode::CONFLICT,
             "unauthorized" => StatusCode::UNAUTHORIZED,
             "forbidden" => StatusCode::FORBIDDEN,
             "body_timeout" => StatusCode::REQUEST_TIMEOUT,

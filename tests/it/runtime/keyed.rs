@@ -134,3 +134,37 @@ async fn an_agent_whose_turn_failed_answers_the_retry() {
         .count();
     assert_eq!(replies_of_bob, 1, "{bob:?}");
 }
+
+/// A retry of a message the agent went on from without answering (its turn failed, then it
+/// answered a later message that carried this one as history) is not run again: the session
+/// holds the message already, and showing it as new would show it twice. The retry says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_after_the_agent_went_on_is_refused_for_that_agent_not_run() {
+    let legion = Legion::new(RESUMABLE, "").await;
+    let bob = Legion::agent("bob");
+    legion
+        .provider
+        .inject(Some(&bob), Fault::Error("overloaded".into()));
+    let first = post_once(&legion, "first @bob", "k-1").await.unwrap();
+    assert!(first.replies[0].outcome.is_err());
+    let later = post_once(&legion, "later @bob", "k-2").await.unwrap();
+    let later = reply_of(&later);
+    let calls = legion.requests("bob").len();
+    for attempt in 0..2 {
+        let again = post_once(&legion, "first @bob", "k-1").await.unwrap();
+        assert!(again.replayed);
+        let error = again.replies[0].outcome.clone().unwrap_err();
+        assert_eq!(
+            error.kind,
+            legio_runtime::TurnErrorKind::Unanswered,
+            "attempt {attempt}: {error:?}"
+        );
+        assert_ne!(
+            again.replies[0].seq(),
+            Some(later.seq),
+            "never the later message's reply"
+        );
+    }
+    assert_eq!(legion.requests("bob").len(), calls, "no model call");
+    assert_eq!(user_messages(&legion), ["first @bob", "later @bob"]);
+}

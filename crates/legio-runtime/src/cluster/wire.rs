@@ -145,7 +145,7 @@ pub(super) struct WireHostCall {
     arguments: String,
 }
 
-const TURN_KINDS: [(TurnErrorKind, &str); 10] = [
+const TURN_KINDS: [(TurnErrorKind, &str); 11] = [
     (TurnErrorKind::Provider, "provider"),
     (TurnErrorKind::Timeout, "timeout"),
     (TurnErrorKind::ToolSteps, "tool_steps"),
@@ -156,6 +156,7 @@ const TURN_KINDS: [(TurnErrorKind, &str); 10] = [
     (TurnErrorKind::ShutDown, "shut_down"),
     (TurnErrorKind::Runtime, "runtime"),
     (TurnErrorKind::Moved, "moved"),
+    (TurnErrorKind::Unanswered, "unanswered"),
 ];
 
 const CODES: [(ErrorCode, &str); 21] = [

@@ -165,11 +165,15 @@ pub(crate) fn text_of(content: &Value) -> Option<String> {
 /// The door's error for an agent's failed turn. Its message is in the log by then, and the
 /// official SDKs retry a 5xx (twice by default), each retry storing the message again: a turn
 /// that cannot fit the agent's window, which a retry cannot mend, is 413 `context_too_large`
-/// (not retried); any other failure is 502 `agent_failed`.
+/// (not retried); a keyed retry of a message the agent went on from without answering is 409
+/// `message_unanswered` (a retry cannot mend it either); any other failure is 502 `agent_failed`.
 pub(crate) fn turn_error(error: &legio_runtime::TurnError) -> ApiError {
     match error.kind {
         legio_runtime::TurnErrorKind::ContextTooLarge => {
             ApiError::new("context_too_large", error.message.clone())
+        }
+        legio_runtime::TurnErrorKind::Unanswered => {
+            ApiError::new("message_unanswered", error.message.clone())
         }
         _ => ApiError::new("agent_failed", error.message.clone()),
     }
