@@ -613,8 +613,9 @@ impl Runtime {
     /// `key` in the conversation, on whichever node: a retry of a post whose answer was lost (a
     /// timeout, a node that died) stores nothing new and answers with `replayed` set; an agent
     /// that has answered the message gives that reply again (waiting for it if its turn still
-    /// runs), one that has not answers now. The same key with another sender or text is refused
-    /// ([`RuntimeError::IdempotencyKeyReused`]).
+    /// runs), one that has not answers now, unless it has since replied to a later message (its
+    /// reply is then the error [`crate::TurnErrorKind::Unanswered`]). The same key with another
+    /// sender or text is refused ([`RuntimeError::IdempotencyKeyReused`]). See keyed.rs.
     pub async fn post_once(
         &self,
         conversation: impl IntoName<ConversationKey>,
