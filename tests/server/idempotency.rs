@@ -176,3 +176,47 @@ async fn the_doors_retry_of_a_message_its_agent_went_on_from_is_409() {
     );
     h.stop().await;
 }
+
+/// A keyed turn that paused on a tool the host runs, its `requires_action` lost: the retry takes
+/// the paused turn over and answers the same `requires_action` at once (not after the calls time
+/// out); the results then finish the turn, streamed to whoever posts them. The call, its result
+/// and the message are in the log once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keyed_retry_of_a_paused_turn_is_shown_its_calls_again() {
+    let h = Harness::start().await;
+    let a = legio_core::AgentName::new("a").unwrap();
+    h.providers["stateless"].inject(
+        Some(&a),
+        legio_llm::Fault::tool_calls([("call-1", "lookup", r#"{"q":"x"}"#)]),
+    );
+    let lookup = json!({"name": "lookup", "description": "finds", "parameters": {"type": "object", "properties": {}}});
+    let path = "/sessions/i:paused/turns";
+    let body = json!({"content": "@a look it up", "tools": [lookup]});
+    let (status, paused) = h.post_keyed(TURNS, path, "p-1", &body).await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    assert_eq!(paused["status"], "requires_action", "{paused}");
+    let started = std::time::Instant::now();
+    let (status, again) = h.post_keyed(TURNS, path, "p-1", &body).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_eq!(again["status"], "requires_action", "{again}");
+    assert_eq!(
+        again["required_action"]["tool_calls"][0]["id"], "call-1",
+        "{again}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let results = "/sessions/i:paused/tool_results";
+    let answer = json!({"tool_results": [{"tool_call_id": "call-1", "content": "the fact"}]});
+    let events = h.post_stream(results, &answer, true).await;
+    let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(names.last(), Some(&"replies"), "{events:?}");
+    assert!(
+        names.contains(&"agent_done"),
+        "the turn's progress reaches the results' stream: {names:?}"
+    );
+    let (calls, results, linked) = super::door::tool_traffic(&h, "i:paused");
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(linked);
+    assert_eq!(user_texts(&h, "i:paused"), ["@a look it up"]);
+    h.stop().await;
+}

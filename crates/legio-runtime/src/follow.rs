@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use legio_core::ConversationKey;
+use legio_core::{ConversationKey, MessageId};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::progress::{Progress, ProgressSink};
@@ -40,6 +40,8 @@ pub(crate) struct Follower {
 /// announced (to announce those still waiting again to a follower that takes it over), and
 /// whether it ended (then nobody may take it over).
 struct Turn {
+    /// The message the turn answers: a keyed post's retry follows its first attempt's turn.
+    message: MessageId,
     follower: Follower,
     announced: Vec<HostToolCall>,
     ended: bool,
@@ -81,10 +83,40 @@ impl Follows {
             .lock()
             .get(&(conversation.clone(), id.to_owned()))
             .cloned();
-        let Some(target) = target else {
-            return false;
-        };
-        let mut turn = lock(&target);
+        match target {
+            Some(target) => hand_over(&target, follower, still_waiting),
+            None => false,
+        }
+    }
+
+    /// Gives the turn of `conversation` that answers `message` and has announced calls (a keyed
+    /// post's first attempt, paused on them) to `follower`, as [`Follows::take_over`] does.
+    pub(crate) fn take_over_message(
+        &self,
+        conversation: &ConversationKey,
+        message: MessageId,
+        follower: Follower,
+        still_waiting: impl Fn(&str) -> bool,
+    ) -> bool {
+        // The map's lock is let go before a turn's is taken: a relay takes them the other way.
+        let targets: Vec<Target> = self
+            .lock()
+            .iter()
+            .filter(|((c, _), _)| c == conversation)
+            .map(|(_, t)| Arc::clone(t))
+            .collect();
+        let target = targets.into_iter().find(|t| lock(t).message == message);
+        match target {
+            Some(target) => hand_over(&target, follower, still_waiting),
+            None => false,
+        }
+    }
+}
+
+/// Gives the turn to `follower` (see [`Follows::take_over`]); `false` when it ended.
+fn hand_over(target: &Target, follower: Follower, still_waiting: impl Fn(&str) -> bool) -> bool {
+    {
+        let mut turn = lock(target);
         if turn.ended {
             return false;
         }
@@ -96,8 +128,8 @@ impl Follows {
         for step in calls_by_agent(waiting) {
             let _ = turn.follower.progress.send(step);
         }
-        true
     }
+    true
 }
 
 /// `calls` as `ToolCallsRequired` steps, one per agent, in the order the agents first appear.
@@ -128,11 +160,18 @@ pub(crate) struct Relay {
 }
 
 impl Relay {
-    /// Starts the relay of a turn in `conversation` whose caller follows it through `progress`.
-    fn start(follows: &Follows, conversation: &ConversationKey, progress: ProgressSink) -> Self {
+    /// Starts the relay of a turn in `conversation`, answering `message`, whose caller follows it
+    /// through `progress`.
+    fn start(
+        follows: &Follows,
+        conversation: &ConversationKey,
+        message: MessageId,
+        progress: ProgressSink,
+    ) -> Self {
         let (sink, steps) = mpsc::unbounded_channel();
         let (finish, finished) = oneshot::channel();
         let target = Arc::new(Mutex::new(Turn {
+            message,
             follower: Follower {
                 progress,
                 end: None,
@@ -159,12 +198,12 @@ impl Relay {
     /// its caller.
     pub(crate) fn for_turn(
         follows: &Follows,
-        conversation: &ConversationKey,
+        (conversation, message): (&ConversationKey, MessageId),
         host_tools: bool,
         progress: Option<ProgressSink>,
     ) -> Option<Self> {
         match progress {
-            Some(sink) if host_tools => Some(Self::start(follows, conversation, sink)),
+            Some(sink) if host_tools => Some(Self::start(follows, conversation, message, sink)),
             progress => progress.map(Self::direct),
         }
     }
@@ -305,7 +344,7 @@ mod tests {
         let follows = Follows::default();
         let c = ConversationKey::new("f:1").unwrap();
         let (caller, mut caller_rx) = mpsc::unbounded_channel();
-        let relay = Relay::start(&follows, &c, caller);
+        let relay = Relay::start(&follows, &c, MessageId(uuid::Uuid::nil()), caller);
         let none = |_: &str| false;
         assert!(
             !follows.take_over(&c, "call-1", follower().0, none),

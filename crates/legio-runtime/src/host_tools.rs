@@ -242,6 +242,21 @@ impl HostToolDesk {
     /// follow.rs), in the same step, so that of two submissions of the same results the one
     /// whose results the calls took follows the turn. Refused like `submit`, and when a call's
     /// turn is not followed here (its relay has not announced it yet, or it ended).
+    /// Gives the turn of `conversation` that answers `message`, paused on the host's calls, to
+    /// `follower` (a keyed post's retry whose first attempt's `requires_action` was lost), told
+    /// first the calls still waiting. `false` when no such turn waits here.
+    pub(crate) fn follow_turn(
+        &self,
+        conversation: &ConversationKey,
+        message: legio_core::MessageId,
+        follower: Follower,
+    ) -> bool {
+        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        let still_waiting = |id: &str| pending.contains_key(&(conversation.clone(), id.to_owned()));
+        self.follows
+            .take_over_message(conversation, message, follower, still_waiting)
+    }
+
     pub(crate) fn submit_following(
         &self,
         conversation: &ConversationKey,

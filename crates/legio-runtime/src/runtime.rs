@@ -763,6 +763,13 @@ impl Runtime {
             if let Some(seq) = entered.find(message.id) {
                 drop(entered);
                 crate::keyed::check_same(&self.shared, k, seq, &message).await?;
+                let paused = match (&progress, &host.tools) {
+                    (Some(progress), Some(_)) => self.follow_paused(&key, id, progress).await,
+                    _ => None,
+                };
+                if let Some(posted) = paused {
+                    return posted;
+                }
                 (turns.seq, turns.replayed) = (seq, true);
                 if turns.targets.is_empty() {
                     return Ok(turns.posted(Vec::new()));
@@ -814,7 +821,8 @@ impl Runtime {
     ) -> Posted {
         let host_tools = host_tools.filter(|_| progress.is_some());
         let follows = &self.shared.host_desk.follows;
-        let relay = Relay::for_turn(follows, key, host_tools.is_some(), progress);
+        let turn = (key, turns.id);
+        let relay = Relay::for_turn(follows, turn, host_tools.is_some(), progress);
         let request = TurnRequest {
             seq: turns.seq,
             id: turns.id,

@@ -102,6 +102,31 @@ impl Runtime {
         }
     }
 
+    /// For a keyed post's retry with host tools: when its first attempt's turn (answering
+    /// `message`) waits here on the host's calls, the retry follows it from now on (told first
+    /// the calls still waiting, as a `requires_action`) and gets its replies, marked replayed;
+    /// `None` when no such turn waits here.
+    pub(crate) async fn follow_paused(
+        &self,
+        key: &ConversationKey,
+        message: legio_core::MessageId,
+        progress: &ProgressSink,
+    ) -> Option<Result<Posted, RuntimeError>> {
+        let (end_tx, end) = oneshot::channel();
+        let follower = Follower {
+            progress: progress.clone(),
+            end: Some(end_tx),
+        };
+        if !self.shared.host_desk.follow_turn(key, message, follower) {
+            return None;
+        }
+        let mut posted = followed(key, end.await);
+        if let Ok(posted) = &mut posted {
+            posted.replayed = true;
+        }
+        Some(posted)
+    }
+
     /// Serves `Forwarded::FollowToolResults`: hands the results over and follows the turn,
     /// its progress to the asking node's frames. Always streamed (wire.rs); unstreamed, nobody
     /// would follow, so the results are only handed over.

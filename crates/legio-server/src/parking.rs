@@ -78,7 +78,8 @@ impl AppState {
         };
         let taken = {
             let mut parked = self.parked();
-            let index = parked.iter().position(waits_for);
+            // The latest: a keyed retry that took a paused turn over parks after its first attempt.
+            let index = parked.iter().rposition(waits_for);
             index.map(|index| parked.swap_remove(index))
         };
         let Some(parked) = taken else {
