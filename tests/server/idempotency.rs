@@ -70,6 +70,22 @@ async fn a_keyed_turn_sent_again_is_answered_from_the_log_and_stored_once() {
         .await;
     assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{reused}");
     assert_eq!(reused["error"]["code"], "idempotency_key_reused");
+    assert_eq!(reused["error"]["param"], "Idempotency-Key");
+    // Two different keys name no one message; the same one twice is that key.
+    let two = |second: &str| {
+        h.client
+            .post(h.url(path))
+            .bearer_auth(TOKEN)
+            .header("idempotency-key", "k-1")
+            .header("idempotency-key", second)
+            .json(&body)
+    };
+    let (status, refused) = h.call("post", TURNS, two("k-9")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");
+    assert_eq!(refused["error"]["code"], "invalid_idempotency_key");
+    let (status, same) = h.call("post", TURNS, two("k-1")).await;
+    assert_eq!(status, StatusCode::OK, "{same}");
+    assert_eq!(same["replayed"], true, "{same}");
     for bad in ["two words", &"k".repeat(256)] {
         let (status, refused) = h.post_keyed(TURNS, path, bad, &body).await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{refused}");

@@ -23,24 +23,38 @@ pub struct IdempotencyKey(String);
 /// A key that does not have the required shape.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum IdempotencyKeyError {
-    /// Empty, too long, or a character outside `!` to `~`.
-    #[error("invalid idempotency key {value:?}: use 1 to {MAX_IDEMPOTENCY_KEY_BYTES} visible ASCII characters (no spaces), a UUID for instance")]
-    Invalid {
-        /// The rejected value (cut to 64 characters).
+    /// No characters.
+    #[error("invalid idempotency key: it is empty; use 1 to {MAX_IDEMPOTENCY_KEY_BYTES} visible ASCII characters, a UUID for instance")]
+    Empty,
+    /// Over [`MAX_IDEMPOTENCY_KEY_BYTES`].
+    #[error("invalid idempotency key: {len} bytes is too long (at most {MAX_IDEMPOTENCY_KEY_BYTES}); a UUID is 36")]
+    TooLong {
+        /// The key's length in bytes.
+        len: usize,
+    },
+    /// A character outside `!` to `~` (a space, a control character, a non-ASCII letter).
+    #[error("invalid idempotency key {value:?}: {found:?} is not a visible ASCII character (use `!` to `~`, no spaces)")]
+    BadCharacter {
+        /// The rejected value.
         value: String,
+        /// The first character at fault.
+        found: char,
     },
 }
 
 impl IdempotencyKey {
     /// Checks the key's shape.
     pub fn new(value: &str) -> Result<Self, IdempotencyKeyError> {
-        let visible = |b: u8| (b'!'..=b'~').contains(&b);
-        if value.is_empty()
-            || value.len() > MAX_IDEMPOTENCY_KEY_BYTES
-            || !value.bytes().all(visible)
-        {
-            return Err(IdempotencyKeyError::Invalid {
-                value: value.chars().take(64).collect(),
+        if value.is_empty() {
+            return Err(IdempotencyKeyError::Empty);
+        }
+        if value.len() > MAX_IDEMPOTENCY_KEY_BYTES {
+            return Err(IdempotencyKeyError::TooLong { len: value.len() });
+        }
+        if let Some(found) = value.chars().find(|c| !('!'..='~').contains(c)) {
+            return Err(IdempotencyKeyError::BadCharacter {
+                value: value.to_owned(),
+                found,
             });
         }
         Ok(Self(value.to_owned()))
@@ -127,7 +141,18 @@ mod tests {
         }
         let longest = "k".repeat(MAX_IDEMPOTENCY_KEY_BYTES);
         assert!(IdempotencyKey::new(&longest).is_ok());
-        assert!(IdempotencyKey::new(&format!("{longest}k")).is_err());
+        let error = IdempotencyKey::new(&format!("{longest}k")).unwrap_err();
+        assert_eq!(error, IdempotencyKeyError::TooLong { len: 256 });
+        assert!(
+            error.to_string().contains("256 bytes is too long"),
+            "{error}"
+        );
+        assert_eq!(IdempotencyKey::new(""), Err(IdempotencyKeyError::Empty));
+        let error = IdempotencyKey::new("two words").unwrap_err();
+        assert!(matches!(
+            error,
+            IdempotencyKeyError::BadCharacter { found: ' ', .. }
+        ));
     }
 
     #[test]

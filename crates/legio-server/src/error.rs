@@ -140,7 +140,11 @@ impl From<RuntimeError> for ApiError {
             C::TurnTakenOver => "turn_taken_over",
             _ => "internal",
         };
-        Self::new(code, e.to_string())
+        let error = Self::new(code, e.to_string());
+        match e.code() {
+            C::IdempotencyKeyReused => error.with_param("Idempotency-Key"),
+            _ => error,
+        }
     }
 }
 

@@ -42,11 +42,17 @@ pub(crate) fn replies_json(posted: &Posted) -> Value {
 /// The request's `Idempotency-Key` header, if it has one: a retry with the same key stores
 /// nothing new (`Runtime::post_once`).
 pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyKey>, ApiError> {
-    let Some(value) = headers.get("idempotency-key") else {
+    let mut values = headers.get_all("idempotency-key").iter();
+    let Some(value) = values.next() else {
         return Ok(None);
     };
     let bad =
         |why: String| ApiError::new("invalid_idempotency_key", why).with_param("Idempotency-Key");
+    // Two different keys (one a proxy added, say) name no one message.
+    if values.any(|other| other != value) {
+        let why = "the request carries two different Idempotency-Key headers; send one";
+        return Err(bad(why.to_owned()));
+    }
     let text = value
         .to_str()
         .map_err(|_| bad("the Idempotency-Key header is not visible ASCII".to_owned()))?;
