@@ -85,10 +85,72 @@ fn inspect_tools_lists_every_agents_tools_and_where_each_comes_from() {
         None,
     );
     assert_eq!(code(&bad), 1);
+    assert!(stderr(&bad).contains("no database"), "{}", stderr(&bad));
+    // With a conversation, the tools its host declared (the last declaration) come too.
+    {
+        use legio_core::{ConversationKey, DeclaredTool, Event, Timestamp, ToolsDeclared};
+        use legio_store::EventLog;
+        let log = legio_store::SledLog::open(dir.path().join("db"), &Default::default()).unwrap();
+        let declared = |names: &[&str]| {
+            Event::ToolsDeclared(ToolsDeclared {
+                conversation: ConversationKey::new("x:1").unwrap(),
+                at: Timestamp::EPOCH,
+                tools: names
+                    .iter()
+                    .map(|name| DeclaredTool {
+                        name: (*name).to_owned(),
+                        description: format!("the host's {name}\nmore"),
+                        parameters: "{}".to_owned(),
+                    })
+                    .collect(),
+            })
+        };
+        log.append(vec![declared(&["old"])]).unwrap();
+        log.append(vec![declared(&["lookup", "note"])]).unwrap();
+    }
+    let unknown = legio_in(
+        dir.path(),
+        &config,
+        &["inspect", "tools", "--conversation", "x:9"],
+        None,
+    );
+    assert_eq!(code(&unknown), 1);
+    let text = stderr(&unknown);
+    assert!(text.contains("no conversation \"x:9\""), "{text}");
+    let out = legio_in(
+        dir.path(),
+        &config,
+        &[
+            "inspect",
+            "tools",
+            "--conversation",
+            "x:1",
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let rows: Vec<Value> = serde_json::from_str(&stdout(&out)).unwrap();
+    let host: Vec<(&str, &str, &str)> = rows
+        .iter()
+        .filter(|r| r["agent"] == "(host turns)")
+        .map(|r| {
+            let cell = |k: &str| r[k].as_str().unwrap();
+            (cell("tool"), cell("source"), cell("description"))
+        })
+        .collect();
+    let source = "declared by the host in x:1 (seq 2)";
+    assert_eq!(
+        host,
+        [
+            ("lookup", source, "the host's lookup"),
+            ("note", source, "the host's note")
+        ]
+    );
     assert!(
-        stderr(&bad).contains("drop --conversation"),
-        "{}",
-        stderr(&bad)
+        rows.iter().any(|r| r["tool"] == "mcp__bad__ok"),
+        "the configured tools are still listed"
     );
 }
 

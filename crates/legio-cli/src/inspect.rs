@@ -30,7 +30,8 @@ pub enum What {
     /// time since it was last renewed.
     Nodes,
     /// Every agent's tools and where each comes from (built-in, memory, or an [mcp.NAME]
-    /// server, which is started to list them); read from the configuration, not the log.
+    /// server, which is started to list them), from the configuration; with --conversation,
+    /// also the tools the host declared there (from the log), offered on the host's turns.
     Tools,
 }
 
@@ -89,17 +90,51 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
     Ok(())
 }
 
-/// `legio inspect tools`: from the configuration, the MCP servers started to list their tools.
+/// `legio inspect tools`: from the configuration, the MCP servers started to list their tools;
+/// with `--conversation`, also the tools the host declared there (read from the log).
 #[cfg(feature = "runtime")]
 fn tools(context: &Context, args: &Args) -> Result<ExitCode> {
-    if args.conversation.is_some() {
-        anyhow::bail!("an agent's tools are the same in every conversation; drop --conversation");
-    }
+    let declared = match &args.conversation {
+        Some(key) => declared_rows(context, &ConversationKey::new(key.as_str())?)?,
+        None => Vec::new(),
+    };
     let config = common::config(context)?;
-    let table = common::tokio()?.block_on(legio_runtime::tools_table(&config))?;
+    let mut table = common::tokio()?.block_on(legio_runtime::tools_table(&config))?;
+    table.rows.extend(declared);
     let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
     print(args.format, &header, table.rows)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The conversation's declared host tools as rows of the tools table: offered on the host's
+/// turns (`POST /sessions/{id}/tools`), whoever they address.
+#[cfg(feature = "runtime")]
+fn declared_rows(context: &Context, key: &ConversationKey) -> Result<Vec<Vec<String>>> {
+    let log = common::open_log_for_reading(context)?;
+    legio_ops::require_conversation(&*log, key)?;
+    let (latest, _) = legio_ops::latest_declaration(&*log, key, legio_core::Seq::ZERO)?;
+    let Some((seq, declared)) = latest else {
+        return Ok(Vec::new());
+    };
+    let source = format!("declared by the host in {key} (seq {seq})");
+    Ok(declared
+        .tools
+        .into_iter()
+        .map(|tool| {
+            let summary = tool
+                .description
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            vec![
+                "(host turns)".to_owned(),
+                tool.name,
+                source.clone(),
+                summary,
+            ]
+        })
+        .collect())
 }
 
 /// Without the `runtime` feature there is no MCP client to start the servers with.

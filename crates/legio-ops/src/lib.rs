@@ -13,7 +13,8 @@ mod window_tally;
 pub use error::OpsError;
 pub use memory_view::{fold_memory, memory_table, one_line, read_memory, short_time};
 pub use operator::{
-    context_report, inspect, require_conversation, ContextReport, InspectKind, ReportItem, Table,
+    context_report, inspect, latest_declaration, require_conversation, ContextReport, InspectKind,
+    ReportItem, Table,
 };
 pub use prepare::{
     compaction_job, prepare_turn, preview_turn, CompactionJob, PreparedTurn, TurnInputs,

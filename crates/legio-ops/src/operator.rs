@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use legio_core::{ConversationKey, Event, History, Record, Seq, SessionStart, Start, Timestamp};
+use legio_core::{
+    ConversationKey, Event, History, Record, Seq, SessionStart, Start, Timestamp, ToolsDeclared,
+};
 use legio_store::EventLog;
 use serde::{Deserialize, Serialize};
 
@@ -51,6 +53,31 @@ pub struct Table {
     pub header: Vec<String>,
     /// Rows.
     pub rows: Vec<Vec<String>>,
+}
+
+/// The conversation's last tool declaration after `after` (`ToolsDeclared`: the last one is the
+/// host's tools, an empty list none), with its seq, and the last seq read (`after` when nothing
+/// came since).
+pub fn latest_declaration(
+    log: &dyn EventLog,
+    conversation: &ConversationKey,
+    mut after: Seq,
+) -> Result<(Option<(Seq, ToolsDeclared)>, Seq), OpsError> {
+    let mut latest = None;
+    loop {
+        let page = log.conversation_events(conversation, after, CHUNK)?;
+        let declared = page.iter().rev().find_map(|r| match &r.event {
+            Event::ToolsDeclared(declared) => Some((r.seq, declared.clone())),
+            _ => None,
+        });
+        latest = declared.or(latest);
+        let Some(last) = page.last() else { break };
+        after = last.seq;
+        if page.len() < CHUNK {
+            break;
+        }
+    }
+    Ok((latest, after))
 }
 
 /// Errors unless `conversation` has at least one event.

@@ -21,9 +21,6 @@ use crate::memory::ToolSpec;
 use crate::names::IntoName;
 use crate::runtime::Runtime;
 
-/// Events read per page when a conversation's declarations are read from the log.
-const PAGE: usize = 4096;
-
 impl Runtime {
     /// Declares the tools the host runs for every turn it posts with
     /// [`Runtime::post_host_turn`] in `conversation` (replacing earlier ones; an empty list
@@ -102,27 +99,13 @@ impl Runtime {
             return Ok(());
         }
         self.catch_up(key).await?;
-        let mut after = known.unwrap_or(Seq::ZERO);
         // Only the last declaration counts (one that does not read but was replaced is no
         // error: declaring again mends it).
-        let mut latest = None;
-        loop {
-            let conversation = key.clone();
-            let page = self
-                .shared
-                .read(move |log| log.conversation_events(&conversation, after, PAGE))
-                .await?;
-            let declared = page.iter().rev().find_map(|r| match &r.event {
-                Event::ToolsDeclared(declared) => Some((r.seq, declared.clone())),
-                _ => None,
-            });
-            latest = declared.or(latest);
-            let Some(last) = page.last() else { break };
-            after = last.seq;
-            if page.len() < PAGE {
-                break;
-            }
-        }
+        let (conversation, from) = (key.clone(), known.unwrap_or(Seq::ZERO));
+        let (latest, after) = self
+            .shared
+            .read_with(move |log| legio_ops::latest_declaration(log, &conversation, from))
+            .await?;
         let tools = match latest {
             Some((seq, declared)) => Some(specs_of(seq, &declared)?),
             None => None,

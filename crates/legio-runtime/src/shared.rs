@@ -78,6 +78,17 @@ impl Shared {
         T: Send + 'static,
         F: FnOnce(&dyn EventLog) -> Result<T, legio_store::StoreError> + Send + 'static,
     {
+        self.read_with(f).await
+    }
+
+    /// [`Shared::read`] of a read with another error (legio-ops' views).
+    pub(crate) async fn read_with<T, E, F>(self: &Arc<Self>, f: F) -> Result<T, RuntimeError>
+    where
+        T: Send + 'static,
+        E: Send + 'static,
+        RuntimeError: From<E>,
+        F: FnOnce(&dyn EventLog) -> Result<T, E> + Send + 'static,
+    {
         let shared = Arc::clone(self);
         tokio::task::spawn_blocking(move || f(shared.log.as_ref()))
             .await
