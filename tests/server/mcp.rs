@@ -352,3 +352,56 @@ async fn an_orchestrator_on_claude_code_dispatches_through_the_mcp_endpoint() {
     let _ = stop.send(());
     served.await.unwrap().unwrap();
 }
+
+/// A session is bound to the scope of the token that opened it: the same session with a token
+/// for another agent or conversation is refused (403), with its own token it goes on, and a new
+/// session with the other token is that token's (an MCP walkthrough ran a call as another agent
+/// in another conversation through a session opened for the first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_serves_only_the_scope_it_was_opened_with() {
+    let harness = Harness::start().await;
+    let (mine, other) = (
+        token(&harness, "mcp:1", "a", Duration::from_secs(60)),
+        token(&harness, "mcp:2", "lead", Duration::from_secs(60)),
+    );
+    let post = |token: &str, session: Option<&str>, body: Value| {
+        let mut request = harness
+            .client
+            .post(harness.url("/mcp"))
+            .bearer_auth(token)
+            .header("accept", "application/json, text/event-stream")
+            .json(&body);
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request.send()
+    };
+    let initialize = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "initialize", "params": {
+            "protocolVersion": "2025-03-26", "capabilities": {},
+            "clientInfo": {"name": "walk", "version": "1"}}})
+    };
+    let opened = post(&mine, None, initialize(1)).await.unwrap();
+    assert!(opened.status().is_success(), "{}", opened.status());
+    let session = opened.headers()["mcp-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let done = post(&mine, Some(&session), initialized).await.unwrap();
+    assert!(done.status().is_success(), "{}", done.status());
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let refused = post(&other, Some(&session), list.clone()).await.unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::FORBIDDEN);
+    let body: Value = refused.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("serves agent a in conversation mcp:1"),
+        "{body}"
+    );
+    let listed = post(&mine, Some(&session), list).await.unwrap();
+    assert!(listed.status().is_success(), "{}", listed.status());
+    let theirs = post(&other, None, initialize(3)).await.unwrap();
+    assert!(theirs.status().is_success(), "{}", theirs.status());
+    harness.stop().await;
+}

@@ -47,8 +47,8 @@ const HISTORY_PART_CUT: usize = 500;
 fn get_history_spec() -> ToolSpec {
     ToolSpec {
         name: GET_HISTORY.to_owned(),
-        description: "Read the latest messages of this conversation that you may see, oldest \
-first, each with its seq, sender and audience."
+        description: "Read the latest messages of this conversation that you may see (before \
+this call), oldest first, each with its seq, sender and audience."
             .to_owned(),
         parameters: json!({
             "type": "object",
@@ -388,15 +388,21 @@ async fn get_history(ctx: &CallContext, args: &Value) -> Result<String, String> 
         return Err(format!("unexpected argument {unknown:?}; arguments: limit"));
     }
     let (conversation, spec) = (ctx.conversation.clone(), ctx.spec.clone());
+    // One more than asked: the call's own message (recorded before it runs) is left out.
+    let window = limit as usize + 1;
     let records = ctx
         .shared
-        .read(move |log| log.visible_window(&conversation, spec.viewer(), limit as usize))
+        .read(move |log| log.visible_window(&conversation, spec.viewer(), window))
         .await
         .map_err(|e| format!("cannot read the history: {e}"))?;
-    let lines: Vec<String> = records
+    let mut lines: Vec<String> = records
         .iter()
-        .filter_map(|r| r.event.as_message().map(|m| history_line(r.seq, m)))
+        .filter_map(|r| r.event.as_message().map(|m| (r.seq, m)))
+        .filter(|(_, m)| m.id != ctx.call_message)
+        .map(|(seq, m)| history_line(seq, m))
         .collect();
+    let extra = lines.len().saturating_sub(limit as usize);
+    lines.drain(..extra);
     if lines.is_empty() {
         return Ok("(no messages)".to_owned());
     }

@@ -3,10 +3,14 @@
 //! the guard verifies it with the MCP key (beside the database, or on a cluster the one the
 //! nodes share: `McpTokenKey::for_store`) and puts its scope (one agent in one conversation) in
 //! the request's extensions, where `legio_runtime::McpService` finds it. So every request is
-//! authorized by its own credential, and the tools it reaches are that agent's.
+//! authorized by its own credential, and the tools it reaches are that agent's. A session (its
+//! `mcp-session-id`) is bound to the scope of the token that opened it: a request of that
+//! session with a token of another scope is refused (403), so a session serves exactly one
+//! agent in one conversation.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
@@ -20,11 +24,24 @@ use crate::error::ApiError;
 use crate::mcp_key::McpKey;
 use crate::state::AppState;
 
-type Key = Arc<McpKey>;
+/// The guard's state: the key tokens are verified with, and each open session's scope.
+pub(crate) struct Guard {
+    key: Arc<McpKey>,
+    sessions: Mutex<HashMap<String, McpScope>>,
+}
+
+/// Sessions remembered; past it, all are forgotten (a forgotten session is bound again to the
+/// scope of its next request, as after a restart).
+const SESSIONS: usize = 10_000;
+
+const SESSION_HEADER: &str = "mcp-session-id";
 
 /// The `/mcp` routes with their guard.
 pub(crate) fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
-    let key: Key = Arc::clone(&state.mcp_key);
+    let guard = Arc::new(Guard {
+        key: Arc::clone(&state.mcp_key),
+        sessions: Mutex::default(),
+    });
     let resolve: ScopeResolver = Arc::new(|extensions| {
         extensions
             .get::<axum::http::request::Parts>()
@@ -52,7 +69,7 @@ pub(crate) fn routes(state: &Arc<AppState>) -> Router<Arc<AppState>> {
     );
     Router::new()
         .nest_service("/mcp", service)
-        .layer(middleware::from_fn_with_state(key, require_mcp_token))
+        .layer(middleware::from_fn_with_state(guard, require_mcp_token))
 }
 
 /// Tells the runtime where `/mcp` is served (`addr`; an unspecified address as loopback), so
@@ -74,9 +91,14 @@ pub(crate) fn announce(
     }
 }
 
-/// Verifies the bearer token and attaches its scope to the request.
-async fn require_mcp_token(State(key): State<Key>, mut request: Request, next: Next) -> Response {
-    let key = match key.get().await {
+/// Verifies the bearer token, checks that the session (if any) was opened with the same scope,
+/// and attaches the scope to the request.
+async fn require_mcp_token(
+    State(guard): State<Arc<Guard>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let key = match guard.key.get().await {
         Ok(key) => key,
         Err(reason) => return ApiError::new("internal", reason).into_response(),
     };
@@ -87,11 +109,64 @@ async fn require_mcp_token(State(key): State<Key>, mut request: Request, next: N
         )
         .into_response();
     };
-    match key.verify(token) {
-        Ok(scope) => {
-            request.extensions_mut().insert(scope);
-            next.run(request).await
+    let scope = match key.verify(token) {
+        Ok(scope) => scope,
+        Err(e) => return ApiError::new("unauthorized", e.to_string()).into_response(),
+    };
+    let session = header_text(request.headers());
+    if let Some(refused) = session.as_deref().and_then(|s| guard.check(s, &scope)) {
+        return refused.into_response();
+    }
+    let closing = request.method() == axum::http::Method::DELETE;
+    request.extensions_mut().insert(scope.clone());
+    let response = next.run(request).await;
+    match (session, header_text(response.headers())) {
+        (Some(session), _) if closing && response.status().is_success() => guard.forget(&session),
+        (None, Some(opened)) => guard.bind(opened, scope),
+        _ => {}
+    }
+    response
+}
+
+fn header_text(headers: &axum::http::HeaderMap) -> Option<String> {
+    let value = headers.get(SESSION_HEADER)?;
+    value.to_str().ok().map(str::to_owned)
+}
+
+impl Guard {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, McpScope>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The refusal of a request of `session` made with a token of `scope`, if the session was
+    /// opened with another; a session not known here is bound to `scope`.
+    fn check(&self, session: &str, scope: &McpScope) -> Option<ApiError> {
+        let sessions = self.sessions();
+        let Some(opened) = sessions.get(session) else {
+            drop(sessions);
+            self.bind(session.to_owned(), scope.clone());
+            return None;
+        };
+        (opened != scope).then(|| {
+            ApiError::new(
+                "forbidden",
+                format!(
+                    "this MCP session serves agent {} in conversation {}, not agent {} in {}: open a new session with this token",
+                    opened.agent, opened.conversation, scope.agent, scope.conversation
+                ),
+            )
+        })
+    }
+
+    fn bind(&self, session: String, scope: McpScope) {
+        let mut sessions = self.sessions();
+        if sessions.len() >= SESSIONS {
+            sessions.clear();
         }
-        Err(e) => ApiError::new("unauthorized", e.to_string()).into_response(),
+        sessions.insert(session, scope);
+    }
+
+    fn forget(&self, session: &str) {
+        self.sessions().remove(session);
     }
 }

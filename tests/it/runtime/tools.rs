@@ -425,6 +425,17 @@ async fn get_history_returns_what_the_calling_agent_may_see() {
         .inject(Some(&ann), calls(&[("g3", "get_history", "{\"limit\":0}")]));
     legion.post("@ann again").await;
     assert!(result(&legion, "g3").1, "a limit of 0 is an error result");
+
+    // The call's own message is not history: `limit` counts the messages before it (an MCP
+    // client's walkthrough got only its own call back with a limit of 1).
+    legion
+        .provider
+        .inject(Some(&ann), calls(&[("g4", "get_history", "{\"limit\":1}")]));
+    legion.post("@ann the last word").await;
+    let (seen, _) = result(&legion, "g4");
+    assert!(seen.contains("the last word"), "{seen}");
+    assert!(!seen.contains("id=g4"), "{seen}");
+    assert_eq!(seen.matches("\n\n#").count(), 0, "one message: {seen}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
