@@ -207,6 +207,44 @@ fn mcp_token_prints_a_scoped_token_and_refuses_unknown_agents() {
         None,
     );
     assert_eq!(code(&ttl), 2, "{}", stderr(&ttl));
+    // Past a year (or past what u64 seconds hold) is refused, not wrapped.
+    for long in ["366d", "99999999999999999999d", "18446744073709551615d"] {
+        let args = [
+            "mcp",
+            "token",
+            "--conversation",
+            "c:1",
+            "--agent",
+            "ann",
+            "--ttl",
+            long,
+        ];
+        let out = legio_in(dir.path(), &config, &args, None);
+        assert_eq!(code(&out), 2, "{long}: {}", stderr(&out));
+    }
+    let args = [
+        "mcp",
+        "token",
+        "--conversation",
+        "c:1",
+        "--agent",
+        "ann",
+        "--ttl",
+        "365d",
+    ];
+    let year = legio_in(dir.path(), &config, &args, None);
+    assert_eq!(code(&year), 0, "{}", stderr(&year));
+    // `mcp serve` while another process holds the database says what to do instead.
+    let held = legio_store::SledLog::open(dir.path().join("db"), &Default::default()).unwrap();
+    let args = ["mcp", "serve", "--conversation", "c:1", "--agent", "ann"];
+    let locked = legio_in(dir.path(), &config, &args, Some(""));
+    assert_eq!(code(&locked), 1, "{}", stderr(&locked));
+    let text = stderr(&locked);
+    assert!(
+        text.contains("locked") && text.contains("/mcp endpoint"),
+        "{text}"
+    );
+    drop(held);
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{bail, Result};
 use legio_core::{AgentName, ConversationKey};
 use legio_runtime::{McpScope, McpTokenKey, MCP_TOKEN_DEFAULT_TTL};
 
@@ -47,7 +47,8 @@ enum Command {
     Token {
         #[command(flatten)]
         scope: Scope,
-        /// How long the token is valid: seconds, or a number with s, m, h or d (default 1h).
+        /// How long the token is valid: seconds, or a number with s, m, h or d (default 1h, at
+        /// most 365d: a longer-lived client should be given fresh tokens).
         #[arg(long, value_parser = parse_ttl)]
         ttl: Option<Duration>,
     },
@@ -71,18 +72,27 @@ fn parse_ttl(text: &str) -> Result<Duration, String> {
     let n: u64 = number
         .parse()
         .map_err(|_| format!("{text:?} is not a duration like 90, 30m, 8h or 2d"))?;
-    let seconds = match unit {
-        "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86_400,
+    let unit_seconds: u64 = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
         _ => return Err(format!("{text:?}: the unit must be s, m, h or d")),
     };
+    let seconds = n.saturating_mul(unit_seconds);
     if seconds == 0 {
         return Err("the ttl must be above 0".to_owned());
     }
+    if seconds > MAX_TTL_SECONDS {
+        return Err(format!(
+            "{text:?} is longer than a token may live (365d); give a long-lived client fresh tokens"
+        ));
+    }
     Ok(Duration::from_secs(seconds))
 }
+
+/// The longest `--ttl`: 365 days.
+const MAX_TTL_SECONDS: u64 = 365 * 86_400;
 
 /// The scope, checked against the configuration's roster.
 fn scope(context: &Context, scope: &Scope) -> Result<(legio_runtime::RuntimeConfig, McpScope)> {
@@ -119,11 +129,14 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         Command::Serve { scope: s } => {
             let (config, scope) = scope(context, &s)?;
             common::tokio()?.block_on(async move {
-                let runtime = Arc::new(
-                    legio_runtime::Runtime::open(config)
-                        .await
-                        .context("opening the legion for `legio mcp serve`")?,
-                );
+                let runtime = Arc::new(legio_runtime::Runtime::open(config).await.map_err(
+                    |e| match e.code() {
+                        legio_runtime::ErrorCode::StoreLocked => anyhow::anyhow!(
+                            "{e}\n(with `legio serve` running, point the client at its /mcp endpoint with a token from `legio mcp token` instead)"
+                        ),
+                        _ => anyhow::Error::new(e).context("opening the legion for `legio mcp serve`"),
+                    },
+                )?);
                 let served = legio_runtime::serve_mcp_stdio(Arc::clone(&runtime), scope).await;
                 runtime.stop().await?;
                 served?;

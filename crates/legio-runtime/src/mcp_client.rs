@@ -277,8 +277,9 @@ impl McpServer {
             }
             Err(e) => {
                 conn.failures += 1;
+                // 250 ms after the first failure, doubling.
                 let backoff = BACKOFF_FIRST
-                    .saturating_mul(1 << conn.failures.min(8))
+                    .saturating_mul(1 << (conn.failures - 1).min(8))
                     .min(BACKOFF_MAX);
                 conn.retry_at = Some(Instant::now() + backoff);
                 conn.last_error = e.clone();
