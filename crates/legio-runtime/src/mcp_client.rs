@@ -81,10 +81,14 @@ async fn connect(spec: &McpServerSpec) -> Result<Client, String> {
                     .stderr(Stdio::piped())
                     .spawn()
                     .map_err(|e| format!("cannot run {}: {e}", command.display()))?;
+                let tail = StderrTail::default();
                 if let Some(stderr) = stderr {
-                    forward_stderr(spec.name.clone(), stderr);
+                    forward_stderr(spec.name.clone(), stderr, tail.clone());
                 }
-                ().serve(transport).await.map_err(|e| e.to_string())
+                match ().serve(transport).await {
+                    Ok(client) => Ok(client),
+                    Err(e) => Err(tail.after(plain(&e)).await),
+                }
             }
             McpTransport::Http { url, headers } => {
                 let mut map = reqwest::header::HeaderMap::new();
@@ -102,7 +106,7 @@ async fn connect(spec: &McpServerSpec) -> Result<Client, String> {
                     .map_err(|e| e.to_string())?;
                 let config = rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 let transport = StreamableHttpClientTransport::with_client(http, config);
-                ().serve(transport).await.map_err(|e| e.to_string())
+                ().serve(transport).await.map_err(|e| plain(&e))
             }
         }
     };
@@ -115,14 +119,88 @@ async fn connect(spec: &McpServerSpec) -> Result<Client, String> {
     }
 }
 
-/// A stdio server's stderr lines, as debug traces (`LEGIO_LOG=debug` shows them).
-fn forward_stderr(server: String, stderr: tokio::process::ChildStderr) {
+/// A stdio server's stderr lines, as debug traces (`LEGIO_LOG=debug` shows them); the last few
+/// are kept in `tail`, for the error of a server that fails to start.
+fn forward_stderr(server: String, stderr: tokio::process::ChildStderr, tail: StderrTail) {
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         while let Ok(Some(line)) = lines.next_line().await {
             tracing::debug!(mcp = %server, "{line}");
+            tail.push(line);
         }
     });
+}
+
+/// The last lines a starting server wrote on stderr.
+#[derive(Clone, Default)]
+struct StderrTail(Arc<std::sync::Mutex<std::collections::VecDeque<String>>>);
+
+impl StderrTail {
+    const LINES: usize = 5;
+
+    fn push(&self, line: String) {
+        let mut lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.len() == Self::LINES {
+            lines.pop_front();
+        }
+        lines.push_back(line);
+    }
+
+    /// `error`, with the server's last stderr lines (waiting a moment for an exiting server's
+    /// last words) when it wrote any: the reason it gives is often only there.
+    async fn after(&self, error: String) -> String {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let lines = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if lines.is_empty() {
+            return error;
+        }
+        let said: Vec<&str> = lines.iter().map(String::as_str).collect();
+        format!("{error}; its stderr ended with: {}", said.join(" | "))
+    }
+}
+
+/// An rmcp error in plain words: without the Rust type paths its messages carry
+/// (`Transport [rmcp::transport::child_process::TokioChildProcess] error: Broken pipe` reads
+/// `transport error: Broken pipe`), which a model or an operator cannot use.
+fn plain(error: &dyn std::fmt::Display) -> String {
+    let text = error.to_string();
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    while let Some(open) = rest.find('[') {
+        let Some(len) = closing(&rest[open..]) else {
+            break;
+        };
+        let inner = &rest[open + 1..open + len];
+        out.push_str(&rest[..open]);
+        if !inner.contains("::") {
+            out.push_str(&rest[open..=open + len]);
+        }
+        rest = &rest[open + len + 1..];
+    }
+    out.push_str(rest);
+    out.replace("Transport  error", "transport error")
+        .replace("Transport error", "transport error")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Where the `[` that opens `text` is closed (its byte offset), counting nested brackets.
+fn closing(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(i);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 /// The tools `client` lists, as offered under `mcp__NAME__`; a name no provider accepts (over 64
@@ -236,6 +314,7 @@ impl McpServer {
                 ToolOutcome::Failed(format!("the MCP server {name} refused the call: {e}"))
             }
             Ok(Err(e)) => {
+                let e = plain(&e);
                 let reason = format!("the MCP server {name} failed during the call ({e})");
                 self.broken(&reason).await;
                 ToolOutcome::Failed(format!("{reason}; it is restarted on the next call"))
@@ -325,5 +404,30 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
         ToolOutcome::Failed(text)
     } else {
         ToolOutcome::Done(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain;
+
+    #[test]
+    fn rmcp_errors_read_without_rust_type_paths() {
+        let cases = [
+            (
+                "Send message error Transport [rmcp::transport::child_process::TokioChildProcess] error: Broken pipe (os error 32)",
+                "Send message error transport error: Broken pipe (os error 32)",
+            ),
+            (
+                "Transport [rmcp::transport::worker::WorkerTransport<rmcp::transport::streamable_http_client::StreamableHttpClientWorker<reqwest::async_impl::client::Client>>] error: connection refused",
+                "transport error: connection refused",
+            ),
+            ("connection closed: initialize response", "connection closed: initialize response"),
+            ("bad list [1, 2] here", "bad list [1, 2] here"),
+            ("an open [bracket", "an open [bracket"),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(plain(&raw), want, "{raw}");
+        }
     }
 }

@@ -287,4 +287,16 @@ async fn a_server_that_cannot_start_fails_the_open_naming_its_table() {
         text.contains("[mcp.gone]") && text.contains("no-such-server"),
         "{text}"
     );
+    // A server that starts, says why it cannot go on, and exits: its words are in the error.
+    let said = "[mcp.gone]\ncommand = \"sh\"\nargs = [\"-c\", \"echo cannot find module x.js >&2; exit 1\"]\nagents = [\"lead\"]\n";
+    let text = std::fs::read_to_string(&file).unwrap().replace(
+        "[mcp.gone]\ncommand = \"./no-such-server\"\nagents = [\"lead\"]\n",
+        said,
+    );
+    std::fs::write(&file, text).unwrap();
+    let config = legio_runtime::RuntimeConfig::load(&file).unwrap();
+    let error = legio_runtime::Runtime::open(config).await.unwrap_err();
+    let text = error.to_string();
+    assert!(text.contains("cannot find module x.js"), "{text}");
+    assert!(!text.contains("rmcp::"), "{text}");
 }
