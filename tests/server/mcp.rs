@@ -387,6 +387,11 @@ async fn a_session_serves_only_the_scope_it_was_opened_with() {
         .to_str()
         .unwrap()
         .to_owned();
+    let answer = opened.text().await.unwrap();
+    assert!(
+        answer.contains(r#""serverInfo":{"name":"legio""#),
+        "{answer}"
+    );
     let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
     let done = post(&mine, Some(&session), initialized).await.unwrap();
     assert!(done.status().is_success(), "{}", done.status());

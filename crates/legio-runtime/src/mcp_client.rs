@@ -383,7 +383,14 @@ impl McpServer {
     }
 }
 
-/// A call's result as text: its text parts joined (other parts as JSON), or the structured
+/// What stands for media content in a result: its kind, type and size.
+fn left_out(kind: &str, mime_type: &str, base64: &str) -> String {
+    let bytes = base64.len() / 4 * 3;
+    format!("[{kind} {mime_type}, about {bytes} bytes, not shown: legio passes on text only]")
+}
+
+/// A call's result as text: its text parts joined (images and audio as a short note, other
+/// parts as JSON), or the structured
 /// content when it has no parts; `isError` makes it an error result.
 fn outcome(result: CallToolResult) -> ToolOutcome {
     let mut parts: Vec<String> = result
@@ -391,6 +398,9 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
         .iter()
         .map(|c| match &c.raw {
             RawContent::Text(t) => t.text.clone(),
+            // Base64 the model cannot look at, only pay for: said, not passed on.
+            RawContent::Image(i) => left_out("image", &i.mime_type, &i.data),
+            RawContent::Audio(a) => left_out("audio", &a.mime_type, &a.data),
             other => serde_json::to_string(other).unwrap_or_default(),
         })
         .collect();
@@ -409,7 +419,24 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
 
 #[cfg(test)]
 mod tests {
-    use super::plain;
+    use super::{outcome, plain};
+    use crate::outcome::ToolOutcome;
+    use rmcp::model::{CallToolResult, Content};
+
+    #[test]
+    fn media_in_a_result_is_said_not_passed_on() {
+        let result = CallToolResult::success(vec![
+            Content::text("a tiny image:"),
+            Content::image("iVBORw0KGgoAAAANSUhEUg==", "image/png"),
+        ]);
+        let ToolOutcome::Done(text) = outcome(result) else {
+            panic!("a result")
+        };
+        assert_eq!(
+            text,
+            "a tiny image:\n[image image/png, about 18 bytes, not shown: legio passes on text only]"
+        );
+    }
 
     #[test]
     fn rmcp_errors_read_without_rust_type_paths() {

@@ -99,6 +99,11 @@ impl ServerHandler for McpService {
     fn get_info(&self) -> ServerInfo {
         ServerInfo {
             capabilities: ServerCapabilities::builder().enable_tools().build(),
+            server_info: rmcp::model::Implementation {
+                name: "legio".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                ..rmcp::model::Implementation::default()
+            },
             instructions: Some(
                 "legio: the tools of one agent in one conversation (get_history, dispatch for the \
 orchestrator, memory); every call is recorded in the conversation's log."
