@@ -406,6 +406,23 @@ async fn a_session_serves_only_the_scope_it_was_opened_with() {
     );
     let listed = post(&mine, Some(&session), list).await.unwrap();
     assert!(listed.status().is_success(), "{}", listed.status());
+    // A known method with params of the wrong shape is invalid params, not an unknown method.
+    let call = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+        "params": {"name": "get_history", "arguments": [1]}});
+    let malformed = post(&mine, Some(&session), call).await.unwrap();
+    let answer = malformed.text().await.unwrap();
+    assert!(
+        answer.contains("-32602") && answer.contains("tools/call takes"),
+        "{answer}"
+    );
+    let bogus = json!({"jsonrpc": "2.0", "id": 5, "method": "totally/bogus"});
+    let answer = post(&mine, Some(&session), bogus)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(answer.contains("-32601"), "{answer}");
     let theirs = post(&other, None, initialize(3)).await.unwrap();
     assert!(theirs.status().is_success(), "{}", theirs.status());
     harness.stop().await;

@@ -17,8 +17,8 @@ use legio_core::{
 };
 use legio_llm::ToolCallPart;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, Content, Extensions, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerInfo, Tool,
+    CallToolRequestParams, CallToolResult, Content, CustomRequest, CustomResult, ErrorCode,
+    Extensions, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerInfo, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -95,7 +95,49 @@ fn runtime_error(e: RuntimeError) -> ErrorData {
     ErrorData::invalid_params(e.to_string(), None)
 }
 
+/// The MCP methods a client may call: one that reaches the custom-request handler had params
+/// of the wrong shape (rmcp parses a known method's params into its type, and what fails to
+/// parse arrives as a custom request), which is invalid params, not an unknown method.
+const KNOWN_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    "completion/complete",
+    "logging/setLevel",
+    "prompts/get",
+    "prompts/list",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "tools/call",
+    "tools/list",
+];
+
 impl ServerHandler for McpService {
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        let method = request.method;
+        if KNOWN_METHODS.contains(&method.as_str()) {
+            let shape = match method.as_str() {
+                "tools/call" => " (tools/call takes {\"name\": string, \"arguments\"?: object})",
+                _ => "",
+            };
+            return Err(ErrorData::invalid_params(
+                format!("{method}: its params do not have the shape the method takes{shape}"),
+                request.params,
+            ));
+        }
+        Err(ErrorData::new(
+            ErrorCode::METHOD_NOT_FOUND,
+            format!("no method {method:?} here"),
+            None,
+        ))
+    }
+
     fn get_info(&self) -> ServerInfo {
         ServerInfo {
             capabilities: ServerCapabilities::builder().enable_tools().build(),
