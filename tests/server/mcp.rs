@@ -61,6 +61,9 @@ async fn client(python: &PathBuf, harness: &Harness, token: &str, calls: Value) 
         .await
         .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    // The SDK warns when a session's end is answered otherwise than 200 or 204.
+    assert!(!stderr.contains("Session termination failed"), "{stderr}");
     serde_json::from_str(stdout.trim()).unwrap_or_else(|_| {
         panic!(
             "the client printed no JSON: {stdout}\n{}",

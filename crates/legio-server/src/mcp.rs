@@ -119,7 +119,12 @@ async fn require_mcp_token(
     }
     let closing = request.method() == axum::http::Method::DELETE;
     request.extensions_mut().insert(scope.clone());
-    let response = next.run(request).await;
+    let mut response = next.run(request).await;
+    // rmcp ends a session with 202, which the Python SDK warns of on every close
+    // ("Session termination failed: 202"); the session is ended, so say so plainly.
+    if closing && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::OK;
+    }
     match (session, header_text(response.headers())) {
         (Some(session), _) if closing && response.status().is_success() => guard.forget(&session),
         (None, Some(opened)) => guard.bind(opened, scope),
