@@ -428,5 +428,25 @@ async fn a_session_serves_only_the_scope_it_was_opened_with() {
     assert!(answer.contains("-32601"), "{answer}");
     let theirs = post(&other, None, initialize(3)).await.unwrap();
     assert!(theirs.status().is_success(), "{}", theirs.status());
+    // A session this server did not open is refused before rmcp sees it: not bound to
+    // whoever names it first (a made-up id, or one ended).
+    let ping = json!({"jsonrpc": "2.0", "id": 6, "method": "ping"});
+    let made_up = post(&other, Some("made-up"), ping.clone()).await.unwrap();
+    assert_eq!(made_up.status(), reqwest::StatusCode::NOT_FOUND);
+    let ended = harness
+        .client
+        .delete(harness.url("/mcp"))
+        .bearer_auth(&mine)
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), reqwest::StatusCode::OK);
+    let after = post(&other, Some(&session), ping).await.unwrap();
+    assert_eq!(
+        after.status(),
+        reqwest::StatusCode::NOT_FOUND,
+        "ended, not rebound"
+    );
     harness.stop().await;
 }

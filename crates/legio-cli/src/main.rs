@@ -171,7 +171,7 @@ enum Command {
 
 /// Logs on stderr, filtered by `LEGIO_LOG`; without it, warnings and errors (a node's restart
 /// boundaries, a lease given up, an MCP server that failed: before, nothing below an error
-/// showed; not the MCP SDK's own traces), but for the demo, whose tour says what happens itself (it panics an agent on
+/// showed; not the MCP SDK's client transport traces), but for the demo, whose tour says what happens itself (it panics an agent on
 /// purpose). Colours only on a terminal, not in a node's log file.
 fn init_logging(command: &Command) {
     let level = match command {
@@ -183,11 +183,17 @@ fn init_logging(command: &Command) {
         .with_default_directive(level.into())
         .with_env_var("LEGIO_LOG")
         .from_env_lossy();
-    // The MCP SDK's own error traces name Rust types; legio says what failed in its own words
-    // (mcp_client.rs). `LEGIO_LOG` set shows them as asked.
+    // The MCP SDK's client transports trace their failures with Rust type names; legio says
+    // what failed in its own words (mcp_client.rs). Its server side still logs. `LEGIO_LOG` set
+    // shows them all as asked.
     if std::env::var_os("LEGIO_LOG").is_none() {
-        if let Ok(quiet) = "rmcp=off".parse() {
-            filter = filter.add_directive(quiet);
+        for quiet in [
+            "rmcp::transport::worker=off",
+            "rmcp::transport::child_process=off",
+        ] {
+            if let Ok(quiet) = quiet.parse() {
+                filter = filter.add_directive(quiet);
+            }
         }
     }
     tracing_subscriber::fmt()

@@ -89,8 +89,10 @@ impl Follows {
         }
     }
 
-    /// Gives the turn of `conversation` that answers `message` and has announced calls (a keyed
-    /// post's first attempt, paused on them) to `follower`, as [`Follows::take_over`] does.
+    /// Gives the turn of `conversation` that answers `message` and waits on calls it announced
+    /// (`still_waiting` says which still wait: a keyed post's first attempt, paused on them) to
+    /// `follower`, as [`Follows::take_over`] does. A turn whose calls were all answered runs on
+    /// for the request that answered them, and is not taken from it.
     pub(crate) fn take_over_message(
         &self,
         conversation: &ConversationKey,
@@ -105,7 +107,11 @@ impl Follows {
             .filter(|((c, _), _)| c == conversation)
             .map(|(_, t)| Arc::clone(t))
             .collect();
-        let target = targets.into_iter().find(|t| lock(t).message == message);
+        let target = targets.into_iter().find(|t| {
+            let turn = lock(t);
+            let paused = turn.announced.iter().any(|c| still_waiting(&c.id));
+            turn.message == message && !turn.ended && paused
+        });
         match target {
             Some(target) => hand_over(&target, follower, still_waiting),
             None => false,
@@ -388,6 +394,35 @@ mod tests {
                 "{call} forgotten when the turn ended"
             );
         }
+    }
+
+    /// A keyed retry takes over the turn answering its message only while some of the turn's
+    /// calls still wait: answered, the turn runs on for the request that answered them.
+    #[tokio::test]
+    async fn a_retry_takes_over_only_a_turn_still_paused() {
+        let follows = Follows::default();
+        let c = ConversationKey::new("f:2").unwrap();
+        let (message, other) = (
+            MessageId(uuid::Uuid::from_u128(1)),
+            MessageId(uuid::Uuid::nil()),
+        );
+        let (caller, _caller_rx) = mpsc::unbounded_channel();
+        let relay = Relay::start(&follows, &c, message, caller);
+        relay.sink.send(required("call-1")).unwrap();
+        until(|| follows.knows(&c, "call-1")).await;
+        let waiting = |id: &str| id == "call-1";
+        let answered = |_: &str| false;
+        assert!(
+            !follows.take_over_message(&c, message, follower().0, answered),
+            "answered"
+        );
+        assert!(
+            !follows.take_over_message(&c, other, follower().0, waiting),
+            "another message"
+        );
+        let (retry, mut retry_rx, _end) = follower();
+        assert!(follows.take_over_message(&c, message, retry, waiting));
+        assert_eq!(drain(&mut retry_rx), [required("call-1")], "shown the call");
     }
 
     /// Yields until `done` holds; fails after 10 s.

@@ -237,11 +237,6 @@ impl HostToolDesk {
         Ok(())
     }
 
-    /// As [`HostToolDesk::submit`], and `follower` takes over the turn that made the first
-    /// call (its later progress and its end, and first the turn's other calls still waiting:
-    /// follow.rs), in the same step, so that of two submissions of the same results the one
-    /// whose results the calls took follows the turn. Refused like `submit`, and when a call's
-    /// turn is not followed here (its relay has not announced it yet, or it ended).
     /// Gives the turn of `conversation` that answers `message`, paused on the host's calls, to
     /// `follower` (a keyed post's retry whose first attempt's `requires_action` was lost), told
     /// first the calls still waiting. `false` when no such turn waits here.
@@ -257,6 +252,11 @@ impl HostToolDesk {
             .take_over_message(conversation, message, follower, still_waiting)
     }
 
+    /// As [`HostToolDesk::submit`], and `follower` takes over the turn that made the first
+    /// call (its later progress and its end, and first the turn's other calls still waiting:
+    /// follow.rs), in the same step, so that of two submissions of the same results the one
+    /// whose results the calls took follows the turn. Refused like `submit`, and when a call's
+    /// turn is not followed here (its relay has not announced it yet, or it ended).
     pub(crate) fn submit_following(
         &self,
         conversation: &ConversationKey,

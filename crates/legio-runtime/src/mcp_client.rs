@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use legio_core::AgentName;
-use rmcp::model::{CallToolRequestParams, CallToolResult, RawContent};
+use rmcp::model::{CallToolRequestParams, CallToolResult, RawContent, ResourceContents};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ServiceExt;
@@ -171,8 +171,10 @@ fn plain(error: &dyn std::fmt::Display) -> String {
             break;
         };
         let inner = &rest[open + 1..open + len];
+        // A type path starts with a name (`rmcp::...`); `[::1]`, an IPv6 host, does not.
+        let type_path = inner.contains("::") && inner.starts_with(|c: char| c.is_alphabetic());
         out.push_str(&rest[..open]);
-        if !inner.contains("::") {
+        if !type_path {
             out.push_str(&rest[open..=open + len]);
         }
         rest = &rest[open + len + 1..];
@@ -180,9 +182,7 @@ fn plain(error: &dyn std::fmt::Display) -> String {
     out.push_str(rest);
     out.replace("Transport  error", "transport error")
         .replace("Transport error", "transport error")
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
+        .replace("  ", " ")
 }
 
 /// Where the `[` that opens `text` is closed (its byte offset), counting nested brackets.
@@ -389,8 +389,8 @@ fn left_out(kind: &str, mime_type: &str, base64: &str) -> String {
     format!("[{kind} {mime_type}, about {bytes} bytes, not shown: legio passes on text only]")
 }
 
-/// A call's result as text: its text parts joined (images and audio as a short note, other
-/// parts as JSON), or the structured
+/// A call's result as text: its text parts joined (images, audio and binary resources as a
+/// short note, a text resource as its uri and text, other parts as JSON), or the structured
 /// content when it has no parts; `isError` makes it an error result.
 fn outcome(result: CallToolResult) -> ToolOutcome {
     let mut parts: Vec<String> = result
@@ -401,6 +401,20 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
             // Base64 the model cannot look at, only pay for: said, not passed on.
             RawContent::Image(i) => left_out("image", &i.mime_type, &i.data),
             RawContent::Audio(a) => left_out("audio", &a.mime_type, &a.data),
+            RawContent::Resource(r) => match &r.resource {
+                ResourceContents::BlobResourceContents {
+                    uri,
+                    mime_type,
+                    blob,
+                    ..
+                } => {
+                    let mime = mime_type.as_deref().unwrap_or("application/octet-stream");
+                    format!("{uri}: {}", left_out("resource", mime, blob))
+                }
+                ResourceContents::TextResourceContents { uri, text, .. } => {
+                    format!("{uri}:\n{text}")
+                }
+            },
             other => serde_json::to_string(other).unwrap_or_default(),
         })
         .collect();
@@ -452,6 +466,11 @@ mod tests {
             ("connection closed: initialize response", "connection closed: initialize response"),
             ("bad list [1, 2] here", "bad list [1, 2] here"),
             ("an open [bracket", "an open [bracket"),
+            (
+                "error sending request for url (http://[::1]:3000/mcp)",
+                "error sending request for url (http://[::1]:3000/mcp)",
+            ),
+            ("line one\nline two", "line one\nline two"),
         ];
         for (raw, want) in cases {
             assert_eq!(plain(&raw), want, "{raw}");

@@ -128,7 +128,7 @@ impl ServerHandler for McpService {
             };
             return Err(ErrorData::invalid_params(
                 format!("{method}: its params do not have the shape the method takes{shape}"),
-                request.params,
+                None,
             ));
         }
         Err(ErrorData::new(

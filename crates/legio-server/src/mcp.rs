@@ -5,8 +5,9 @@
 //! the request's extensions, where `legio_runtime::McpService` finds it. So every request is
 //! authorized by its own credential, and the tools it reaches are that agent's. A session (its
 //! `mcp-session-id`) is bound to the scope of the token that opened it: a request of that
-//! session with a token of another scope is refused (403), so a session serves exactly one
-//! agent in one conversation.
+//! session with a token of another scope is refused (403), and one of a session this server did
+//! not open is 404 (before rmcp sees it), so a session serves exactly one agent in one
+//! conversation.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -27,11 +28,18 @@ use crate::state::AppState;
 /// The guard's state: the key tokens are verified with, and each open session's scope.
 pub(crate) struct Guard {
     key: Arc<McpKey>,
-    sessions: Mutex<HashMap<String, McpScope>>,
+    sessions: Mutex<Sessions>,
 }
 
-/// Sessions remembered; past it, all are forgotten (a forgotten session is bound again to the
-/// scope of its next request, as after a restart).
+/// The open sessions' scopes, each with when it was last used.
+#[derive(Default)]
+struct Sessions {
+    tick: u64,
+    open: HashMap<String, (u64, McpScope)>,
+}
+
+/// Sessions remembered; past it, the least recently used is forgotten (its client is told to
+/// start a new session, as after a restart, which loses every session).
 const SESSIONS: usize = 10_000;
 
 const SESSION_HEADER: &str = "mcp-session-id";
@@ -139,19 +147,22 @@ fn header_text(headers: &axum::http::HeaderMap) -> Option<String> {
 }
 
 impl Guard {
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, McpScope>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The refusal of a request of `session` made with a token of `scope`, if the session was
-    /// opened with another; a session not known here is bound to `scope`.
+    /// The refusal of a request of `session` made with a token of `scope`: 404 for a session
+    /// this server did not open (or forgot; MCP clients then start a new one), 403 for one
+    /// opened with a token of another scope.
     fn check(&self, session: &str, scope: &McpScope) -> Option<ApiError> {
-        let sessions = self.sessions();
-        let Some(opened) = sessions.get(session) else {
-            drop(sessions);
-            self.bind(session.to_owned(), scope.clone());
-            return None;
+        let mut sessions = self.sessions();
+        sessions.tick += 1;
+        let tick = sessions.tick;
+        let Some((used, opened)) = sessions.open.get_mut(session) else {
+            let why = "no such MCP session here (it ended, or the server restarted): start a new one with initialize";
+            return Some(ApiError::new("not_found", why));
         };
+        *used = tick;
         (opened != scope).then(|| {
             ApiError::new(
                 "forbidden",
@@ -163,15 +174,21 @@ impl Guard {
         })
     }
 
+    /// Binds a session just opened (its initialize answered) to its token's scope.
     fn bind(&self, session: String, scope: McpScope) {
         let mut sessions = self.sessions();
-        if sessions.len() >= SESSIONS {
-            sessions.clear();
+        if sessions.open.len() >= SESSIONS {
+            let oldest = sessions.open.iter().min_by_key(|(_, (used, _))| *used);
+            if let Some(key) = oldest.map(|(key, _)| key.clone()) {
+                sessions.open.remove(&key);
+            }
         }
-        sessions.insert(session, scope);
+        sessions.tick += 1;
+        let tick = sessions.tick;
+        sessions.open.insert(session, (tick, scope));
     }
 
     fn forget(&self, session: &str) {
-        self.sessions().remove(session);
+        self.sessions().open.remove(session);
     }
 }
