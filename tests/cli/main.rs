@@ -698,6 +698,101 @@ fn export_import_export_is_identical_and_bad_input_keeps_nothing() {
     assert!(stdout(&out).lines().all(|l| l.contains("\"cli:other\"")));
 }
 
+/// One conversation's export has gaps (the other conversation's events): the import renumbers
+/// its events 1, 2, 3, ... and the seqs events name with them (a delivery's `up_to`, a
+/// bootstrap's or a resume's, a summary's), so each still names the same message (an operator's
+/// walkthrough found "bootstrapped up to #195" in a 20-event log). An event naming a seq after
+/// its own is refused.
+#[test]
+fn an_import_renumbers_the_seqs_events_name_with_the_events() {
+    let f = fixture();
+    let file = f.dir.path().join("one.jsonl");
+    let out = f.legio(&[
+        "export",
+        "--conversation",
+        CONV,
+        "-o",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let copy = f.dir.path().join("copy");
+    let out = f.legio(&[
+        "--db",
+        copy.to_str().unwrap(),
+        "import",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("renumbered"),
+        "the file had gaps: {}",
+        stdout(&out)
+    );
+    let key = ConversationKey::new(CONV).unwrap();
+    let old: Vec<_> = f
+        .log()
+        .conversation_events(&key, Seq::ZERO, usize::MAX)
+        .unwrap();
+    let new: Vec<_> = SledLog::open(&copy, &StoreOptions::default())
+        .unwrap()
+        .conversation_events(&key, Seq::ZERO, usize::MAX)
+        .unwrap();
+    assert_eq!(old.len(), new.len());
+    // What a named old seq means: the conversation's last event at or before it.
+    let meaning =
+        |events: &[legio_core::Record], named: Seq| events.iter().rposition(|r| r.seq <= named);
+    let mut named = 0;
+    for (o, n) in old.iter().zip(&new) {
+        let (mut o_event, mut n_event) = (o.event.clone(), n.event.clone());
+        for (o_seq, n_seq) in o_event
+            .seq_references_mut()
+            .into_iter()
+            .zip(n_event.seq_references_mut())
+        {
+            assert!(*n_seq <= n.seq, "{n_seq} named at #{}", n.seq);
+            assert_eq!(
+                meaning(&old, *o_seq),
+                meaning(&new, *n_seq),
+                "#{} names #{o_seq}, now #{n_seq}",
+                o.seq
+            );
+            named += 1;
+        }
+    }
+    assert!(named > 5, "deliveries and sessions name seqs: {named}");
+    assert!(
+        old.iter().zip(&new).any(|(o, n)| o.seq != n.seq),
+        "the gap shifted seqs"
+    );
+    // An event naming a seq after its own is refused; so are seqs out of order.
+    let text = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let at = lines
+        .iter()
+        .position(|l| l.contains("context_delivered"))
+        .unwrap();
+    let mut value: serde_json::Value = serde_json::from_str(lines[at]).unwrap();
+    value["up_to"] = serde_json::json!(100_000);
+    let mut edited: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+    edited[at] = value.to_string();
+    let future = f.dir.path().join("future.jsonl");
+    std::fs::write(&future, edited.join("\n")).unwrap();
+    let fresh = f.dir.path().join("fresh");
+    let out = f.legio(&[
+        "--db",
+        fresh.to_str().unwrap(),
+        "import",
+        future.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), 1);
+    assert!(
+        stderr(&out).contains("after its own seq"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!fresh.exists());
+}
+
 /// Import checks the whole file before it writes: each broken rule is refused with its line,
 /// and nothing is created.
 #[test]

@@ -238,6 +238,23 @@ fn a_reply_to_an_unknown_message_is_reported_and_nothing_else() {
     );
 }
 
+/// A delivery up to a seq after its own (an edited export, imported): reported, with the
+/// session state its checkpoint then feeds.
+#[test]
+fn an_event_naming_a_later_seq_is_reported() {
+    let report = verify_after(Damage::OverwriteRecord {
+        seq: Seq(4),
+        bytes: encode_event(&context_delivered(4, "t:1", "ann", 1, 500)).unwrap(),
+    });
+    let mut expected = only("seq_named_ahead", 1);
+    expected.insert("session_state_mismatch", 1);
+    assert_eq!(counts(&report), expected, "{:?}", report.findings);
+    assert!(report.findings.contains(&Finding::SeqNamedAhead {
+        seq: Seq(4),
+        named: Seq(500)
+    }));
+}
+
 #[test]
 fn a_reused_message_id_is_reported_and_nothing_else() {
     // Message 8 now carries message 1's id (same conversation and audience).

@@ -29,7 +29,8 @@ pub struct Args {
     /// loss soon after may leave FILE empty or short).
     #[arg(long)]
     no_sync: bool,
-    /// Only this conversation (its seqs are kept; an import renumbers them).
+    /// Only this conversation (its seqs are kept; an import renumbers them, and the seqs its
+    /// events name with them).
     #[arg(long)]
     conversation: Option<String>,
     /// From a damaged database: write every event that still decodes and name the seq ranges

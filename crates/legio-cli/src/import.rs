@@ -32,6 +32,41 @@ struct Checked {
     renumbered: bool,
 }
 
+/// The file's seqs, to renumber the seqs events name as the events are renumbered (1, 2, 3,
+/// ... in file order): a name of seq S becomes the new seq of the file's last event at or before
+/// S, so "everything up to S" keeps covering the same events of the file. A seq not after the
+/// one before it starts a new run (a file made of several exports): names resolve in their run.
+#[derive(Default)]
+struct Renumbering {
+    /// How many events came before the current run.
+    before: u64,
+    /// The current run's seqs, ascending.
+    run: Vec<Seq>,
+}
+
+impl Renumbering {
+    /// Notes the record's seq and renumbers the seqs its event names; refuses an event that
+    /// names a seq after its own.
+    fn take(&mut self, record: &mut legio_core::Record) -> Result<(), String> {
+        if self.run.last().is_some_and(|last| *last >= record.seq) {
+            self.before += self.run.len() as u64;
+            self.run.clear();
+        }
+        self.run.push(record.seq);
+        for named in record.event.seq_references_mut() {
+            if *named > record.seq {
+                return Err(format!(
+                    "the event names #{named}, after its own seq #{}",
+                    record.seq
+                ));
+            }
+            let at_or_before = self.run.partition_point(|s| s <= named) as u64;
+            *named = Seq(self.before + at_or_before);
+        }
+        Ok(())
+    }
+}
+
 /// Runs the command.
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let store = context.store()?;
@@ -81,6 +116,7 @@ fn read_and_check(
     let mut events = Vec::new();
     let mut expected = Seq::FIRST;
     let mut renumbered = false;
+    let mut seqs = Renumbering::default();
     let refuse = |number: usize, what: String| {
         anyhow::anyhow!(
             "{}: line {number}: {what}; nothing was imported",
@@ -96,9 +132,11 @@ fn read_and_check(
         }
         let value: serde_json::Value = serde_json::from_str(&line)
             .map_err(|e| refuse(number, format!("is not JSON ({e})")))?;
-        let record = record_from_json(value).map_err(|e| refuse(number, e.to_string()))?;
+        let mut record = record_from_json(value).map_err(|e| refuse(number, e.to_string()))?;
         checker
             .check(&record.event)
+            .map_err(|what| refuse(number, what))?;
+        seqs.take(&mut record)
             .map_err(|what| refuse(number, what))?;
         renumbered |= record.seq != expected;
         expected = expected.next();

@@ -471,6 +471,36 @@ impl fmt::Display for EventKind {
 }
 
 impl Event {
+    /// The seqs the event names (see [`Event::seq_references_mut`]).
+    pub fn seq_references(&self) -> Vec<Seq> {
+        match self {
+            Self::ContextDelivered(d) => vec![d.up_to],
+            Self::SummaryRecorded(s) => vec![s.covers_up_to],
+            Self::SessionOpened(o) => match &o.how {
+                SessionStart::Bootstrapped { up_to } => vec![*up_to],
+                SessionStart::Resumed { checkpoint, .. } => vec![*checkpoint],
+                SessionStart::Stateless => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
+    /// The seqs the event names (a delivery's or a bootstrap's `up_to`, a resume's
+    /// `checkpoint`, a summary's `covers_up_to`), to rewrite them: an import that renumbers
+    /// the log's events must renumber these too, or they point at other events.
+    pub fn seq_references_mut(&mut self) -> Vec<&mut Seq> {
+        match self {
+            Self::ContextDelivered(d) => vec![&mut d.up_to],
+            Self::SummaryRecorded(s) => vec![&mut s.covers_up_to],
+            Self::SessionOpened(o) => match &mut o.how {
+                SessionStart::Bootstrapped { up_to } => vec![up_to],
+                SessionStart::Resumed { checkpoint, .. } => vec![checkpoint],
+                SessionStart::Stateless => Vec::new(),
+            },
+            _ => Vec::new(),
+        }
+    }
+
     /// The event's kind.
     pub fn kind(&self) -> EventKind {
         match self {

@@ -73,6 +73,14 @@ pub enum Finding {
         /// The id it answers.
         reply_to: MessageId,
     },
+    /// An event that names a seq after its own (a delivery up to a message not yet posted): an
+    /// edited or badly imported log.
+    SeqNamedAhead {
+        /// The event.
+        seq: Seq,
+        /// The seq it names.
+        named: Seq,
+    },
     /// Two messages with the same id.
     DuplicateMessageId {
         /// The second one.
@@ -108,6 +116,7 @@ impl Finding {
             Self::SessionStateMismatch { .. } => "session_state_mismatch",
             Self::ReplyToUnknown { .. } => "reply_to_unknown",
             Self::DuplicateMessageId { .. } => "duplicate_message_id",
+            Self::SeqNamedAhead { .. } => "seq_named_ahead",
             Self::HiddenEvents { .. } => "hidden_events",
             Self::Watermark { .. } => "watermark",
         }
@@ -139,6 +148,9 @@ impl fmt::Display for Finding {
             Self::DuplicateMessageId { seq, id } => {
                 write!(f, "message at seq {seq} reuses id {id}")
             }
+            Self::SeqNamedAhead { seq, named } => {
+                write!(f, "the event at seq {seq} names seq {named}, after itself")
+            }
             Self::HiddenEvents { from, to } => write!(
                 f,
                 "seqs {from} to {to} were stored (the index watermark says so) but do not read: a \
@@ -153,6 +165,15 @@ impl fmt::Display for Finding {
                     "index watermark {indexed_through} disagrees with the last event {last}"
                 )
             }
+        }
+    }
+}
+
+/// Reports each seq `event` (at `seq`) names after its own.
+pub(crate) fn named_ahead(report: &mut VerifyReport, seq: Seq, event: &Event) {
+    for named in event.seq_references() {
+        if named > seq {
+            report.add(Finding::SeqNamedAhead { seq, named });
         }
     }
 }
@@ -360,6 +381,7 @@ impl<B: Backend> Walk<'_, B> {
 
     fn event(&mut self, seq: Seq, event: &Event) -> Result<()> {
         self.index.add(seq, event);
+        named_ahead(&mut self.report, seq, event);
         if let Event::MessagePosted(message) = event {
             if let Some(reply_to) = message.reply_to {
                 if !self.seen_ids.contains(&reply_to) {

@@ -52,7 +52,10 @@ pub(super) fn verify_walk(
             expected = seq.next();
             report.events += 1;
             match message.decode(&inner.subjects) {
-                Ok(record) => check_message(&mut report, &mut seen, &record),
+                Ok(record) => {
+                    crate::verify::named_ahead(&mut report, record.seq, &record.event);
+                    check_message(&mut report, &mut seen, &record)
+                }
                 Err(e) => report.add(Finding::Undecodable {
                     seq,
                     reason: e.to_string(),
