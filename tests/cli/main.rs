@@ -179,6 +179,75 @@ fn fixture() -> Fixture {
     }
 }
 
+/// After a crash (the process killed with sessions open), `legio context` says what the next
+/// turn will do: find the session left open and suspend it as crashed (an operator's walkthrough
+/// got "continue the open session"); and `--at` a message answered after the crash says what
+/// that turn did, as its recorded boundary shows.
+#[test]
+fn context_after_a_crash_says_the_session_is_ended_as_crashed() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "", "");
+    let config_file = dir.path().join("legio.toml");
+    let config = RuntimeConfig::load(&config_file).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
+        resumable: true,
+    }));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let open = || {
+        let overrides = HashMap::from([(
+            "local".to_owned(),
+            Arc::new(provider.clone()) as Arc<dyn Provider>,
+        )]);
+        Runtime::builder(config.clone()).providers(overrides).open()
+    };
+    rt.block_on(async {
+        let runtime = open().await.unwrap();
+        runtime.post(CONV, "@ann hello").await.unwrap();
+        runtime.abort().await;
+    });
+    let context = |extra: &[&str]| {
+        let mut args = vec!["context", "--conversation", CONV, "--agent", "ann"];
+        args.extend_from_slice(extra);
+        let out = legio_in(dir.path(), &config_file, &args, None);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out)
+    };
+    let next = context(&[]);
+    assert!(
+        next.contains("first: suspend the current session (crashed)"),
+        "{next}"
+    );
+    let again = rt.block_on(async {
+        let runtime = open().await.unwrap();
+        let posted = runtime.post(CONV, "@ann again").await.unwrap();
+        runtime.shutdown().await.unwrap();
+        posted
+    });
+    let asked = again[0].seq().unwrap().get() - 1;
+    let log = SledLog::open(dir.path().join("db"), &StoreOptions::default()).unwrap();
+    let question = log.read_range(Seq(1), Seq(asked), usize::MAX).unwrap();
+    let at = question
+        .iter()
+        .rev()
+        .find(|r| {
+            r.event
+                .as_message()
+                .is_some_and(|m| m.text_content() == "@ann again")
+        })
+        .map(|r| r.seq)
+        .unwrap();
+    drop(log);
+    let then = context(&["--at", &at.get().to_string()]);
+    assert!(
+        then.contains("first: suspend the current session (crashed)"),
+        "{then}"
+    );
+}
+
 #[test]
 fn help_teaches_and_usage_errors_exit_2() {
     let dir = tempfile::tempdir().unwrap();

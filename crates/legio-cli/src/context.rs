@@ -109,7 +109,10 @@ fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
         live_session: None,
         new_message: at,
     };
-    let mut preview = preview_turn(&*log, inputs, at)?;
+    // Read here, a sled log is held by no running process (its lock says so): a session open at
+    // its end was left by a crash. A cluster's nodes run while it is read.
+    let running = common::nats_options(context)?.is_some();
+    let mut preview = preview_turn(&*log, inputs, at, running)?;
     fit_offline(&*log, &config, &inputs, &system_prompt, &mut preview)?;
     Ok(Some(context_report(
         &preview,

@@ -255,22 +255,27 @@ pub struct TurnPreview {
 }
 
 /// What the agent's provider would receive for its next turn had the log ended at `at`. Uses the
-/// same decision and planner as the runtime. Assumptions, stated: an open session is held by a
-/// running actor (no crash in between), and the prompt is the one the session was opened with
+/// same decision and planner as the runtime. An open session is taken as held by a running actor
+/// unless the log says otherwise: the session's next boundary after `at` records a crash (the
+/// turn after `at` found it left by a dead process), or, at the end of the log, `running` is false
+/// (read by a process that runs none of the log's actors, a session open now was left by a crash,
+/// and the next turn records it so). The prompt is the one the session was opened with
 /// (`prompt_hash` is used only when there is no session). Blocks on log reads.
 pub fn preview_turn(
     log: &dyn EventLog,
     inputs: TurnInputs<'_>,
     at: Seq,
+    running: bool,
 ) -> Result<TurnPreview, OpsError> {
     let at = at.min(log.last_seq());
     let agent = &inputs.spec.name;
     let state = state_at(log, &inputs, at)?;
     let current = state.as_ref().and_then(|s| s.current.as_ref());
     let prompt_hash = current.map_or(inputs.prompt_hash.to_owned(), |c| c.prompt_hash.clone());
-    let live_session = current
-        .filter(|c| c.status == SessionStatus::Open)
-        .map(|c| c.session);
+    let live_session = match current.filter(|c| c.status == SessionStatus::Open) {
+        Some(c) if held_after(log, &inputs, at, c.session, running)? => Some(c.session),
+        _ => None,
+    };
     let at_record = if at == Seq::ZERO {
         None
     } else {
@@ -312,6 +317,40 @@ pub fn preview_turn(
         answers_message,
         window: None,
     })
+}
+
+/// Whether the agent's session open at `at` was still held by a live actor after it: the log's
+/// next word on the session (after `at`) is anything but a crash boundary, or, when the log says
+/// nothing more of it, `running`.
+fn held_after(
+    log: &dyn EventLog,
+    inputs: &TurnInputs<'_>,
+    at: Seq,
+    session: legio_core::SessionId,
+    running: bool,
+) -> Result<bool, OpsError> {
+    let agent = &inputs.spec.name;
+    let mut after = at;
+    loop {
+        let chunk = log.conversation_events(inputs.conversation, after, 10_000)?;
+        let Some(last) = chunk.last().map(|r| r.seq) else {
+            return Ok(running);
+        };
+        for record in &chunk {
+            match &record.event {
+                Event::SessionSuspended(e) | Event::SessionClosed(e)
+                    if e.agent == *agent && e.session == session =>
+                {
+                    return Ok(e.why != legio_core::BoundaryReason::Crashed)
+                }
+                Event::ContextDelivered(d) if d.agent == *agent && d.session == session => {
+                    return Ok(true)
+                }
+                _ => {}
+            }
+        }
+        after = last;
+    }
 }
 
 /// The agent's session state folded from its events up to `at`. Blocks on log reads.

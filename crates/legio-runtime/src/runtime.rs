@@ -1024,7 +1024,8 @@ impl Runtime {
                 live_session: None,
                 new_message: at,
             };
-            preview_turn(shared.log.as_ref(), inputs, at).map_err(RuntimeError::from)
+            // This process runs the log's actors: a session open at the end is live.
+            preview_turn(shared.log.as_ref(), inputs, at, true).map_err(RuntimeError::from)
         })
         .await
         .map_err(|e| RuntimeError::Cancelled {
