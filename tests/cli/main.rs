@@ -1317,6 +1317,19 @@ fn post_chat_and_reset_talk_to_the_configured_legion() {
         None,
     );
     assert_eq!(code(&out), 1);
+    // A mistyped conversation is an error, as for replay and inspect, not "nothing to reset".
+    let out = legio_in(
+        dir.path(),
+        &config,
+        &["reset", "--conversation", "cli:nope", "--agent", "bob"],
+        None,
+    );
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("no conversation \"cli:nope\""),
+        "{}",
+        stderr(&out)
+    );
     // An agent that times out makes `post` exit 1, with its error in the reply.
     let slow = tempfile::tempdir().unwrap();
     write_config(

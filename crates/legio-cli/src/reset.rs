@@ -53,6 +53,9 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let conversation = ConversationKey::new(args.conversation)?;
     let spec = config.agent_named(&args.agent)?;
     let log = common::open_log(context)?;
+    // A mistyped conversation is an error, as for replay, inspect and context (it said "nothing
+    // to reset").
+    legio_ops::require_conversation(&*log, &conversation)?;
     let state = log.session_state(&conversation, &spec.name)?;
     let micros = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
