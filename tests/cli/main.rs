@@ -423,12 +423,25 @@ fn replay_prints_every_event_and_filters_agree_with_the_store() {
     let out = f.legio(&["replay", "--agent", "zed"]);
     assert_eq!(code(&out), 1);
     assert!(stderr(&out).contains("\"zed\""), "{}", stderr(&out));
+    // A bad value is a usage error (exit 2), as the README says of every bad argument.
     let out = f.legio(&["replay", "--kind", "nonsense"]);
-    assert_eq!(code(&out), 1);
+    assert_eq!(code(&out), 2);
     assert!(
-        stderr(&out).contains("message_posted"),
+        stderr(&out).contains("message_posted") && stderr(&out).contains("tools_declared"),
         "the error lists the kinds"
     );
+    for (flag, value) in [("--since", "yesterday"), ("--session", "abc")] {
+        let out = f.legio(&["replay", flag, value]);
+        assert_eq!(code(&out), 2, "{flag} {value}: {}", stderr(&out));
+    }
+    let out = f.legio(&[
+        "replay",
+        "--kind",
+        "tools_declared",
+        "--since",
+        "2026-01-01T00:00:00Z",
+    ]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
 }
 
 #[test]

@@ -36,8 +36,8 @@ pub struct Args {
     #[arg(long)]
     agent: Option<String>,
     /// Only the events of this session (its id, from `legio inspect sessions`).
-    #[arg(long)]
-    session: Option<String>,
+    #[arg(long, value_parser = parse_session)]
+    session: Option<SessionId>,
     /// From this seq (inclusive).
     #[arg(long)]
     from: Option<u64>,
@@ -45,12 +45,14 @@ pub struct Args {
     #[arg(long)]
     to: Option<u64>,
     /// Only events at or after this time (RFC 3339, e.g. 2026-02-15T12:00:00Z).
-    #[arg(long)]
-    since: Option<String>,
+    #[arg(long, value_parser = parse_since)]
+    since: Option<Timestamp>,
     /// Only events of these kinds (repeatable): message_posted, session_opened, context_delivered,
-    /// turn_completed, turn_failed, session_suspended, session_closed, summary_recorded, agent_failed.
-    #[arg(long = "kind")]
-    kinds: Vec<String>,
+    /// turn_completed, turn_failed, session_suspended, session_closed, summary_recorded,
+    /// agent_failed, directive_published, directive_revoked, note_written,
+    /// notebook_entry_appended, heartbeat_ran, tools_declared.
+    #[arg(long = "kind", value_parser = parse_kind)]
+    kinds: Vec<EventKind>,
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
@@ -128,30 +130,34 @@ fn resolve(context: &Context, args: &Args) -> Result<Filter> {
         let spec = config.agent_named(name)?;
         filter.agent = Some(spec.clone());
     }
-    if let Some(id) = &args.session {
-        let uuid = id.parse().map_err(|_| {
-            anyhow::anyhow!(
-                "--session {id:?} is not a session id (a UUID, see `legio inspect sessions`)"
-            )
-        })?;
-        filter.session = Some(SessionId(uuid));
-    }
-    filter.since = args
-        .since
-        .as_deref()
-        .map(Timestamp::parse_rfc3339)
-        .transpose()?;
-    for word in &args.kinds {
-        let kind = EventKind::parse(word).ok_or_else(|| {
-            let known: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
-            anyhow::anyhow!(
-                "unknown event kind {word:?}; kinds are: {}",
-                known.join(", ")
-            )
-        })?;
-        filter.kinds.push(kind);
-    }
+    filter.session = args.session;
+    filter.since = args.since;
+    filter.kinds = args.kinds.clone();
     Ok(filter)
+}
+
+/// `--session`: a session id, as `legio inspect sessions` shows it. A usage error otherwise
+/// (exit 2, as every bad argument).
+fn parse_session(id: &str) -> Result<SessionId, String> {
+    id.parse()
+        .map(SessionId)
+        .map_err(|_| format!("{id:?} is not a session id (a UUID, see `legio inspect sessions`)"))
+}
+
+/// `--since`: an RFC 3339 time.
+fn parse_since(text: &str) -> Result<Timestamp, String> {
+    Timestamp::parse_rfc3339(text).map_err(|e| e.to_string())
+}
+
+/// `--kind`: an event kind's word.
+fn parse_kind(word: &str) -> Result<EventKind, String> {
+    EventKind::parse(word).ok_or_else(|| {
+        let known: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!(
+            "unknown event kind {word:?}; kinds are: {}",
+            known.join(", ")
+        )
+    })
 }
 
 /// Writes records in one format, reusing its buffers from record to record (a JSON line or a
