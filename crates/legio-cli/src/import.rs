@@ -86,7 +86,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     swap_in(&staging, &target, replace)?;
     outln!("imported {count} events into {}", target.display());
     if checked.renumbered {
-        outln!("note: the file's seqs were not 1, 2, 3, ...: events were renumbered in file order");
+        outln!("note: the file's seqs were not 1, 2, 3, ...: events were renumbered in file order, and the seqs they name with them");
     }
     Ok(ExitCode::SUCCESS)
 }
