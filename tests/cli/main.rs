@@ -223,6 +223,11 @@ fn context_after_a_crash_says_the_session_is_ended_as_crashed() {
     );
     let again = rt.block_on(async {
         let runtime = open().await.unwrap();
+        // The restarted process's own preview (the server's): the open session is from before
+        // it started, so a dead process left it.
+        let preview = runtime.next_context(CONV, "ann", None).await.unwrap();
+        let end = preview.turn.decision.end.expect("the crash boundary first");
+        assert_eq!(end.why, legio_core::BoundaryReason::Crashed);
         let posted = runtime.post(CONV, "@ann again").await.unwrap();
         runtime.shutdown().await.unwrap();
         posted
@@ -1695,6 +1700,13 @@ fn live_mode_agrees_with_offline_while_the_server_holds_the_log() {
     let out = live(&["reset", "--conversation", CONV, "--agent", "zed"]);
     assert_eq!(code(&out), 1);
     assert!(stderr(&out).contains("the server says"), "{}", stderr(&out));
+    let out = live(&["reset", "--conversation", "cli:nope", "--agent", "bob"]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("no conversation \"cli:nope\""),
+        "{}",
+        stderr(&out)
+    );
 
     // Follow: a live `replay --follow` prints a turn posted over HTTP while it runs.
     let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));

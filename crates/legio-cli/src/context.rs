@@ -111,8 +111,8 @@ fn offline(context: &Context, args: &Args) -> Result<Option<ContextReport>> {
     };
     // Read here, a sled log is held by no running process (its lock says so): a session open at
     // its end was left by a crash. A cluster's nodes run while it is read.
-    let running = common::nats_options(context)?.is_some();
-    let mut preview = preview_turn(&*log, inputs, at, running)?;
+    let live_since = common::nats_options(context)?.map(|_| Seq::ZERO);
+    let mut preview = preview_turn(&*log, inputs, at, live_since)?;
     fit_offline(&*log, &config, &inputs, &system_prompt, &mut preview)?;
     Ok(Some(context_report(
         &preview,

@@ -256,16 +256,17 @@ pub struct TurnPreview {
 
 /// What the agent's provider would receive for its next turn had the log ended at `at`. Uses the
 /// same decision and planner as the runtime. An open session is taken as held by a running actor
-/// unless the log says otherwise: the session's next boundary after `at` records a crash (the
-/// turn after `at` found it left by a dead process), or, at the end of the log, `running` is false
-/// (read by a process that runs none of the log's actors, a session open now was left by a crash,
-/// and the next turn records it so). The prompt is the one the session was opened with
-/// (`prompt_hash` is used only when there is no session). Blocks on log reads.
+/// unless the log says otherwise: the session's next word after `at` is a crash boundary (the turn
+/// after `at` found it left by a dead process), or, when the log says nothing more of it, it was
+/// not opened after `live_since` (the seq after which a running process opened the sessions it
+/// holds: `None` when none runs the log's actors, `Seq::ZERO` when any may; a session left by a
+/// dead process is ended as crashed by the next turn). The prompt is the one the session was
+/// opened with (`prompt_hash` is used only when there is no session). Blocks on log reads.
 pub fn preview_turn(
     log: &dyn EventLog,
     inputs: TurnInputs<'_>,
     at: Seq,
-    running: bool,
+    live_since: Option<Seq>,
 ) -> Result<TurnPreview, OpsError> {
     let at = at.min(log.last_seq());
     let agent = &inputs.spec.name;
@@ -273,7 +274,7 @@ pub fn preview_turn(
     let current = state.as_ref().and_then(|s| s.current.as_ref());
     let prompt_hash = current.map_or(inputs.prompt_hash.to_owned(), |c| c.prompt_hash.clone());
     let live_session = match current.filter(|c| c.status == SessionStatus::Open) {
-        Some(c) if held_after(log, &inputs, at, c.session, running)? => Some(c.session),
+        Some(c) if held_after(log, &inputs, at, c, live_since)? => Some(c.session),
         _ => None,
     };
     let at_record = if at == Seq::ZERO {
@@ -321,20 +322,20 @@ pub fn preview_turn(
 
 /// Whether the agent's session open at `at` was still held by a live actor after it: the log's
 /// next word on the session (after `at`) is anything but a crash boundary, or, when the log says
-/// nothing more of it, `running`.
+/// nothing more of it, the session was opened after `live_since`.
 fn held_after(
     log: &dyn EventLog,
     inputs: &TurnInputs<'_>,
     at: Seq,
-    session: legio_core::SessionId,
-    running: bool,
+    current: &legio_core::SessionInfo,
+    live_since: Option<Seq>,
 ) -> Result<bool, OpsError> {
-    let agent = &inputs.spec.name;
+    let (agent, session) = (&inputs.spec.name, current.session);
     let mut after = at;
     loop {
         let chunk = log.conversation_events(inputs.conversation, after, 10_000)?;
         let Some(last) = chunk.last().map(|r| r.seq) else {
-            return Ok(running);
+            return Ok(live_since.is_some_and(|since| current.opened_at > since));
         };
         for record in &chunk {
             match &record.event {

@@ -106,6 +106,9 @@ pub struct Runtime {
     stopped: Arc<AtomicBool>,
     /// On the NATS backend: leases and the routing of posts to the owning node.
     cluster: Option<Arc<Cluster>>,
+    /// The log's last seq when this runtime opened: sessions open at or before it were opened by
+    /// an earlier process.
+    started_at: Seq,
     /// The keyed messages this node has read, per conversation (keyed.rs).
     keyed: Arc<KeyedPosts>,
     /// False for the handle the cluster's routing serves forwarded posts with (its drop stops
@@ -278,6 +281,7 @@ impl Runtime {
                 .as_ref()
                 .map(|c| Arc::clone(&c.ownership) as Arc<dyn AppendGate>),
         });
+        let started_at = shared.log.last_seq();
         let root = RootSupervisor {
             shared: Arc::clone(&shared),
         };
@@ -295,6 +299,7 @@ impl Runtime {
             schedules: Default::default(),
             stopped: Default::default(),
             cluster: cluster.map(Arc::new),
+            started_at,
             keyed: Arc::default(),
             primary: true,
         };
@@ -323,6 +328,7 @@ impl Runtime {
             schedules: Arc::clone(&self.schedules),
             stopped: Arc::clone(&self.stopped),
             cluster: self.cluster.clone(),
+            started_at: self.started_at,
             keyed: Arc::clone(&self.keyed),
             primary: false,
         }
@@ -1013,6 +1019,12 @@ impl Runtime {
         let (_, prompt_hash) = self.shared.system_prompt(&spec)?;
         self.catch_up(&key).await?;
         let shared = Arc::clone(&self.shared);
+        // A session this process opened is live; one open from before it started was left by a
+        // dead process (a graceful stop suspends them). On a cluster another node may hold it.
+        let live_since = Some(match self.cluster {
+            Some(_) => Seq::ZERO,
+            None => self.started_at,
+        });
         tokio::task::spawn_blocking(move || {
             let at = at.unwrap_or_else(|| shared.log.last_seq());
             let inputs = TurnInputs {
@@ -1024,8 +1036,7 @@ impl Runtime {
                 live_session: None,
                 new_message: at,
             };
-            // This process runs the log's actors: a session open at the end is live.
-            preview_turn(shared.log.as_ref(), inputs, at, true).map_err(RuntimeError::from)
+            preview_turn(shared.log.as_ref(), inputs, at, live_since).map_err(RuntimeError::from)
         })
         .await
         .map_err(|e| RuntimeError::Cancelled {

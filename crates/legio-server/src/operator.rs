@@ -374,6 +374,10 @@ pub(crate) async fn reset(
         .map_err(RuntimeError::from)?
         .name
         .clone();
+    // A mistyped conversation is 404, as for the context report (it answered `reset: false`).
+    runtime.catch_up(&key).await?;
+    let (log, lookup) = (Arc::clone(runtime.log()), key.clone());
+    blocking(move || Ok(legio_runtime::require_conversation(log.as_ref(), &lookup)?)).await?;
     let status = runtime.status(key.as_str()).await?;
     let session = status
         .iter()

@@ -274,7 +274,7 @@ async fn the_preview_shows_the_compacted_view_the_provider_received() {
             new_message: last.plan.new_message.seq,
         },
         last.plan.new_message.seq,
-        true,
+        Some(legio_core::Seq::ZERO),
     )
     .unwrap();
     assert_eq!(preview.turn.plan, last.plan);
