@@ -16,7 +16,10 @@ use axum::Json;
 use std::collections::VecDeque;
 
 use futures_util::stream::{self, StreamExt};
-use legio_runtime::{Posted, Progress, RuntimeError};
+use legio_core::{ConversationKey, IdempotencyKey};
+use legio_runtime::{Posted, Progress, ProgressSink, RuntimeError};
+
+use crate::limits::TurnSlot;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
@@ -67,45 +70,21 @@ pub(crate) async fn post_turn(
         let asked = (tools, idempotency);
         return crate::host_tools::start(&state, key, &sender, body.content, asked, &headers).await;
     }
+    let post = Post {
+        key,
+        sender,
+        content: body.content,
+        idempotency,
+    };
     if !wants_stream(&headers) {
-        // On its own task too: a client that goes away mid-turn must not leave a stored message
-        // that some addressed agents never answer.
-        let (done_tx, done) = oneshot::channel::<Result<Posted, RuntimeError>>();
-        let runtime = Arc::clone(&state.runtime);
-        state.spawn_turn(async move {
-            let result = match idempotency {
-                Some(once) => {
-                    let text = &body.content;
-                    runtime.post_once(&key, &sender, text, once, None).await
-                }
-                None => runtime.post_as(&key, &sender, &body.content).await,
-            };
-            let _ = done_tx.send(result);
-            drop(slot);
-        });
-        let replies = done.await.map_err(|_| cancelled())??;
+        let replies = post
+            .on_task(&state, None, slot)
+            .await
+            .map_err(|_| cancelled())??;
         return Ok(Json(replies_json(&replies)).into_response());
     }
     let (progress, mut updates) = mpsc::unbounded_channel::<Progress>();
-    let (done_tx, mut done) = oneshot::channel::<Result<Posted, RuntimeError>>();
-    let runtime = Arc::clone(&state.runtime);
-    // The turn runs on its own task: a client that goes away does not cancel it (its reply is
-    // stored all the same).
-    state.spawn_turn(async move {
-        let result = match idempotency {
-            Some(once) => {
-                let (text, progress) = (&body.content, Some(progress));
-                runtime.post_once(&key, &sender, text, once, progress).await
-            }
-            None => {
-                runtime
-                    .post_streaming(&key, &sender, &body.content, progress)
-                    .await
-            }
-        };
-        let _ = done_tx.send(result);
-        drop(slot);
-    });
+    let mut done = post.on_task(&state, Some(progress), slot);
     // A refused turn (bad mention, empty message, unknown sender) is an error status, not a
     // stream: wait for the first progress or the end.
     let first = tokio::select! {
@@ -135,6 +114,53 @@ pub(crate) async fn post_turn(
 }
 
 type Done = oneshot::Receiver<Result<Posted, RuntimeError>>;
+
+/// A native turn without host tools, checked.
+struct Post {
+    key: ConversationKey,
+    sender: String,
+    content: String,
+    idempotency: Option<IdempotencyKey>,
+}
+
+impl Post {
+    /// Posts on its own task, which holds `slot` until the turn ends: a client that goes away
+    /// mid-turn does not cancel it (a stored message is answered all the same). Its progress
+    /// goes to `progress` when streamed.
+    fn on_task(
+        self,
+        state: &Arc<AppState>,
+        progress: Option<ProgressSink>,
+        slot: TurnSlot,
+    ) -> Done {
+        let (done_tx, done) = oneshot::channel();
+        let runtime = Arc::clone(&state.runtime);
+        state.spawn_turn(async move {
+            let Self {
+                key,
+                sender,
+                content,
+                idempotency,
+            } = self;
+            let result = match (idempotency, progress) {
+                (Some(once), progress) => {
+                    runtime
+                        .post_once(&key, &sender, &content, once, progress)
+                        .await
+                }
+                (None, Some(progress)) => {
+                    runtime
+                        .post_streaming(&key, &sender, &content, progress)
+                        .await
+                }
+                (None, None) => runtime.post_as(&key, &sender, &content).await,
+            };
+            let _ = done_tx.send(result);
+            drop(slot);
+        });
+        done
+    }
+}
 
 /// Where a streamed turn is.
 enum Step {
