@@ -6,6 +6,7 @@
 
 use async_nats::jetstream::{self, kv};
 
+use super::backoff::Backoff;
 use super::bucket::{key_value, Bucket};
 use super::options::NatsOptions;
 use super::subject::encode_token;
@@ -27,24 +28,40 @@ pub fn shared_secret(options: &NatsOptions, name: &str, fresh: Vec<u8>) -> Resul
         if let Err(e) = bucket.conform(std::time::Duration::ZERO, replicas).await {
             tracing::warn!(error = %e, "the secrets bucket keeps fewer copies than store.nats.replicas asks");
         }
-        let store = bucket.store;
-        match store.create(&key, fresh.into()).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
-            Err(e) => return Err(StoreError::cluster("keeping a shared secret", e)),
-        }
-        match store.get(&key).await {
-            Ok(Some(value)) => Ok(value.to_vec()),
-            Ok(None) => Err(StoreError::cluster(
-                "reading a shared secret",
-                "it was deleted right after it was kept",
-            )),
-            Err(e) => Err(StoreError::cluster("reading a shared secret", e)),
+        // A bucket just grown to more replicas may still elect its leader ("no responders"):
+        // retried as the log's reads are, until `append_deadline`.
+        let mut backoff = Backoff::new(options.append_deadline);
+        loop {
+            let error = match keep(&bucket.store, &key, &fresh).await {
+                Ok(value) => return Ok(value),
+                Err(e) => e,
+            };
+            match backoff.next() {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => return Err(error),
+            }
         }
     });
     // Not dropped in place: the caller may be inside an async runtime.
     runtime.shutdown_background();
     kept
+}
+
+/// Keeps `fresh` as the secret `key` unless one is kept (create-if-absent), and reads it back.
+async fn keep(store: &kv::Store, key: &str, fresh: &[u8]) -> Result<Vec<u8>> {
+    match store.create(key, fresh.to_vec().into()).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == kv::CreateErrorKind::AlreadyExists => {}
+        Err(e) => return Err(StoreError::cluster("keeping a shared secret", e)),
+    }
+    match store.get(key).await {
+        Ok(Some(value)) => Ok(value.to_vec()),
+        Ok(None) => Err(StoreError::cluster(
+            "reading a shared secret",
+            "it was deleted right after it was kept",
+        )),
+        Err(e) => Err(StoreError::cluster("reading a shared secret", e)),
+    }
 }
 
 /// The secrets bucket, created if need be.
