@@ -12,7 +12,7 @@ use legio_core::{ConversationKey, Event, Record, Seq, SeqRange};
 use tokio::sync::mpsc;
 use tokio::time::{self, MissedTickBehavior};
 
-use super::grouping::Grouping;
+use super::grouping::{Grouping, Linger};
 use super::inner::{Inner, Submit};
 use super::leader::{Move, LEADER_CHECK};
 use super::publish::{Outcome, Outgoing};
@@ -53,6 +53,7 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
     let mut d = Dispatcher::new(inner, done_tx);
     loop {
         let hold = d.moving.as_ref().map(|(_, until)| *until);
+        let linger = d.linger.until();
         tokio::select! {
             submit = submits.recv() => match submit {
                 Some(submit) => d.queue.push_back(submit),
@@ -68,6 +69,8 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
                 d.moving = None;
                 tracing::debug!("appends stayed in flight: the move waits for the next check");
             }
+            // The waiting batch's linger is up: `move_or_send` sends it.
+            _ = time::sleep_until(linger.unwrap_or_else(time::Instant::now)), if linger.is_some() => {}
         }
         while let Ok(submit) = submits.try_recv() {
             d.queue.push_back(submit);
@@ -90,6 +93,8 @@ struct Dispatcher {
     checking: bool,
     /// A move of the connection waiting for the appends in flight, until when.
     moving: Option<(Move, time::Instant)>,
+    /// Replicas 1: the wait of a batch for as many appends as the last one carried.
+    linger: Linger,
 }
 
 impl Dispatcher {
@@ -103,6 +108,7 @@ impl Dispatcher {
             done,
             checking: false,
             moving: None,
+            linger: Linger::default(),
         }
     }
 
@@ -133,12 +139,14 @@ impl Dispatcher {
                 .await;
         }
         let slots = self.inner.grouping.slots();
-        let scheduled = schedule(
-            &mut self.queue,
-            &mut self.busy,
-            self.inner.grouping,
-            slots.saturating_sub(self.in_flight),
-        );
+        let mut free = slots.saturating_sub(self.in_flight);
+        if free > 0 && self.lingers() {
+            free = 0;
+        }
+        let scheduled = schedule(&mut self.queue, &mut self.busy, self.inner.grouping, free);
+        if let Some(last) = scheduled.groups.last() {
+            self.linger.sent(last.len());
+        }
         let alone = scheduled.alone.into_iter().map(|s| (vec![s], false));
         let groups = scheduled.groups.into_iter().map(|g| (g, true));
         for (group, slot) in alone.chain(groups) {
@@ -155,6 +163,24 @@ impl Dispatcher {
                 append_group(&inner, group).await;
             });
         }
+    }
+}
+
+impl Dispatcher {
+    /// Whether the batch that could leave now waits for more appends ([`Linger`]; replicas 1):
+    /// counts the queued appends that would join it.
+    fn lingers(&mut self) -> bool {
+        let grouping = self.inner.grouping;
+        let Some(linger) = grouping.linger() else {
+            return false;
+        };
+        let idle = |s: &Submit| s.conversations.iter().all(|c| !self.busy.contains(c));
+        let ready = self
+            .queue
+            .iter()
+            .filter(|s| !grouping.alone(s.events.len()) && idle(s))
+            .count();
+        self.linger.holds(ready, time::Instant::now(), linger)
     }
 }
 
