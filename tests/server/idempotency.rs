@@ -225,6 +225,9 @@ async fn a_keyed_retry_of_a_paused_turn_is_shown_its_calls_again() {
     let events = h.post_stream(results, &answer, true).await;
     let names: Vec<&str> = events.iter().map(|(e, _)| e.as_str()).collect();
     assert_eq!(names.last(), Some(&"replies"), "{events:?}");
+    // The results were stored: their answer is no replay, though the turn was a retry's.
+    let replies: Value = serde_json::from_str(&events.last().unwrap().1).unwrap();
+    assert_eq!(replies["replayed"], false, "{replies}");
     assert!(
         names.contains(&"agent_done"),
         "the turn's progress reaches the results' stream: {names:?}"
@@ -234,5 +237,43 @@ async fn a_keyed_retry_of_a_paused_turn_is_shown_its_calls_again() {
     assert_eq!(results.len(), 1, "{results:?}");
     assert!(linked);
     assert_eq!(user_texts(&h, "i:paused"), ["@a look it up"]);
+    h.stop().await;
+}
+
+/// A host that keeps one key per user message through its tool loop sends the tool results with
+/// the full history and the message's key: the results post no message, so the key names none,
+/// and the history is checked against the whole log (it was cut at the keyed message: 409
+/// `history_mismatch`, "holds 0").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doors_tool_results_sent_with_the_messages_key_finish_the_turn() {
+    let h = Harness::start().await;
+    let a = legio_core::AgentName::new("a").unwrap();
+    h.providers["stateless"].inject(
+        Some(&a),
+        legio_llm::Fault::tool_calls([("k-call", "lookup", "{}")]),
+    );
+    let url = "/v1/chat/completions";
+    let asked = json!({"role": "user", "content": "look it up"});
+    let mut request = chat(Some("i:loop"), "legio/a", json!([asked]));
+    request["tools"] = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
+    let (status, paused) = h.post_keyed(url, url, "loop-1", &request).await;
+    assert_eq!(status, StatusCode::OK, "{paused}");
+    let call = paused["choices"][0]["message"]["tool_calls"][0].clone();
+    assert_eq!(call["id"], "k-call", "{paused}");
+    request["messages"] = json!([
+        asked,
+        {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "k-call", "content": "the fact"},
+    ]);
+    let (status, answered) = h.post_keyed(url, url, "loop-1", &request).await;
+    assert_eq!(status, StatusCode::OK, "{answered}");
+    assert_eq!(
+        answered["choices"][0]["finish_reason"], "stop",
+        "{answered}"
+    );
+    let (_, results, linked) = super::door::tool_traffic(&h, "i:loop");
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(linked);
+    assert_eq!(user_texts(&h, "i:loop"), ["look it up"]);
     h.stop().await;
 }

@@ -89,7 +89,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         runtime.shutdown().await?;
         let replies = result?;
         if replies.replayed {
-            eprintln!("note: this message was stored before with the same --idempotency-key: nothing new was stored, and these are the replies it had");
+            eprintln!("note: this message was stored before with the same --idempotency-key, so it was not stored again; agents that had answered it give that answer again, the others answer now");
         }
         if let Some(warning) = unknown_mentions_warning(&replies) {
             eprintln!("{warning}");

@@ -125,7 +125,7 @@ pub(crate) async fn results(
         })
         .collect();
     let run = state.resume(&key, results).await?;
-    follow(&state, key, run, wants_stream(&headers)).await
+    follow(&state, key, run, wants_stream(&headers), Answers::Results).await
 }
 
 /// Starts a native turn with host tools and follows it.
@@ -147,7 +147,16 @@ pub(crate) async fn start(
         idempotency_key,
     };
     let run = state.start_run(key.clone(), turn);
-    follow(state, key, run, wants_stream(headers)).await
+    follow(state, key, run, wants_stream(headers), Answers::Turn).await
+}
+
+/// What a followed run's answer answers: a turn's request (its `replayed` says whether that
+/// request was a retry that stored nothing), or the host's tool results (they were stored: never
+/// `replayed`, even when the turn they resume was a keyed retry's).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answers {
+    Turn,
+    Results,
 }
 
 /// Follows a run to its next pause or its end: as JSON, or as a stream of the turn's events
@@ -157,12 +166,14 @@ pub(crate) async fn follow(
     key: ConversationKey,
     mut run: Run,
     stream: bool,
+    answers: Answers,
 ) -> Result<Response, ApiError> {
     let first = loop {
         match run.next().await {
             Next::Progress(_) if !stream => continue,
             Next::Finished(result) => {
-                let posted = result?;
+                let mut posted = result?;
+                posted.replayed &= answers == Answers::Turn;
                 if !stream {
                     return Ok(Json(replies_json(&posted)).into_response());
                 }
@@ -178,7 +189,7 @@ pub(crate) async fn follow(
     let state = Arc::clone(state);
     let events = stream::unfold(
         (Some(first), Some(run), state, key),
-        |(first, run, state, key)| async move {
+        move |(first, run, state, key)| async move {
             let mut run = run?;
             let next = match first {
                 Some(next) => next,
@@ -193,12 +204,11 @@ pub(crate) async fn follow(
                     state.park(&key, &calls, run);
                     (event, None)
                 }
-                Next::Finished(Ok(posted)) => (
-                    SseEvent::default()
-                        .event("replies")
-                        .data(replies_json(&posted).to_string()),
-                    None,
-                ),
+                Next::Finished(Ok(mut posted)) => {
+                    posted.replayed &= answers == Answers::Turn;
+                    let replies = replies_json(&posted).to_string();
+                    (SseEvent::default().event("replies").data(replies), None)
+                }
                 Next::Finished(Err(e)) => (
                     SseEvent::default()
                         .event("error")

@@ -198,8 +198,12 @@ async fn start(
         })
         .filter_map(|(index, m)| earlier_of(index, m))
         .collect();
-    transcript::check(state, key, &earlier, idempotency.as_ref()).await?;
-    if results_from < messages.len() {
+    // A request that carries tool results posts no message, so its key names none: its earlier
+    // messages (the keyed message among them) are checked against the whole log.
+    let posts = results_from == messages.len();
+    let keyed = idempotency.as_ref().filter(|_| posts);
+    transcript::check(state, key, &earlier, keyed).await?;
+    if !posts {
         let results = messages[results_from..]
             .iter()
             .map(|m| HostToolResult {
