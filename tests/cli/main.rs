@@ -561,6 +561,62 @@ fn context_shows_exactly_what_the_provider_received() {
     assert_eq!(code(&out), 2);
 }
 
+/// A tool loop's calls and results are in the context as what they are (they were blank lines:
+/// only text parts were shown), in text and JSON alike.
+#[test]
+fn context_shows_tool_calls_and_results() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "", "");
+    let config = RuntimeConfig::load(&dir.path().join("legio.toml")).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
+        resumable: true,
+    }));
+    let ann = legio_core::AgentName::new("ann").unwrap();
+    provider.inject(
+        Some(&ann),
+        legio_llm::Fault::tool_calls([("call-7", "list_notes", "{}")]),
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let overrides = HashMap::from([(
+            "local".to_owned(),
+            Arc::new(provider.clone()) as Arc<dyn Provider>,
+        )]);
+        let runtime = Runtime::builder(config)
+            .providers(overrides)
+            .open()
+            .await
+            .unwrap();
+        runtime.post(CONV, "@ann look it up").await.unwrap();
+        // Ann's next turn then bootstraps: its history holds the loop's traffic.
+        runtime.reset(CONV, "ann").await.unwrap();
+        runtime.shutdown().await.unwrap();
+    });
+    let legio = |args: &[&str]| legio_in(dir.path(), &dir.path().join("legio.toml"), args, None);
+    let args = ["context", "--conversation", CONV, "--agent", "ann"];
+    let out = legio(&[&args[..], &["--format", "json"]].concat());
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let texts: Vec<&str> = plan["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["text"].as_str().unwrap())
+        .collect();
+    for want in [
+        "[tool call list_notes id=call-7] {}",
+        "[tool result id=call-7] ",
+    ] {
+        assert!(
+            texts.iter().any(|t| t.starts_with(want)),
+            "{want}: {texts:?}"
+        );
+    }
+    assert!(texts.iter().all(|t| !t.is_empty()), "{texts:?}");
+    let text = stdout(&legio(&args));
+    assert!(text.contains("[tool call list_notes id=call-7]"), "{text}");
+}
+
 #[test]
 fn inspect_stats_and_verify() {
     let f = fixture();

@@ -292,7 +292,8 @@ pub struct ReportItem {
     /// Marked as possibly seen already (history items only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redelivered: Option<bool>,
-    /// Its text.
+    /// Its text, and its tool calls and results as `[tool call NAME id=ID] ARGUMENTS` and
+    /// `[tool result id=ID] CONTENT` lines (`Message::plain_text`).
     pub text: String,
 }
 
@@ -356,14 +357,14 @@ pub fn context_report(
                 seq: i.seq.get(),
                 sender: i.message.sender.as_str().to_owned(),
                 redelivered: Some(i.redelivered),
-                text: i.message.text_content(),
+                text: i.message.plain_text(),
             })
             .collect(),
         new_message: preview.answers_message.then(|| ReportItem {
             seq: plan.new_message.seq.get(),
             sender: plan.new_message.message.sender.as_str().to_owned(),
             redelivered: None,
-            text: plan.new_message.message.text_content(),
+            text: plan.new_message.message.plain_text(),
         }),
         estimated_tokens: plan.estimated_tokens,
         resume: matches!(
