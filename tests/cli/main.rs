@@ -221,6 +221,12 @@ fn context_after_a_crash_says_the_session_is_ended_as_crashed() {
         next.contains("first: suspend the current session (crashed)"),
         "{next}"
     );
+    // A resume is the log's decision; whether the provider still holds the session is its own.
+    assert!(
+        next.contains("resuming provider session")
+            && next.contains("if the provider still holds that session"),
+        "{next}"
+    );
     let again = rt.block_on(async {
         let runtime = open().await.unwrap();
         // The restarted process's own preview (the server's): the open session is from before
@@ -414,6 +420,83 @@ fn replay_prints_every_event_and_filters_agree_with_the_store() {
     let out = f.legio(&["replay", "--since", "2999-01-01T00:00:00Z"]);
     assert_eq!(stdout(&out).lines().count(), 0);
 
+    // A session by its id as a text line shows it (`session 1a2b3c4d`, the id's end): the same
+    // events as by its whole id.
+    let out = f.legio(&["replay", "--format", "jsonl", "--kind", "session_opened"]);
+    let opened: Vec<(String, String)> = stdout(&out)
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            let field = |k: &str| v[k].as_str().unwrap().to_owned();
+            (field("session"), field("conversation"))
+        })
+        .collect();
+    let sessions: Vec<String> = opened.iter().map(|(s, _)| s.clone()).collect();
+    let out = f.legio(&["replay", "--kind", "session_opened"]);
+    let line = stdout(&out).lines().last().unwrap().to_owned();
+    let short = line
+        .split(" session ")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no session in {line:?}"));
+    assert_eq!(short.len(), 8, "{line}");
+    let full: Vec<&String> = sessions.iter().filter(|s| s.ends_with(short)).collect();
+    assert_eq!(full.len(), 1, "{short} {sessions:?}");
+    let by_full = f.legio(&["replay", "--format", "jsonl", "--session", full[0]]);
+    assert_eq!(code(&by_full), 0, "{}", stderr(&by_full));
+    assert!(!seqs_of(&by_full).is_empty());
+    let by_short = f.legio(&["replay", "--format", "jsonl", "--session", short]);
+    assert_eq!(code(&by_short), 0, "{}", stderr(&by_short));
+    assert_eq!(seqs_of(&by_short), seqs_of(&by_full));
+    // An abbreviation that names several sessions (v7 ids opened within a minute share their
+    // first 8 characters) is an error listing them; one that names none says where ids are.
+    let prefix = sessions
+        .iter()
+        .map(|s| &s[..8])
+        .find(|p| sessions.iter().filter(|s| s.starts_with(p)).count() >= 2)
+        .expect("sessions opened within a minute share their first 8 characters");
+    let out = f.legio(&["replay", "--session", prefix]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let text = stderr(&out);
+    assert!(
+        text.contains("names") && text.contains("give more of the id"),
+        "{text}"
+    );
+    for id in sessions.iter().filter(|s| s.starts_with(prefix)) {
+        assert!(text.contains(id.as_str()), "{id} is listed: {text}");
+    }
+    let nothing = "0000abcd";
+    assert!(!sessions
+        .iter()
+        .any(|s| s.starts_with(nothing) || s.ends_with(nothing)));
+    let out = f.legio(&["replay", "--session", nothing]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("no session") && stderr(&out).contains("legio inspect sessions"),
+        "{}",
+        stderr(&out)
+    );
+    // With --conversation, the abbreviation names a session of that conversation.
+    let (_, home) = opened.iter().find(|(s, _)| s == full[0]).unwrap();
+    let out = f.legio(&[
+        "replay",
+        "--format",
+        "jsonl",
+        "--conversation",
+        home,
+        "--session",
+        short,
+    ]);
+    assert_eq!(seqs_of(&out), seqs_of(&by_full));
+    let elsewhere = if home == CONV { "cli:other" } else { CONV };
+    let out = f.legio(&["replay", "--conversation", elsewhere, "--session", short]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains(&format!("no session of conversation \"{elsewhere}\"")),
+        "{}",
+        stderr(&out)
+    );
+
     // Errors.
     let out = f.legio(&["replay", "--from", "9", "--to", "3"]);
     assert_eq!(code(&out), 2);
@@ -425,6 +508,31 @@ fn replay_prints_every_event_and_filters_agree_with_the_store() {
         "{}",
         stderr(&out)
     );
+    // Followed, a conversation the log does not have yet is a note, and the replay waits for
+    // its first event.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));
+    command
+        .current_dir(f.dir.path())
+        .env("LEGIO_CONFIG", f.config_path())
+        .env("NO_COLOR", "1")
+        .args(["replay", "--conversation", "cli:later", "--follow"]);
+    let (note, mut follow, _lines, reader) = follow_lines_after_note(command);
+    assert!(
+        note.starts_with("note: no conversation \"cli:later\"") && note.contains(CONV),
+        "{note}"
+    );
+    // Nothing to wait for here (it holds the log): it must still run a while later.
+    let until = std::time::Instant::now() + Duration::from_millis(500);
+    while std::time::Instant::now() < until {
+        assert!(
+            follow.try_wait().unwrap().is_none(),
+            "the replay follows after its note"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    reader.join().unwrap();
     let out = f.legio(&["replay", "--agent", "zed"]);
     assert_eq!(code(&out), 1);
     assert!(stderr(&out).contains("\"zed\""), "{}", stderr(&out));
@@ -1763,6 +1871,38 @@ fn live_mode_agrees_with_offline_while_the_server_holds_the_log() {
         "{}",
         stderr(&out)
     );
+    // So is a live replay's (it printed nothing and exited 0), naming the conversations.
+    let out = live(&["replay", "--conversation", "cli:nope"]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("no conversation \"cli:nope\"") && stderr(&out).contains(CONV),
+        "{}",
+        stderr(&out)
+    );
+    // A session by the end of its id, as the text lines show it: what offline printed.
+    let session = offline[1]
+        .lines()
+        .find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["session"].as_str().map(str::to_owned)
+        })
+        .unwrap();
+    let by_session: Vec<&str> = offline[1]
+        .lines()
+        .filter(|l| l.contains(&format!("\"session\":\"{session}\"")))
+        .collect();
+    assert!(!by_session.is_empty(), "{session}");
+    let short = &session[session.len() - 8..];
+    let out = live(&["replay", "--format", "jsonl", "--session", short]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out).lines().collect::<Vec<_>>(), by_session);
+    let out = live(&["replay", "--session", "0000abcd"]);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("legio inspect sessions"),
+        "{}",
+        stderr(&out)
+    );
 
     // Follow: a live `replay --follow` prints a turn posted over HTTP while it runs.
     let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));
@@ -1800,6 +1940,35 @@ fn live_mode_agrees_with_offline_while_the_server_holds_the_log() {
     reader.join().unwrap();
     assert_eq!(followed[0]["seq"], reset_seq);
     assert_eq!(followed[0]["kind"], "session_closed", "{}", followed[0]);
+    // Following a conversation the log does not have yet: a note, then its first events.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));
+    command
+        .current_dir(f.dir.path())
+        .env("LEGIO_CONFIG", f.config_path())
+        .env("NO_COLOR", "1")
+        .args(["--server", &url, "--token", TOKEN, "replay", "--format"])
+        .args(["jsonl", "--conversation", "cli:later", "--follow"]);
+    let (note, mut follow, lines_rx, reader) = follow_lines_after_note(command);
+    assert!(
+        note.starts_with("note: no conversation \"cli:later\"") && note.contains(CONV),
+        "{note}"
+    );
+    let (status, body) = served.http(
+        "POST",
+        "/sessions/cli:later/turns",
+        Some(TOKEN),
+        Some(serde_json::json!({"content": "the first message"})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let line = lines_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the conversation's first event");
+    let first: serde_json::Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(first["conversation"], "cli:later", "{first}");
+    assert_eq!(first["kind"], "message_posted", "{first}");
+    follow.kill().unwrap();
+    follow.wait().unwrap();
+    reader.join().unwrap();
     // A live heartbeat goes through the server's runtime (POST /sessions/{id}/heartbeats).
     let out = live(&[
         "heartbeat",
@@ -1822,20 +1991,125 @@ fn live_mode_agrees_with_offline_while_the_server_holds_the_log() {
         stdout(&out),
         stderr(&out)
     );
+    // Live `inspect tools` is the server's: with a conversation, the tools its host declared
+    // there (it tried to open the locked log); without, the server's configuration, not that of
+    // the caller (it read the caller's).
+    let (status, body) = served.http(
+        "POST",
+        &format!("/sessions/{CONV}/tools"),
+        Some(TOKEN),
+        Some(serde_json::json!({"tools": [{
+            "name": "lookup",
+            "description": "the host's lookup\nsecond line",
+            "parameters": {"type": "object", "properties": {}},
+        }]})),
+    );
+    assert_eq!(status, 200, "{body}");
+    let tools_args = [
+        "inspect",
+        "tools",
+        "--conversation",
+        CONV,
+        "--format",
+        "json",
+    ];
+    let out = live(&tools_args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let live_tools = stdout(&out);
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&live_tools).unwrap();
+    let host: Vec<&serde_json::Value> = rows
+        .iter()
+        .filter(|r| r["agent"] == "(host turns)")
+        .collect();
+    assert_eq!(host.len(), 1, "{live_tools}");
+    assert_eq!(host[0]["tool"], "lookup");
+    assert_eq!(host[0]["description"], "the host's lookup");
+    let source = host[0]["source"].as_str().unwrap();
+    assert!(
+        source.starts_with(&format!("declared by the host in {CONV} (seq ")),
+        "{source}"
+    );
+    assert!(rows
+        .iter()
+        .any(|r| r["agent"] == "ann" && r["tool"] == "get_history"));
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::write(elsewhere.path().join("zed.md"), "You are elsewhere.").unwrap();
+    std::fs::write(
+        elsewhere.path().join("legio.toml"),
+        "[store]\npath = \"db\"\n[agents.zed]\nrole = \"orchestrator\"\ndescription = \"elsewhere\"\n\
+         prompt = \"zed.md\"\nprovider = \"local\"\n[providers.local]\nkind = \"scripted\"\n",
+    )
+    .unwrap();
+    let tools_of_server = |dir: &Path| {
+        let args = [
+            "--server", &url, "--token", TOKEN, "inspect", "tools", "--format", "json",
+        ];
+        let out = legio_in(dir, &dir.join("legio.toml"), &args, None);
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out)
+    };
+    let served_tools = tools_of_server(f.dir.path());
+    assert_eq!(tools_of_server(elsewhere.path()), served_tools);
+    assert!(!served_tools.contains("zed"), "{served_tools}");
     let out = live(&["verify"]);
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let before_stop = verified_seq(&out);
+
+    // A follow running when the server stops ends with exit 1 and says where to go on from
+    // (it ended with 0, as if all was well).
+    let mut command = Command::new(env!("CARGO_BIN_EXE_legio"));
+    command
+        .current_dir(f.dir.path())
+        .env("LEGIO_CONFIG", f.config_path())
+        .env("NO_COLOR", "1")
+        .args(["--server", &url, "--token", TOKEN, "replay", "--follow"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut following = command.spawn().unwrap();
+    let (lines_rx, reader) = stdout_lines(&mut following);
+    // The events so far come first; the follow's own request starts right after them.
+    lines_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the log's events before the follow");
+    std::thread::sleep(Duration::from_millis(500));
 
     // SIGTERM: a clean exit that suspends the sessions and leaves the log verifiable.
     let (status, err) = served.terminate();
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(err.contains("legio: stopped"), "{err}");
+    let ended = following.wait_with_output().unwrap();
+    reader.join().unwrap();
+    let said = stderr(&ended);
+    assert_eq!(code(&ended), 1, "{said}");
+    assert!(
+        said.contains("the server ended the event stream") && said.contains("--from"),
+        "{said}"
+    );
     let out = f.legio(&["verify"]);
     assert_eq!(code(&out), 0, "{}{}", stdout(&out), stderr(&out));
     assert!(
         verified_seq(&out) > before_stop,
         "shutdown records the boundaries"
     );
+    // Offline, the tools table is the one the server printed; where no server listens, live
+    // `inspect tools` fails as every live command does (it printed the local table).
+    let out = f.legio(&tools_args);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert_eq!(stdout(&out), live_tools);
+    assert_eq!(
+        stdout(&f.legio(&["inspect", "tools", "--format", "json"])),
+        served_tools
+    );
+    for args in [&tools_args[..], &tools_args[..2]] {
+        let out = live(args);
+        assert_eq!(code(&out), 1, "{args:?}: {}", stdout(&out));
+        assert!(
+            stderr(&out).contains("cannot reach the server"),
+            "{}",
+            stderr(&out)
+        );
+    }
     // Offline now prints what live printed, up to where live looked, and what was followed.
     let out = f.legio(&["replay", "--to", &last.to_string()]);
     assert_eq!(stdout(&out), offline[0]);
@@ -2194,6 +2468,17 @@ fn follow_lines(
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let (lines_rx, reader) = stdout_lines(&mut child);
+    (child, lines_rx, reader)
+}
+
+/// `child`'s stdout lines, as they come, read by a thread.
+fn stdout_lines(
+    child: &mut std::process::Child,
+) -> (
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<()>,
+) {
     let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
     let out = child.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
@@ -2205,7 +2490,40 @@ fn follow_lines(
             }
         }
     });
-    (child, lines_rx, reader)
+    (lines_rx, reader)
+}
+
+/// As [`follow_lines`], after the first line the command writes on stderr (its note), which
+/// comes first (waited for up to 20 s).
+fn follow_lines_after_note(
+    mut command: Command,
+) -> (
+    String,
+    std::process::Child,
+    std::sync::mpsc::Receiver<String>,
+    std::thread::JoinHandle<()>,
+) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let (note_tx, note_rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, Read};
+        let mut err = std::io::BufReader::new(err);
+        let mut note = String::new();
+        let _ = err.read_line(&mut note);
+        let _ = note_tx.send(note);
+        let _ = err.read_to_end(&mut Vec::new());
+    });
+    let note = note_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a note on stderr");
+    let (lines_rx, reader) = stdout_lines(&mut child);
+    (note, child, lines_rx, reader)
 }
 
 /// One real nats-server and a new folder holding the fixture's configuration on it (stream

@@ -154,6 +154,50 @@ fn inspect_tools_lists_every_agents_tools_and_where_each_comes_from() {
     );
 }
 
+/// A `[mcp.NAME]` command that is no MCP server (`cat` echoes the initialize request back) fails
+/// in legio's words alone: none of the MCP SDK's client traces (`WARN rmcp::service::client:
+/// Received unexpected message Request(JsonRpcRequest { ... })`), unless `LEGIO_LOG` asks.
+#[test]
+fn a_command_that_is_no_mcp_server_fails_without_the_sdks_traces() {
+    let dir = tempfile::tempdir().unwrap();
+    let mcp = "[mcp.cat]\ncommand = \"cat\"\nagents = [\"ann\"]\ntimeout_seconds = 2\n";
+    write_config(dir.path(), mcp, "");
+    let inspect = |log: Option<&str>| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_legio"));
+        command
+            .current_dir(dir.path())
+            .env("LEGIO_CONFIG", dir.path().join("legio.toml"))
+            .env("NO_COLOR", "1")
+            .env_remove("LEGIO_LOG")
+            .args(["inspect", "tools"])
+            .stdin(std::process::Stdio::null());
+        if let Some(log) = log {
+            command.env("LEGIO_LOG", log);
+        }
+        command.output().unwrap()
+    };
+    let out = inspect(None);
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    let text = stderr(&out);
+    assert!(
+        text.contains("cannot start the MCP server [mcp.cat]"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("rmcp::") && !text.contains("JsonRpc"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "one line, legio's: {text}");
+    // Asked for, the SDK's traces show.
+    let out = inspect(Some("warn"));
+    assert_eq!(code(&out), 1, "{}", stdout(&out));
+    assert!(
+        stderr(&out).contains("rmcp::service::client"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 #[test]
 fn mcp_token_prints_a_scoped_token_and_refuses_unknown_agents() {
     let dir = tempfile::tempdir().unwrap();

@@ -1215,7 +1215,7 @@ async fn operator_endpoints_serve_the_live_log() {
         seen.push_str(&String::from_utf8_lossy(&chunk));
     }
     drop(follow);
-    for what in ["conversations", "agents", "sessions"] {
+    for what in ["conversations", "agents", "sessions", "tools"] {
         let (status, table) = h
             .call(
                 "get",
@@ -1226,6 +1226,17 @@ async fn operator_endpoints_serve_the_live_log() {
         assert_eq!(status, StatusCode::OK);
         assert!(!table["rows"].as_array().unwrap().is_empty(), "{what}");
     }
+    let (status, body) = h
+        .call(
+            "get",
+            "/operator/inspect/{what}",
+            h.operator("/operator/inspect/tools?conversation=t:missing"),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (StatusCode::NOT_FOUND, Some("unknown_conversation"))
+    );
     let (status, body) = h
         .call(
             "get",

@@ -1,6 +1,6 @@
 //! `legio inspect`: tables of conversations, agents, sessions and the shared memory, from the log;
 //! on a cluster, which node owns which conversation, from the lease bucket; and every agent's
-//! tools, from the configuration.
+//! tools, from the configuration (or the running server's, live).
 
 use std::process::ExitCode;
 
@@ -32,6 +32,7 @@ pub enum What {
     /// Every agent's tools and where each comes from (built-in, memory, or an [mcp.NAME]
     /// server, which is started to list them), from the configuration; with --conversation,
     /// also the tools the host declared there (from the log), offered on the host's turns.
+    /// With --server, the running server's tools (its configuration, the MCP servers it opened).
     Tools,
 }
 
@@ -90,57 +91,48 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
     Ok(())
 }
 
-/// `legio inspect tools`: from the configuration, the MCP servers started to list their tools;
-/// with `--conversation`, also the tools the host declared there (read from the log).
-#[cfg(feature = "runtime")]
+/// `legio inspect tools`: with `--server`, the running server's table
+/// (`GET /operator/inspect/tools`: its configuration and the MCP servers it opened); offline,
+/// from the configuration, the MCP servers started to list their tools. With `--conversation`,
+/// also the tools the host declared there (read from the log).
 fn tools(context: &Context, args: &Args) -> Result<ExitCode> {
-    let declared = match &args.conversation {
-        Some(key) => declared_rows(context, &ConversationKey::new(key.as_str())?)?,
-        None => Vec::new(),
+    let table: Table = match context.remote()? {
+        Some(remote) => {
+            let query: Vec<(&str, String)> = args
+                .conversation
+                .iter()
+                .map(|c| ("conversation", c.clone()))
+                .collect();
+            serde_json::from_value(remote.get_json("/operator/inspect/tools", &query)?)?
+        }
+        None => offline_tools(context, args.conversation.as_deref())?,
     };
-    let config = common::config(context)?;
-    let mut table = common::tokio()?.block_on(legio_runtime::tools_table(&config))?;
-    table.rows.extend(declared);
     let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
     print(args.format, &header, table.rows)?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// The conversation's declared host tools as rows of the tools table: offered on the host's
-/// turns (`POST /sessions/{id}/tools`), whoever they address.
+/// The tools table from the configuration; the conversation's declared tools are read first,
+/// so a mistyped key fails before any MCP server starts.
 #[cfg(feature = "runtime")]
-fn declared_rows(context: &Context, key: &ConversationKey) -> Result<Vec<Vec<String>>> {
-    let log = common::open_log_for_reading(context)?;
-    legio_ops::require_conversation(&*log, key)?;
-    let (latest, _) = legio_ops::latest_declaration(&*log, key, legio_core::Seq::ZERO)?;
-    let Some((seq, declared)) = latest else {
-        return Ok(Vec::new());
+fn offline_tools(context: &Context, conversation: Option<&str>) -> Result<Table> {
+    let declared = match conversation {
+        Some(key) => {
+            let log = common::open_log_for_reading(context)?;
+            legio_ops::declared_tool_rows(&*log, &ConversationKey::new(key)?)?
+        }
+        None => Vec::new(),
     };
-    let source = format!("declared by the host in {key} (seq {seq})");
-    Ok(declared
-        .tools
-        .into_iter()
-        .map(|tool| {
-            let summary = tool
-                .description
-                .lines()
-                .next()
-                .unwrap_or_default()
-                .to_owned();
-            vec![
-                "(host turns)".to_owned(),
-                tool.name,
-                source.clone(),
-                summary,
-            ]
-        })
-        .collect())
+    let config = common::config(context)?;
+    let mut table = common::tokio()?.block_on(legio_runtime::tools_table(&config))?;
+    table.rows.extend(declared);
+    Ok(table)
 }
 
 /// Without the `runtime` feature there is no MCP client to start the servers with.
 #[cfg(not(feature = "runtime"))]
-fn tools(_context: &Context, _args: &Args) -> Result<ExitCode> {
-    anyhow::bail!("this legio was built without the `runtime` feature, which `inspect tools` needs to start the [mcp.NAME] servers")
+fn offline_tools(_context: &Context, _conversation: Option<&str>) -> Result<Table> {
+    anyhow::bail!("this legio was built without the `runtime` feature, which `inspect tools` needs to start the [mcp.NAME] servers (or ask a running server: --server URL)")
 }
 
 /// Runs the command.

@@ -171,7 +171,7 @@ enum Command {
 
 /// Logs on stderr, filtered by `LEGIO_LOG`; without it, warnings and errors (a node's restart
 /// boundaries, a lease given up, an MCP server that failed: before, nothing below an error
-/// showed; not the MCP SDK's client transport traces), but for the demo, whose tour says what happens itself (it panics an agent on
+/// showed; not the MCP SDK's client-side traces), but for the demo, whose tour says what happens itself (it panics an agent on
 /// purpose). Colours only on a terminal, not in a node's log file.
 fn init_logging(command: &Command) {
     let level = match command {
@@ -183,13 +183,16 @@ fn init_logging(command: &Command) {
         .with_default_directive(level.into())
         .with_env_var("LEGIO_LOG")
         .from_env_lossy();
-    // The MCP SDK's client transports trace their failures with Rust type names; legio says
-    // what failed in its own words (mcp_client.rs). Its server side still logs. `LEGIO_LOG` set
+    // The MCP SDK's client side (its transports, and its service's handshake: a command that
+    // is no MCP server, such as `cat`, is "Received unexpected message" and a Rust debug dump)
+    // traces failures with Rust type names; legio says what failed in its own words
+    // (mcp_client.rs). Its server side (`legio mcp serve`, /mcp) still logs. `LEGIO_LOG` set
     // shows them all as asked.
     if std::env::var_os("LEGIO_LOG").is_none() {
         for quiet in [
             "rmcp::transport::worker=off",
             "rmcp::transport::child_process=off",
+            "rmcp::service::client=off",
         ] {
             if let Ok(quiet) = quiet.parse() {
                 filter = filter.add_directive(quiet);

@@ -24,6 +24,15 @@ impl std::fmt::Display for ServerError {
 
 impl std::error::Error for ServerError {}
 
+/// How a stream of lines ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Streamed {
+    /// The server ended it.
+    Ended,
+    /// Ctrl-C.
+    Interrupted,
+}
+
 /// A running server's operator endpoints.
 pub struct Remote {
     base: String,
@@ -117,13 +126,13 @@ impl Remote {
     }
 
     /// GET `path` as JSON lines, calling `visit` with each line as it arrives, until the server
-    /// ends the stream or Ctrl-C.
+    /// ends the stream or Ctrl-C (which of them, the answer says).
     pub fn stream_lines(
         &self,
         path: &str,
         query: &[(&str, String)],
         mut visit: impl FnMut(&str) -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<Streamed> {
         self.runtime.block_on(async {
             let mut response = self
                 .send(self.request(reqwest::Method::GET, path).query(query))
@@ -132,7 +141,7 @@ impl Remote {
             loop {
                 let chunk = tokio::select! {
                     chunk = response.chunk() => chunk?,
-                    _ = tokio::signal::ctrl_c() => return Ok(()),
+                    _ = tokio::signal::ctrl_c() => return Ok(Streamed::Interrupted),
                 };
                 let Some(chunk) = chunk else { break };
                 pending.extend_from_slice(&chunk);
@@ -149,7 +158,7 @@ impl Remote {
             if !pending.is_empty() {
                 visit(std::str::from_utf8(&pending).context("the server sent bad UTF-8")?)?;
             }
-            Ok(())
+            Ok(Streamed::Ended)
         })
     }
 }

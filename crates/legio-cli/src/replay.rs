@@ -9,9 +9,11 @@ use legio_config::AgentSpec;
 use legio_core::{
     can_see, ConversationKey, Event, EventKind, Record, RecordJson, Seq, SessionId, Timestamp,
 };
+use legio_ops::{InspectKind, OpsError, Table};
 use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
+use crate::remote::{Remote, ServerError, Streamed};
 use crate::{invocation::Context, render};
 
 /// The buffer between the lines of a whole-log read and standard output or the file.
@@ -29,15 +31,18 @@ pub enum Format {
 /// Arguments of `legio replay`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Only this conversation.
+    /// Only this conversation. One the log does not have is an error naming those it has; with
+    /// --follow, a note on stderr, and its events as they come.
     #[arg(long)]
     conversation: Option<String>,
     /// What this agent could see (its visibility), and its own session events.
     #[arg(long)]
     agent: Option<String>,
-    /// Only the events of this session (its id, from `legio inspect sessions`).
+    /// Only the events of this session: its id (from `legio inspect sessions`), or the id's end as
+    /// the text lines show it (`session d3e3e509`: its last 8 characters or more), or its first 8
+    /// or more. An abbreviation that names no session of the log, or several, is an error.
     #[arg(long, value_parser = parse_session)]
-    session: Option<SessionId>,
+    session: Option<SessionArg>,
     /// From this seq (inclusive).
     #[arg(long)]
     from: Option<u64>,
@@ -56,9 +61,85 @@ pub struct Args {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// Keep printing new events until interrupted (Ctrl-C).
+    /// Keep printing new events until interrupted (Ctrl-C); with --to, the replay ends there.
+    /// Live (--server), a server that stops ends the follow with exit 1 and a line on stderr
+    /// saying the --from to go on from.
     #[arg(long)]
     follow: bool,
+}
+
+/// `--session`: a whole session id, or an abbreviation of one resolved against the log.
+#[derive(Clone, Debug)]
+enum SessionArg {
+    /// A whole id (a UUID), taken as given.
+    Id(SessionId),
+    /// At least [`SHORT_ID`] hex digits (lowercase) that begin or end a session id, in its
+    /// hyphenated form.
+    Short(String),
+}
+
+/// The fewest hex digits of an abbreviated session id: as many as a text line shows.
+const SHORT_ID: usize = 8;
+
+/// The most sessions an ambiguous abbreviation's error lists.
+const LISTED: usize = 10;
+
+impl SessionArg {
+    /// The session meant: a whole id as it is; an abbreviation, the one session of `sessions`
+    /// (the sessions table, `legio inspect sessions`, of the log or of `conversation`) whose id
+    /// begins or ends with it. None or several is an error naming what to do.
+    fn resolve(
+        &self,
+        conversation: Option<&ConversationKey>,
+        sessions: impl FnOnce() -> Result<Table>,
+    ) -> Result<SessionId> {
+        let short = match self {
+            Self::Id(id) => return Ok(*id),
+            Self::Short(short) => short,
+        };
+        let table = sessions()?;
+        let column = |name: &str| table.header.iter().position(|h| h == name);
+        let (Some(at), agent, key) = (column("session"), column("agent"), column("conversation"))
+        else {
+            bail!("the sessions table has no session column; give the whole session id");
+        };
+        let mut found: Vec<(SessionId, String)> = Vec::new();
+        for row in &table.rows {
+            let Some(id) = row.get(at) else { continue };
+            if !(id.starts_with(short.as_str()) || id.ends_with(short.as_str())) {
+                continue;
+            }
+            let Ok(parsed) = id.parse() else { continue };
+            let parsed = SessionId(parsed);
+            if found.iter().any(|(known, _)| *known == parsed) {
+                continue;
+            }
+            let cell = |i: Option<usize>| i.and_then(|i| row.get(i)).map_or("?", String::as_str);
+            found.push((parsed, format!("{id} ({} in {})", cell(agent), cell(key))));
+        }
+        let scope = match conversation {
+            Some(key) => format!("conversation {:?}", key.as_str()),
+            None => "the log".to_owned(),
+        };
+        match found.len() {
+            1 => Ok(found[0].0),
+            0 => bail!(
+                "no session of {scope} has an id beginning or ending with {short:?}; `legio inspect sessions` lists them"
+            ),
+            n => {
+                let listed: Vec<&str> = found.iter().take(LISTED).map(|(_, s)| s.as_str()).collect();
+                let more = if n > LISTED {
+                    format!(" and {} more", n - LISTED)
+                } else {
+                    String::new()
+                };
+                bail!(
+                    "{short:?} names {n} sessions of {scope}: {}{more}; give more of the id",
+                    listed.join(", ")
+                )
+            }
+        }
+    }
 }
 
 /// The filters of a replay, resolved.
@@ -116,6 +197,7 @@ impl Filter {
     }
 }
 
+/// The filters but the session (resolved against the log, [`SessionArg::resolve`]).
 fn resolve(context: &Context, args: &Args) -> Result<Filter> {
     let mut filter = Filter {
         conversation: args
@@ -130,18 +212,25 @@ fn resolve(context: &Context, args: &Args) -> Result<Filter> {
         let spec = config.agent_named(name)?;
         filter.agent = Some(spec.clone());
     }
-    filter.session = args.session;
     filter.since = args.since;
     filter.kinds = args.kinds.clone();
     Ok(filter)
 }
 
-/// `--session`: a session id, as `legio inspect sessions` shows it. A usage error otherwise
+/// `--session`: a session id, as `legio inspect sessions` shows it, or at least [`SHORT_ID`] hex
+/// digits of one (its end, as a text line shows it, or its beginning). A usage error otherwise
 /// (exit 2, as every bad argument).
-fn parse_session(id: &str) -> Result<SessionId, String> {
-    id.parse()
-        .map(SessionId)
-        .map_err(|_| format!("{id:?} is not a session id (a UUID, see `legio inspect sessions`)"))
+fn parse_session(id: &str) -> Result<SessionArg, String> {
+    if let Ok(uuid) = id.parse() {
+        return Ok(SessionArg::Id(SessionId(uuid)));
+    }
+    let digits = id.chars().filter(char::is_ascii_hexdigit).count();
+    if digits >= SHORT_ID && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+        return Ok(SessionArg::Short(id.to_ascii_lowercase()));
+    }
+    Err(format!(
+        "{id:?} is not a session id: give one from `legio inspect sessions` (a UUID), or its last {SHORT_ID} characters or more as replay's lines show it (`session d3e3e509`)"
+    ))
 }
 
 /// `--since`: an RFC 3339 time.
@@ -225,26 +314,41 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         eprintln!("legio: bad seq range: --from {} is after --to {}", from, to);
         return Ok(ExitCode::from(2));
     }
-    let filter = resolve(context, &args)?;
+    let mut filter = resolve(context, &args)?;
+    // With --to the replay ends there: nothing to follow.
+    let following = args.follow && to == Seq(u64::MAX);
     if let Some(remote) = context.remote()? {
-        return live(&remote, &args, &filter, from, to);
+        if let Some(session) = &args.session {
+            let query: Vec<(&str, String)> = filter
+                .conversation
+                .iter()
+                .map(|c| ("conversation", c.as_str().to_owned()))
+                .collect();
+            filter.session = Some(session.resolve(filter.conversation.as_ref(), || {
+                Ok(serde_json::from_value(
+                    remote.get_json("/operator/inspect/sessions", &query)?,
+                )?)
+            })?);
+        }
+        return live(&remote, &args, &filter, from, to, following);
     }
     let log = common::open_log_for_reading(context)?;
+    if let Some(session) = &args.session {
+        filter.session = Some(session.resolve(filter.conversation.as_ref(), || {
+            Ok(legio_ops::inspect(
+                &*log,
+                InspectKind::Sessions,
+                filter.conversation.as_ref(),
+            )?)
+        })?);
+    }
     if let Some(conversation) = &filter.conversation {
-        if log
-            .conversation_events(conversation, Seq::ZERO, 1)?
-            .is_empty()
-        {
-            let known: Vec<String> = log.conversations()?.iter().map(|c| c.to_string()).collect();
-            bail!(
-                "no conversation {:?} in the log; conversations: {}",
-                conversation.as_str(),
-                if known.is_empty() {
-                    "none".into()
-                } else {
-                    known.join(", ")
-                }
-            );
+        match legio_ops::require_conversation(&*log, conversation) {
+            Ok(()) => {}
+            Err(e @ OpsError::UnknownConversation { .. }) if following => {
+                note_not_yet(&e.to_string());
+            }
+            Err(e) => return Err(e.into()),
         }
     }
     let colour = args.format == Format::Text && common::colour();
@@ -273,7 +377,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     })?;
     bar.finish_and_clear();
     out.flush()?;
-    if args.follow && to == Seq(u64::MAX) {
+    if following {
         drop(out);
         follow(
             &*log,
@@ -286,30 +390,93 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `--follow` on a conversation the log does not have (yet): said on stderr, then its events
+/// as they come.
+fn note_not_yet(why: &str) {
+    eprintln!("note: {why}; waiting for its first event (Ctrl-C stops)");
+}
+
 /// Live mode: the same lines from the server's event stream (the filters but the conversation
-/// apply here, exactly as offline).
+/// apply here, exactly as offline). The events so far, then with `following` the new ones from
+/// the seq after the last received (a second request: the first, which does not follow, is the
+/// server's 404 for a conversation the log does not have, an error unless following).
 fn live(
-    remote: &crate::remote::Remote,
+    remote: &Remote,
     args: &Args,
     filter: &Filter,
     from: Seq,
     to: Seq,
+    following: bool,
 ) -> Result<ExitCode> {
-    let mut query = vec![("from", from.get().to_string())];
-    if to != Seq(u64::MAX) {
-        query.push(("to", to.get().to_string()));
-    }
-    if let Some(conversation) = &filter.conversation {
-        query.push(("conversation", conversation.as_str().to_owned()));
-    }
-    if args.follow && to == Seq(u64::MAX) {
-        query.push(("follow", "true".to_owned()));
-    }
+    let query = |from: Seq, follow: bool| {
+        let mut query = vec![("from", from.get().to_string())];
+        if to != Seq(u64::MAX) {
+            query.push(("to", to.get().to_string()));
+        }
+        if let Some(conversation) = &filter.conversation {
+            query.push(("conversation", conversation.as_str().to_owned()));
+        }
+        if follow {
+            query.push(("follow", "true".to_owned()));
+        }
+        query
+    };
     let colour = args.format == Format::Text && common::colour();
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
     let mut printer = Printer::new(args.format, colour);
-    remote.stream_lines("/operator/events", &query, |line| {
+    let mut next = from;
+    let so_far = stream(
+        remote,
+        &query(from, false),
+        filter,
+        &mut printer,
+        &mut out,
+        &mut next,
+    );
+    out.flush()?;
+    match so_far {
+        Ok(Streamed::Ended) if following => {}
+        Ok(_) => return Ok(ExitCode::SUCCESS),
+        Err(e) => match e.downcast_ref::<ServerError>() {
+            Some(error) if following && error.code == "unknown_conversation" => {
+                note_not_yet(&error.message);
+            }
+            _ => return Err(e),
+        },
+    }
+    let followed = stream(
+        remote,
+        &query(next, true),
+        filter,
+        &mut printer,
+        &mut out,
+        &mut next,
+    )?;
+    out.flush()?;
+    if followed == Streamed::Ended {
+        // Only the server ends a follow: it stopped or restarted. A script that supervises the
+        // follow must tell that from Ctrl-C, and know where to go on from.
+        eprintln!(
+            "legio: the server ended the event stream (it stopped or restarted); go on from where it ended with --follow --from {next}"
+        );
+        return Ok(ExitCode::from(1));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The server's events of `query` through `filter` to `out` (flushed after each record when the
+/// query follows); `next` becomes the seq after the last received.
+fn stream(
+    remote: &Remote,
+    query: &[(&str, String)],
+    filter: &Filter,
+    printer: &mut Printer,
+    out: &mut impl Write,
+    next: &mut Seq,
+) -> Result<Streamed> {
+    let follow = query.iter().any(|(name, _)| *name == "follow");
+    remote.stream_lines("/operator/events", query, |line| {
         let value: serde_json::Value = serde_json::from_str(line)?;
         // The server's error line is `{"error": {"code", "message"}}`; a record may have an
         // `error` field of its own (turn_failed, heartbeat_ran), never without its `kind`.
@@ -317,16 +484,15 @@ fn live(
             bail!("the server says: {}", error["message"]);
         }
         let record = legio_core::record_from_json(value)?;
+        *next = record.seq.next();
         if filter.matches(&record) {
-            printer.write(&mut out, &record)?;
-            if args.follow {
+            printer.write(out, &record)?;
+            if follow {
                 out.flush()?;
             }
         }
         Ok(())
-    })?;
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 fn follow(

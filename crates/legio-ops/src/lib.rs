@@ -1,12 +1,14 @@
 //! legio-ops: what needs the log and the configuration but no actor: preparing and previewing a
 //! turn (the same decision and plan the runtime's turn uses), and the operator views (inspect
-//! tables, the context report, the memory table) the offline CLI and the server render.
+//! tables, the tools table, the context report, the memory table) the offline CLI and the server
+//! render.
 
 mod error;
 mod memory_view;
 mod operator;
 mod prepare;
 mod roster_view;
+mod tools_table;
 mod window;
 mod window_tally;
 
@@ -21,6 +23,7 @@ pub use prepare::{
     TurnPreview, MAX_DELTA,
 };
 pub use roster_view::{agents_with_roster, NO_SESSION};
+pub use tools_table::{declared_tool_rows, tool_row, tools_header, HOST_TURNS};
 pub use window::{
     check_window, fit_preview, preview_calibration, provider_budget, seed_calibration,
     status_block, tool_tokens, Fixed, WindowReport,

@@ -1,7 +1,8 @@
 //! Operator endpoints, for the CLI's live mode (`legio --server URL replay|inspect|context|verify|
 //! reset`) while this server holds the log: the event stream from a seq (JSON lines or SSE, with
-//! follow), the inspect tables, the shared memory, context plans, the integrity report and manual
-//! resets. Reads run on blocking threads; a reset goes through the runtime like any turn.
+//! follow), the inspect tables (the tools table from this server's runtime), the shared memory,
+//! context plans, the integrity report and manual resets. Reads run on blocking threads; a reset
+//! goes through the runtime like any turn.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -143,9 +144,17 @@ pub(crate) async fn events(
 ) -> Result<Response, ApiError> {
     let Query(query) = query?;
     let conversation = optional_key(query.conversation.as_deref())?;
+    let follow = query.follow.unwrap_or(false) && query.to.is_none();
     if let Some(key) = &conversation {
         // On a cluster node that does not own it: what its owner appended first.
         state.runtime.catch_up(key).await?;
+        // A mistyped conversation is 404, as for inspect, context and reset; a follower may wait
+        // for a conversation's first event.
+        if !follow {
+            let (log, lookup) = (Arc::clone(state.runtime.log()), key.clone());
+            blocking(move || Ok(legio_runtime::require_conversation(log.as_ref(), &lookup)?))
+                .await?;
+        }
     }
     let from = Seq(query.from.unwrap_or(1).max(1));
     let to = Seq(query.to.unwrap_or(u64::MAX));
@@ -161,7 +170,7 @@ pub(crate) async fn events(
         conversation,
         next: from,
         to,
-        follow: query.follow.unwrap_or(false) && query.to.is_none(),
+        follow,
         subscription: None,
         stopping: state.stopping.clone(),
     };
@@ -256,13 +265,22 @@ pub(crate) async fn inspect(
 ) -> Result<Json<Value>, ApiError> {
     let Path(what) = path?;
     let Query(query) = query?;
-    let kind = InspectKind::parse(&what).ok_or_else(|| {
-        ApiError::new(
-            "not_found",
-            format!("cannot inspect {what:?}; choose conversations, agents or sessions (the shared memory is GET /operator/memory; a cluster's nodes, legio --nats URL inspect nodes)"),
-        )
-    })?;
+    // `tools` is no log view: `None`.
+    let kind = match what.as_str() {
+        "tools" => None,
+        _ => Some(InspectKind::parse(&what).ok_or_else(|| {
+            ApiError::new(
+                "not_found",
+                format!("cannot inspect {what:?}; choose conversations, agents, sessions or tools (the shared memory is GET /operator/memory; a cluster's nodes, legio --nats URL inspect nodes)"),
+            )
+        })?),
+    };
     let only = optional_key(query.conversation.as_deref())?;
+    let Some(kind) = kind else {
+        // This server's own configuration, providers and MCP servers, not the caller's.
+        let table = state.runtime.tools_table(only.as_ref()).await?;
+        return Ok(Json(serde_json::to_value(table).unwrap_or(Value::Null)));
+    };
     // On a cluster node: what the owners appended first, to the conversation named, or to every
     // conversation for the agents table (its rows read each conversation's session states).
     let caught_up = match (&only, kind) {
