@@ -131,6 +131,19 @@ history = "session"
     std::fs::write(dir.join("legio.toml"), text).unwrap();
 }
 
+/// A runtime of `config` whose provider `local` is `provider` (the test reads its record).
+async fn runtime_with(config: RuntimeConfig, provider: &ScriptedProvider) -> Runtime {
+    let overrides = HashMap::from([(
+        "local".to_owned(),
+        Arc::new(provider.clone()) as Arc<dyn Provider>,
+    )]);
+    Runtime::builder(config)
+        .providers(overrides)
+        .open()
+        .await
+        .unwrap()
+}
+
 /// Writes a conversation through the real runtime: posts, mentions, a reap, a reset.
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
@@ -145,15 +158,7 @@ fn fixture() -> Fixture {
         .build()
         .unwrap();
     rt.block_on(async {
-        let overrides = HashMap::from([(
-            "local".to_owned(),
-            Arc::new(provider.clone()) as Arc<dyn Provider>,
-        )]);
-        let runtime = Runtime::builder(config)
-            .providers(overrides)
-            .open()
-            .await
-            .unwrap();
+        let runtime = runtime_with(config, &provider).await;
         for text in [
             "hello",
             "@ann review this",
@@ -197,15 +202,9 @@ fn context_after_a_crash_says_the_session_is_ended_as_crashed() {
         .enable_all()
         .build()
         .unwrap();
-    let open = || {
-        let overrides = HashMap::from([(
-            "local".to_owned(),
-            Arc::new(provider.clone()) as Arc<dyn Provider>,
-        )]);
-        Runtime::builder(config.clone()).providers(overrides).open()
-    };
+    let open = || runtime_with(config.clone(), &provider);
     rt.block_on(async {
-        let runtime = open().await.unwrap();
+        let runtime = open().await;
         runtime.post(CONV, "@ann hello").await.unwrap();
         runtime.abort().await;
     });
@@ -228,7 +227,7 @@ fn context_after_a_crash_says_the_session_is_ended_as_crashed() {
         "{next}"
     );
     let again = rt.block_on(async {
-        let runtime = open().await.unwrap();
+        let runtime = open().await;
         // The restarted process's own preview (the server's): the open session is from before
         // it started, so a dead process left it.
         let preview = runtime.next_context(CONV, "ann", None).await.unwrap();
@@ -686,15 +685,7 @@ fn context_shows_tool_calls_and_results() {
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let overrides = HashMap::from([(
-            "local".to_owned(),
-            Arc::new(provider.clone()) as Arc<dyn Provider>,
-        )]);
-        let runtime = Runtime::builder(config)
-            .providers(overrides)
-            .open()
-            .await
-            .unwrap();
+        let runtime = runtime_with(config, &provider).await;
         runtime.post(CONV, "@ann look it up").await.unwrap();
         // Ann's next turn then bootstraps: its history holds the loop's traffic.
         runtime.reset(CONV, "ann").await.unwrap();
@@ -2159,15 +2150,7 @@ fn context_shows_the_summary_of_a_compacted_context() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let overrides = HashMap::from([(
-            "local".to_owned(),
-            Arc::new(provider.clone()) as Arc<dyn Provider>,
-        )]);
-        let runtime = Runtime::builder(config)
-            .providers(overrides)
-            .open()
-            .await
-            .unwrap();
+        let runtime = runtime_with(config, &provider).await;
         for i in 0..5 {
             runtime
                 .post(CONV, &format!("@ann question {i}"))
@@ -2247,15 +2230,7 @@ fn context_applies_the_window_check() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let overrides = HashMap::from([(
-            "local".to_owned(),
-            Arc::new(provider.clone()) as Arc<dyn Provider>,
-        )]);
-        let runtime = Runtime::builder(config)
-            .providers(overrides)
-            .open()
-            .await
-            .unwrap();
+        let runtime = runtime_with(config, &provider).await;
         for i in 0..30 {
             let text = format!("@ann question {i}: {}", "word ".repeat(60));
             let replies = runtime.post(CONV, &text).await.unwrap();
@@ -2340,15 +2315,7 @@ fn a_legion_on_nats_is_read_back_by_the_cli_with_dash_dash_nats() {
         .build()
         .unwrap();
     rt.block_on(async {
-        let overrides = HashMap::from([(
-            "local".to_owned(),
-            Arc::new(provider.clone()) as Arc<dyn Provider>,
-        )]);
-        let runtime = Runtime::builder(config)
-            .providers(overrides)
-            .open()
-            .await
-            .unwrap();
+        let runtime = runtime_with(config, &provider).await;
         for text in ["hello", "@ann review this", "@all ship it"] {
             let replies = runtime.post(CONV, text).await.unwrap();
             assert!(!replies.is_empty());

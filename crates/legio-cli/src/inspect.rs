@@ -98,11 +98,7 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
 fn tools(context: &Context, args: &Args) -> Result<ExitCode> {
     let table: Table = match context.remote()? {
         Some(remote) => {
-            let query: Vec<(&str, String)> = args
-                .conversation
-                .iter()
-                .map(|c| ("conversation", c.clone()))
-                .collect();
+            let query = conversation_query(args);
             serde_json::from_value(remote.get_json("/operator/inspect/tools", &query)?)?
         }
         None => offline_tools(context, args.conversation.as_deref())?,
@@ -163,11 +159,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     };
     let table: Table = match context.remote()? {
         Some(remote) => {
-            let query: Vec<(&str, String)> = args
-                .conversation
-                .iter()
-                .map(|c| ("conversation", c.clone()))
-                .collect();
+            let query = conversation_query(&args);
             serde_json::from_value(
                 remote.get_json(&format!("/operator/inspect/{}", kind.as_str()), &query)?,
             )?
@@ -236,4 +228,12 @@ fn nodes(context: &Context, format: TableFormat) -> Result<ExitCode> {
         rows,
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The live query of `--conversation`, if given.
+fn conversation_query(args: &Args) -> Vec<(&'static str, String)> {
+    args.conversation
+        .iter()
+        .map(|c| ("conversation", c.clone()))
+        .collect()
 }
