@@ -687,6 +687,45 @@ fn on_one_server_a_fenced_append_grouped_with_others_refuses_only_itself() {
     fenced_append_grouped_with_others(&cluster, 1);
 }
 
+/// Replicas 1: a batch that would carry fewer appends than the last one waits for more, but only
+/// for its linger (nats/grouping.rs `Linger`): after a burst that left as a batch of several, a
+/// lone append of two events is acknowledged within the linger and its own batch, not held until
+/// something else wakes the log (its next leader check, 5 s on).
+#[test]
+fn on_one_server_a_lone_batch_after_a_burst_leaves_within_its_linger() {
+    let Some(cluster) = NatsCluster::start(1) else {
+        return;
+    };
+    let log = NatsLog::open(&cluster.options(1)).unwrap();
+    let mut n = 0;
+    let mut two = |conversation: &str| {
+        (0..2)
+            .map(|_| {
+                n += 1;
+                text_message(n, conversation, "user", "lead", &format!("m{n}"))
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut slowest = Duration::ZERO;
+    for _ in 0..10 {
+        // Twelve appends at once: the first leaves, the others queue behind it and leave as one.
+        let burst: Vec<_> = (0..12)
+            .map(|i| log.submit(two(&format!("l:{i}"))).unwrap())
+            .collect();
+        for handle in burst {
+            handle.wait().unwrap();
+        }
+        let started = Instant::now();
+        log.submit(two("l:alone")).unwrap().wait().unwrap();
+        slowest = slowest.max(started.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_secs(1),
+        "a lone append waited {slowest:?}"
+    );
+    assert!(log.verify(&mut |_| {}).unwrap().is_clean());
+}
+
 /// Bursts of two-event appends to six conversations and, in each burst, one from a writer that
 /// lost its conversation; see the two tests above.
 fn fenced_append_grouped_with_others(cluster: &NatsCluster, replicas: usize) {

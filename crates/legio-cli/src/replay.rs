@@ -32,7 +32,7 @@ pub enum Format {
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Only this conversation. One the log does not have is an error naming those it has; with
-    /// --follow, a note on stderr, and its events as they come.
+    /// --follow on a server's or a cluster's log, a note on stderr, and its events as they come.
     #[arg(long)]
     conversation: Option<String>,
     /// What this agent could see (its visibility), and its own session events.
@@ -343,11 +343,17 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         })?);
     }
     if let Some(conversation) = &filter.conversation {
+        // A cluster's log may gain the conversation while this follows; a sled log cannot, as
+        // this process holds it.
+        let shared = common::nats_options(context)?.is_some();
         match legio_ops::require_conversation(&*log, conversation) {
             Ok(()) => {}
-            Err(e @ OpsError::UnknownConversation { .. }) if following => {
+            Err(e @ OpsError::UnknownConversation { .. }) if following && shared => {
                 note_not_yet(&e.to_string());
             }
+            Err(e @ OpsError::UnknownConversation { .. }) if following => bail!(
+                "{e}; this command holds the log, so nothing can add it while it follows: follow a running server's log with legio --server URL replay --follow"
+            ),
             Err(e) => return Err(e.into()),
         }
     }

@@ -10,6 +10,10 @@ use crate::error::ServeError;
 /// Bytes the log occupies on disk (gauge), sampled by the server's upkeep.
 pub const STORE_SIZE: &str = "legio_store_size_bytes";
 
+/// Event streams following the log (`GET /operator/events?follow=true` past their catch-up:
+/// `legio --server URL replay --follow`), open now (gauge).
+pub const EVENT_FOLLOWERS: &str = "legio_event_followers";
+
 /// The installed Prometheus recorder's handle.
 #[derive(Clone, Debug)]
 pub struct MetricsHandle(PrometheusHandle);
@@ -60,6 +64,10 @@ pub fn install_metrics() -> Result<MetricsHandle, ServeError> {
                 STORE_SIZE,
                 metrics::Unit::Bytes,
                 "Bytes the event log occupies on disk"
+            );
+            metrics::describe_gauge!(
+                EVENT_FOLLOWERS,
+                "Operator event streams following the log now"
             );
             Ok(MetricsHandle(handle))
         })

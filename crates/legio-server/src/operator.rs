@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use tokio::sync::watch;
 
 use crate::error::ApiError;
+use crate::metrics::EVENT_FOLLOWERS;
 use crate::state::AppState;
 use crate::wire::{conversation_key, sse, wants_stream};
 
@@ -66,7 +67,25 @@ struct Cursor {
     to: Seq,
     follow: bool,
     subscription: Option<Subscription>,
+    /// Counts this stream in [`EVENT_FOLLOWERS`] once it follows, until it is dropped.
+    following: Option<Following>,
     stopping: watch::Receiver<bool>,
+}
+
+/// One following event stream, counted in the gauge while it lives.
+struct Following;
+
+impl Following {
+    fn start() -> Self {
+        metrics::gauge!(EVENT_FOLLOWERS).increment(1.0);
+        Self
+    }
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        metrics::gauge!(EVENT_FOLLOWERS).decrement(1.0);
+    }
 }
 
 impl Cursor {
@@ -113,7 +132,10 @@ impl Cursor {
                     return Some((Ok(records), self));
                 }
                 Ok(_) if !self.follow => return None,
-                Ok(_) => self.subscription = Some(self.log.subscribe(self.next)),
+                Ok(_) => {
+                    self.subscription = Some(self.log.subscribe(self.next));
+                    self.following.get_or_insert_with(Following::start);
+                }
             }
         }
         let mut subscription = self.subscription.take()?;
@@ -172,6 +194,7 @@ pub(crate) async fn events(
         to,
         follow,
         subscription: None,
+        following: None,
         stopping: state.stopping.clone(),
     };
     let batches = stream::unfold(cursor, Cursor::next_batch);

@@ -53,7 +53,9 @@ pub(super) async fn dispatch(inner: Arc<Inner>, mut submits: mpsc::UnboundedRece
     let mut d = Dispatcher::new(inner, done_tx);
     loop {
         let hold = d.moving.as_ref().map(|(_, until)| *until);
-        let linger = d.linger.until();
+        // While a move waits, `move_or_send` sends nothing: the wait's timer would fire at once,
+        // again and again, until the move ends it.
+        let linger = d.linger.until().filter(|_| d.moving.is_none());
         tokio::select! {
             submit = submits.recv() => match submit {
                 Some(submit) => d.queue.push_back(submit),
