@@ -258,6 +258,62 @@ fn context_after_a_crash_says_the_session_is_ended_as_crashed() {
     );
 }
 
+/// A message whose turn a crash cut off (here: stored, then the process died before its turn)
+/// is never answered by a turn of its own: the next message's turn carries it, marked
+/// redelivered. So the offline preview at the log's end shows that next turn, not one for the
+/// cut-off message (it did: "new message: #N" with it as new), and the real next turn agrees.
+#[test]
+fn context_at_the_end_after_a_crash_previews_the_turn_that_will_run() {
+    let dir = tempfile::tempdir().unwrap();
+    write_config(dir.path(), "", "");
+    let config_file = dir.path().join("legio.toml");
+    let config = RuntimeConfig::load(&config_file).unwrap();
+    let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
+        resumable: true,
+    }));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let runtime = runtime_with(config.clone(), &provider).await;
+        runtime.post(CONV, "@ann hello").await.unwrap();
+        runtime.abort().await;
+    });
+    let log = SledLog::open(dir.path().join("db"), &StoreOptions::default()).unwrap();
+    let cut = log.last_seq().next();
+    let message = legio_tests::text_message(900, CONV, "user", "ann", "@ann cut off");
+    log.append(vec![message]).unwrap();
+    drop(log);
+    let out = legio_in(
+        dir.path(),
+        &config_file,
+        &[
+            "context",
+            "--conversation",
+            CONV,
+            "--agent",
+            "ann",
+            "--format",
+            "json",
+        ],
+        None,
+    );
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let plan: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(plan["new_message"].is_null(), "{plan}");
+    let history = plan["history"].as_array().unwrap();
+    let last = history.last().unwrap();
+    assert_eq!(last["seq"], cut.get(), "{plan}");
+    assert_eq!(last["redelivered"], true, "{plan}");
+    // The turn that does run, the next message's, got it so.
+    rt.block_on(async {
+        let runtime = runtime_with(config, &provider).await;
+        runtime.post(CONV, "@ann next").await.unwrap();
+        runtime.shutdown().await.unwrap();
+    });
+    let request = provider.requests().pop().unwrap();
+    let carried = request.plan.history.iter().find(|i| i.seq == cut).unwrap();
+    assert!(carried.redelivered, "{:?}", request.plan.history);
+}
+
 #[test]
 fn help_teaches_and_usage_errors_exit_2() {
     let dir = tempfile::tempdir().unwrap();

@@ -260,15 +260,19 @@ pub struct TurnPreview {
 /// after `at` found it left by a dead process), or, when the log says nothing more of it, it was
 /// not opened after `live_since` (the seq after which a running process opened the sessions it
 /// holds: `None` when none runs the log's actors, `Seq::ZERO` when any may; a session left by a
-/// dead process is ended as crashed by the next turn). The prompt is the one the session was
-/// opened with (`prompt_hash` is used only when there is no session). Blocks on log reads.
+/// dead process is ended as crashed by the next turn). A message asking the agent for a turn at
+/// the log's end is the turn previewed only when a live process may still run that turn (it is
+/// after `live_since`); otherwise the next message's turn is, which carries it. The prompt is the
+/// one the session was opened with (`prompt_hash` is used only when there is no session). Blocks
+/// on log reads.
 pub fn preview_turn(
     log: &dyn EventLog,
     inputs: TurnInputs<'_>,
     at: Seq,
     live_since: Option<Seq>,
 ) -> Result<TurnPreview, OpsError> {
-    let at = at.min(log.last_seq());
+    let last = log.last_seq();
+    let at = at.min(last);
     let agent = &inputs.spec.name;
     let state = state_at(log, &inputs, at)?;
     let current = state.as_ref().and_then(|s| s.current.as_ref());
@@ -282,10 +286,15 @@ pub fn preview_turn(
     } else {
         log.read_range(at, at, 1)?.into_iter().next()
     };
+    // A message at the log's end is the next turn's only if a live process may still run its
+    // turn (it came after that process started): nothing runs a turn again after a crash or a
+    // restart, so the next turn is the next message's, which carries it (marked redelivered).
+    let may_run = at < last || live_since.is_some_and(|since| at > since);
     let answering = at_record.filter(|r| {
-        r.event
-            .as_message()
-            .is_some_and(|m| triggers_turn(agent, m) && m.conversation == *inputs.conversation)
+        may_run
+            && r.event
+                .as_message()
+                .is_some_and(|m| triggers_turn(agent, m) && m.conversation == *inputs.conversation)
     });
     let answers_message = answering.is_some();
     // A compaction for the turn answering the message at `at` is recorded just after it, before
