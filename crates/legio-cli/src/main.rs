@@ -115,8 +115,8 @@ pub struct Cli {
     /// [store.nats] when the configuration has it. No legio node needs to run.
     #[arg(long, global = true, value_name = "URL", env = "LEGIO_NATS_URL")]
     nats: Option<String>,
-    /// Live mode: ask the `legio serve` at this URL instead of opening the log (replay, inspect,
-    /// context, verify, reset), so the service can keep the database.
+    /// Live mode: ask the `legio serve` at this URL instead of opening the log (only replay,
+    /// inspect, context, verify, reset and heartbeat), so the service can keep the database.
     #[arg(long, global = true, value_name = "URL")]
     server: Option<String>,
     /// The server's operator token for live mode (default: LEGIO_OPERATOR_TOKEN, then
