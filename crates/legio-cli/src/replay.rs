@@ -343,19 +343,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         })?);
     }
     if let Some(conversation) = &filter.conversation {
-        // A cluster's log may gain the conversation while this follows; a sled log cannot, as
-        // this process holds it.
-        let shared = common::nats_options(context)?.is_some();
-        match legio_ops::require_conversation(&*log, conversation) {
-            Ok(()) => {}
-            Err(e @ OpsError::UnknownConversation { .. }) if following && shared => {
-                note_not_yet(&e.to_string());
-            }
-            Err(e @ OpsError::UnknownConversation { .. }) if following => bail!(
-                "{e}; this command holds the log, so nothing can add it while it follows: follow a running server's log with legio --server URL replay --follow"
-            ),
-            Err(e) => return Err(e.into()),
-        }
+        require_conversation(context, &*log, conversation, following)?;
     }
     let colour = args.format == Format::Text && common::colour();
     let stdout = std::io::stdout();
@@ -394,6 +382,28 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Errors when the log does not have `conversation`, unless `following` a log others may add it
+/// to (a cluster's: a note on stderr then); a sled log cannot gain it, as this process holds it.
+fn require_conversation(
+    context: &Context,
+    log: &dyn EventLog,
+    conversation: &ConversationKey,
+    following: bool,
+) -> Result<()> {
+    let shared = common::nats_options(context)?.is_some();
+    match legio_ops::require_conversation(log, conversation) {
+        Ok(()) => Ok(()),
+        Err(e @ OpsError::UnknownConversation { .. }) if following && shared => {
+            note_not_yet(&e.to_string());
+            Ok(())
+        }
+        Err(e @ OpsError::UnknownConversation { .. }) if following => bail!(
+            "{e}; this command holds the log, so nothing can add it while it follows: follow a running server's log with legio --server URL replay --follow"
+        ),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `--follow` on a conversation the log does not have (yet): said on stderr, then its events
