@@ -48,7 +48,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let conversation = args.conversation.map(ConversationKey::new).transpose()?;
     let log = common::open_log_for_reading(context)?;
     let output = args.output.filter(|path| path.as_os_str() != "-");
-    let mut out = Sink::open(output.as_deref())?;
+    let mut out = Sink::open(output.as_deref(), sync)?;
     let last = log.last_seq();
     let bar = common::progress(last.get(), "export", true);
     let mut written = 0u64;
@@ -61,7 +61,7 @@ pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
         written += 1;
         Ok(())
     })?;
-    out.finish(sync)?;
+    out.finish()?;
     bar.finish_and_clear();
     if let Some(path) = &output {
         eprintln!("exported {written} events to {}", path.display());
@@ -77,11 +77,12 @@ enum Sink {
 }
 
 impl Sink {
-    fn open(output: Option<&Path>) -> Result<Self> {
+    /// With `sync`, a file reaches the disk before it is put in place.
+    fn open(output: Option<&Path>, sync: bool) -> Result<Self> {
         Ok(match output {
             Some(path) => Self::File(BufWriter::with_capacity(
                 OUT_BUFFER,
-                OutputFile::create(path)?,
+                OutputFile::create(path, sync)?,
             )),
             None => Self::Stdout(BufWriter::with_capacity(
                 OUT_BUFFER,
@@ -90,14 +91,15 @@ impl Sink {
         })
     }
 
-    /// Writes out what is buffered and, for a file, puts it in place (synced first with `sync`).
-    fn finish(self, sync: bool) -> Result<()> {
+    /// Writes out what is buffered and, for a file, puts it in place (synced first with the
+    /// `sync` it was opened with).
+    fn finish(self) -> Result<()> {
         match self {
             Self::File(out) => out
                 .into_inner()
                 .map_err(|e| e.into_error())
                 .context("cannot write the output")?
-                .commit(sync),
+                .commit(),
             Self::Stdout(mut out) => Ok(out.flush()?),
         }
     }
@@ -126,7 +128,7 @@ fn salvage(context: &Context, output: Option<PathBuf>, sync: bool) -> Result<Exi
     }
     let store = context.store()?;
     let output = output.filter(|path| path.as_os_str() != "-");
-    let mut out = Sink::open(output.as_deref())?;
+    let mut out = Sink::open(output.as_deref(), sync)?;
     let mut failure = None;
     let mut printer = Printer::new(Format::Jsonl, false);
     let salvaged = SledLog::salvage(&store.path, &store.options, &mut |record| match printer
@@ -141,7 +143,7 @@ fn salvage(context: &Context, output: Option<PathBuf>, sync: bool) -> Result<Exi
     if let Some(e) = failure {
         return Err(e);
     }
-    out.finish(sync)?;
+    out.finish()?;
     let target = output.map_or("standard output".to_owned(), |p| p.display().to_string());
     eprintln!("salvaged {} events to {target}", salvaged.events);
     if let Some(why) = &salvaged.read_around {

@@ -14,17 +14,31 @@
 //! in place, with a note. What differs: replacing a file needs room for both copies for a moment,
 //! the replaced file is a new inode (another hard link keeps the old lines), and its owner is the
 //! exporting user.
+//!
+//! With `sync`, a thread of the file's own syncs what is written every [`SYNC_EVERY`] bytes while
+//! the export goes on, so the sync before the rename waits only for the last stretch: the disk
+//! (and, on a virtual machine, the host's cache behind it) works while the lines are rendered.
+//! Measured on a 432 MB export: the final sync took 0.43 to 0.57 s after the kernel had already
+//! written every page out, and about 0.07 s with the syncs along the way.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc;
 
 use anyhow::{Context as _, Result};
 use tempfile::NamedTempFile;
 
+/// Bytes written between two syncs while the export goes on (see the module docs).
+pub const SYNC_EVERY: u64 = 64 << 20;
+
 /// An output file being written (see the module docs).
 pub struct OutputFile {
     kind: Kind,
+    /// Whether the file reaches the disk before it is put in place.
+    sync: bool,
+    /// With `sync`, for a regular file: the thread that syncs it along the way.
+    syncer: Option<Syncer>,
 }
 
 enum Kind {
@@ -42,7 +56,17 @@ enum Kind {
 
 impl OutputFile {
     /// Opens the output for `path`. Nothing at `path` changes until [`OutputFile::commit`].
-    pub fn create(path: &Path) -> Result<Self> {
+    /// With `sync`, the file reaches the disk before it is put in place (see `commit`).
+    pub fn create(path: &Path, sync: bool) -> Result<Self> {
+        let mut out = Self::open(path)?;
+        out.sync = sync;
+        if sync {
+            out.syncer = out.regular_file().map(Syncer::start).transpose()?;
+        }
+        Ok(out)
+    }
+
+    fn open(path: &Path) -> Result<Self> {
         let target = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         let existing = match std::fs::metadata(&target) {
             Ok(meta) => Some(meta),
@@ -64,6 +88,8 @@ impl OutputFile {
         match stage_beside(&target, existing.is_none()) {
             Ok(temp) => Ok(Self {
                 kind: Kind::Staged { temp, target, mode },
+                sync: false,
+                syncer: None,
             }),
             Err(e)
                 if matches!(
@@ -91,13 +117,22 @@ impl OutputFile {
         let regular = file.metadata().is_ok_and(|m| m.is_file());
         Ok(Self {
             kind: Kind::InPlace { file, regular },
+            sync: false,
+            syncer: None,
         })
     }
 
-    /// Puts the written file in place: with `sync`, its bytes reach the disk before the rename,
-    /// and the rename before this returns. Dropping an `OutputFile` without committing removes
-    /// what was written beside the target and leaves the target untouched.
-    pub fn commit(self, sync: bool) -> Result<()> {
+    /// Puts the written file in place: with `sync` (given to `create`), its bytes reach the
+    /// disk before the rename, and the rename before this returns. Dropping an `OutputFile`
+    /// without committing removes what was written beside the target and leaves the target
+    /// untouched.
+    pub fn commit(self) -> Result<()> {
+        let sync = self.sync;
+        if let Some(syncer) = self.syncer {
+            syncer
+                .finish()
+                .context("cannot sync the output while writing it")?;
+        }
         match self.kind {
             Kind::InPlace { mut file, regular } => {
                 file.flush().context("cannot write the output")?;
@@ -124,6 +159,14 @@ impl OutputFile {
 }
 
 impl OutputFile {
+    /// The file being written, when it is a regular file.
+    fn regular_file(&self) -> Option<&File> {
+        match &self.kind {
+            Kind::Staged { temp, .. } => Some(temp.as_file()),
+            Kind::InPlace { file, regular } => regular.then_some(file),
+        }
+    }
+
     /// The file being written: the one beside the target, or the target itself.
     fn file(&mut self) -> &mut File {
         match &mut self.kind {
@@ -135,11 +178,75 @@ impl OutputFile {
 
 impl Write for OutputFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.file().write(buf)
+        let n = self.file().write(buf)?;
+        if let Some(syncer) = &mut self.syncer {
+            syncer.wrote(n as u64);
+        }
+        Ok(n)
     }
 
     fn flush(&mut self) -> io::Result<()> {
         self.file().flush()
+    }
+}
+
+/// The thread that syncs a file while it is written (see the module docs).
+struct Syncer {
+    /// Asks the thread for one more sync; `None` once finishing.
+    due: Option<mpsc::SyncSender<()>>,
+    /// Ends with the number of syncs it made, or its first error.
+    thread: Option<std::thread::JoinHandle<io::Result<u64>>>,
+    /// Bytes written since the last sync was asked for.
+    since: u64,
+    /// Bytes between two syncs: [`SYNC_EVERY`].
+    every: u64,
+}
+
+impl Syncer {
+    fn start(file: &File) -> Result<Self> {
+        let file = file.try_clone().context("cannot open the output twice")?;
+        let (due, asked) = mpsc::sync_channel::<()>(1);
+        let thread = std::thread::Builder::new()
+            .name("legio-export-sync".into())
+            .spawn(move || {
+                let mut syncs = 0;
+                while asked.recv().is_ok() {
+                    file.sync_data()?;
+                    syncs += 1;
+                }
+                Ok(syncs)
+            })
+            .context("cannot start the output's sync thread")?;
+        Ok(Self {
+            due: Some(due),
+            thread: Some(thread),
+            since: 0,
+            every: SYNC_EVERY,
+        })
+    }
+
+    /// Counts `n` more bytes written; asks for a sync once [`SYNC_EVERY`] bytes wait, unless
+    /// one is already asked for (then the next write asks again).
+    fn wrote(&mut self, n: u64) {
+        self.since += n;
+        if self.since < self.every {
+            return;
+        }
+        if let Some(due) = &self.due {
+            if due.try_send(()).is_ok() {
+                self.since = 0;
+            }
+        }
+    }
+
+    /// Lets the thread end after the sync it is doing: the syncs it made, or its first error.
+    fn finish(mut self) -> io::Result<u64> {
+        self.due = None;
+        match self.thread.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(io::Error::other("the output's sync thread panicked")),
+            None => Ok(0),
+        }
     }
 }
 
@@ -251,5 +358,44 @@ fn folder_of(target: &Path) -> &Path {
     match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(out: &mut OutputFile, bytes: u64) -> Vec<u8> {
+        let line: Vec<u8> = (0..=250u8).chain(std::iter::once(b'\n')).collect();
+        let count = bytes as usize / line.len() + 1;
+        for _ in 0..count {
+            out.write_all(&line).unwrap();
+        }
+        line.repeat(count)
+    }
+
+    #[test]
+    fn a_synced_file_written_past_several_syncs_holds_every_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut out = OutputFile::create(&path, true).unwrap();
+        let every = 64 << 10;
+        out.syncer.as_mut().unwrap().every = every;
+        let expected = lines(&mut out, 40 * every + every / 3);
+        let syncs = out.syncer.take().unwrap().finish().unwrap();
+        assert!(syncs >= 1, "syncs were made along the way");
+        out.commit().unwrap();
+        assert!(std::fs::read(&path).unwrap() == expected);
+    }
+
+    #[test]
+    fn without_sync_no_thread_syncs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut out = OutputFile::create(&path, false).unwrap();
+        assert!(out.syncer.is_none());
+        let expected = lines(&mut out, 1 << 20);
+        out.commit().unwrap();
+        assert!(std::fs::read(&path).unwrap() == expected);
     }
 }
