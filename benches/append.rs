@@ -1,6 +1,10 @@
 //! Durable append throughput and p99 ack latency of `SledLog` (300-byte messages, 1/16/64 writer
 //! threads), against SQLite (WAL, `synchronous=FULL`, one row per transaction) and against
-//! `SledLog` in relaxed mode (no flush per append), all measured in the same run.
+//! `SledLog` in relaxed mode (no flush per append), all measured in the same run. A last row,
+//! the **hand-off floor**, stores nothing: the same writer threads hand each message to one thread
+//! that takes every waiting message as a group and acknowledges each through the same kind of
+//! channel and oneshot `SledLog` uses. It is what the write path's threads alone cost on this
+//! machine: a goal above it needs a cheaper hand-off, not a faster store.
 //! Run: `cargo bench --bench append` (`LEGIO_BENCH_SCALE=0.01` for a quick smoke run).
 //!
 //! Each configuration gets a fresh database in a temporary folder and runs for a fixed time
@@ -10,7 +14,7 @@
 
 use legio_tests::bench::*;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Barrier, Mutex};
+use std::sync::{mpsc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use legio_core::{Audience, Event, Message};
@@ -57,6 +61,7 @@ fn main() {
         Store::LegioRelaxed,
         Store::Sqlite,
         Store::SqliteShared,
+        Store::HandOff,
     ] {
         for writers in WRITERS {
             let result = run_store(store, writers, duration);
@@ -130,6 +135,15 @@ fn main() {
         "  SQLite, one shared connection = same, but all writers share one connection behind a"
     );
     println!("                  Mutex (no busy-wait backoff; an extra, stronger baseline)");
+    println!(
+        "  hand-off floor = nothing stored: each writer sends its message to one thread over a"
+    );
+    println!(
+        "                  std channel and waits on a tokio oneshot, as SledLog's writers do; that"
+    );
+    println!(
+        "                  thread takes every waiting message as one group and acknowledges each"
+    );
 
     let sync = find(Store::LegioSync, GOAL_WRITERS);
     let relaxed = find(Store::LegioRelaxed, GOAL_WRITERS);
@@ -172,6 +186,15 @@ fn main() {
         "  (for reference, not a goal: durable vs SQLite with one shared connection: {:.1}x)",
         rate / shared
     );
+    let floor = find(Store::HandOff, GOAL_WRITERS);
+    println!(
+        "  the hand-off floor at {GOAL_WRITERS} writers (nothing stored): {} events/s, {:.1}x SQLite, \
+         p99 ack {}; a goal above it needs a cheaper hand-off than the write path's, not a \
+         faster store",
+        fmt_rate(floor.events_per_sec()),
+        floor.events_per_sec() / sqlite.events_per_sec(),
+        fmt_dur(floor.percentile(0.99))
+    );
     print_disk_floor(duration);
 }
 
@@ -181,6 +204,7 @@ enum Store {
     LegioRelaxed,
     Sqlite,
     SqliteShared,
+    HandOff,
 }
 
 impl Store {
@@ -190,6 +214,7 @@ impl Store {
             Store::LegioRelaxed => "legio relaxed (no-flush baseline)",
             Store::Sqlite => "SQLite WAL synchronous=FULL",
             Store::SqliteShared => "SQLite, one shared connection",
+            Store::HandOff => "hand-off floor (nothing stored)",
         }
     }
 }
@@ -265,6 +290,7 @@ fn run_store(store: Store, writers: usize, duration: Duration) -> RunResult {
             assert_eq!(log.last_seq().get(), expected, "every ack is in the log");
             result
         }
+        Store::HandOff => run_hand_off(writers, duration),
         Store::Sqlite | Store::SqliteShared => {
             let path = dir.path().join("seed.db");
             {
@@ -308,6 +334,51 @@ fn run_store(store: Store, writers: usize, duration: Duration) -> RunResult {
             result
         }
     }
+}
+
+/// The hand-off floor: the writers, the channel, the grouping thread and the oneshot acks of
+/// `SledLog`'s write path, with nothing encoded, stored or synced.
+fn run_hand_off(writers: usize, duration: Duration) -> RunResult {
+    type Ack = tokio::sync::oneshot::Sender<u64>;
+    let (sender, receiver) = mpsc::channel::<(Message, Ack)>();
+    let grouper = std::thread::spawn(move || {
+        let mut acked = 0u64;
+        while let Ok(first) = receiver.recv() {
+            let mut group = vec![first];
+            group.extend(receiver.try_iter());
+            for (message, ack) in group {
+                acked += 1;
+                drop(message);
+                let _ = ack.send(acked);
+            }
+        }
+        acked
+    });
+    let sender = Mutex::new(sender);
+    let result = run_writers(writers, duration, |w| {
+        let sender = sender.lock().expect("not poisoned").clone();
+        let mut gen = traffic(w);
+        let mut i = 0;
+        move || {
+            i += 1;
+            let message = next_message(&mut gen, w, i);
+            let start = Instant::now();
+            let (ack, acked) = tokio::sync::oneshot::channel();
+            sender
+                .send((message, ack))
+                .expect("the grouping thread runs");
+            acked.blocking_recv().expect("acknowledged");
+            start.elapsed()
+        }
+    });
+    drop(sender);
+    let acked = grouper.join().expect("the grouping thread");
+    assert_eq!(
+        acked as usize,
+        result.latencies.len(),
+        "every send was acked"
+    );
+    result
 }
 
 fn sqlite_writer(path: &std::path::Path) -> Connection {
