@@ -129,6 +129,11 @@ async fn the_doors_retry_with_its_key_gets_the_stored_answer() {
         retried["choices"][0]["message"]["content"],
         second["choices"][0]["message"]["content"]
     );
+    assert_eq!(
+        retried["id"], second["id"],
+        "the same answer, so the same completion id"
+    );
+    assert_ne!(first["id"], second["id"], "another message, another id");
     assert_eq!(agent_replies(&h, "i:door"), 2, "no new reply for the retry");
     // The same key for the same text to another agent (another model) is another message.
     let elsewhere = chat(Some("i:door"), "legio/a", request["messages"].clone());

@@ -13,7 +13,7 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
-use legio_core::{AgentName, ConversationKey, IdempotencyKey, Participant};
+use legio_core::{AgentName, ConversationKey, IdempotencyKey, MessageId, Participant};
 use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Posted, Progress, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -116,6 +116,7 @@ pub(crate) async fn completions(
         Ok(slot) => slot,
         Err(too_many) => return Ok(too_many.into_response()),
     };
+    let id = completion_id(&key, idempotency.as_ref(), &body.messages);
     let asked = Asked {
         messages: body.messages,
         tools,
@@ -123,7 +124,7 @@ pub(crate) async fn completions(
     };
     let run = start(&state, &key, &agent, asked).await?;
     let shape = Shape {
-        id: super::fresh_id("chatcmpl"),
+        id,
         model: body.model,
         created: unix_now(),
         agent,
@@ -139,6 +140,21 @@ pub(crate) async fn completions(
     let answer = whole(&state, &shape, run).await;
     drop(slot);
     answer
+}
+
+/// The completion's id. A request that posts a message with an Idempotency-Key gets one derived
+/// from the message's id (`chatcmpl-` and that id), so a retry with the key is answered with the
+/// same id as the first answer; any other request gets a fresh one.
+fn completion_id(
+    key: &ConversationKey,
+    idempotency: Option<&IdempotencyKey>,
+    messages: &[ChatMessage],
+) -> String {
+    let posts = messages.last().is_some_and(|m| m.role != "tool");
+    match idempotency.filter(|_| posts) {
+        Some(idempotency) => format!("chatcmpl-{}", MessageId::keyed(key, idempotency)),
+        None => super::fresh_id("chatcmpl"),
+    }
 }
 
 fn chat_tools(tools: Vec<ChatTool>) -> Result<Vec<ToolSpec>, ApiError> {
