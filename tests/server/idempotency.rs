@@ -131,9 +131,9 @@ async fn the_doors_retry_with_its_key_gets_the_stored_answer() {
     );
     assert_eq!(
         retried["id"], second["id"],
-        "the same answer, so the same completion id"
+        "the same reply, so the same completion id"
     );
-    assert_ne!(first["id"], second["id"], "another message, another id");
+    assert_ne!(first["id"], second["id"], "another reply, another id");
     assert_eq!(agent_replies(&h, "i:door"), 2, "no new reply for the retry");
     // The same key for the same text to another agent (another model) is another message.
     let elsewhere = chat(Some("i:door"), "legio/a", request["messages"].clone());

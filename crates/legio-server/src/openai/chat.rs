@@ -13,7 +13,7 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
-use legio_core::{AgentName, ConversationKey, IdempotencyKey, MessageId, Participant};
+use legio_core::{AgentName, ConversationKey, IdempotencyKey, MessageId, Participant, Seq};
 use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Posted, Progress, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -116,7 +116,6 @@ pub(crate) async fn completions(
         Ok(slot) => slot,
         Err(too_many) => return Ok(too_many.into_response()),
     };
-    let id = completion_id(&key, idempotency.as_ref(), &body.messages);
     let asked = Asked {
         messages: body.messages,
         tools,
@@ -124,7 +123,7 @@ pub(crate) async fn completions(
     };
     let run = start(&state, &key, &agent, asked).await?;
     let shape = Shape {
-        id,
+        id: super::fresh_id("chatcmpl"),
         model: body.model,
         created: unix_now(),
         agent,
@@ -140,21 +139,6 @@ pub(crate) async fn completions(
     let answer = whole(&state, &shape, run).await;
     drop(slot);
     answer
-}
-
-/// The completion's id. A request that posts a message with an Idempotency-Key gets one derived
-/// from the message's id (`chatcmpl-` and that id), so a retry with the key is answered with the
-/// same id as the first answer; any other request gets a fresh one.
-fn completion_id(
-    key: &ConversationKey,
-    idempotency: Option<&IdempotencyKey>,
-    messages: &[ChatMessage],
-) -> String {
-    let posts = messages.last().is_some_and(|m| m.role != "tool");
-    match idempotency.filter(|_| posts) {
-        Some(idempotency) => format!("chatcmpl-{}", MessageId::keyed(key, idempotency)),
-        None => super::fresh_id("chatcmpl"),
-    }
 }
 
 fn chat_tools(tools: Vec<ChatTool>) -> Result<Vec<ToolSpec>, ApiError> {
@@ -284,20 +268,27 @@ fn tool_calls_json(calls: &[HostToolCall]) -> Vec<Value> {
 }
 
 /// The agent's reply text from a finished post, or its error.
-fn reply_of(posted: &Posted, agent: &AgentName) -> Result<(String, legio_core::Seq), ApiError> {
+/// The agent's reply: its text, seq and message id.
+fn reply_of(
+    posted: &Posted,
+    agent: &AgentName,
+) -> Result<(String, Seq, Option<MessageId>), ApiError> {
     let reply = posted
         .replies
         .iter()
         .find(|r| r.agent == *agent)
         .ok_or_else(|| ApiError::new("internal", format!("{agent} gave no reply")))?;
     match &reply.outcome {
-        Ok(r) => Ok((r.text.clone(), r.seq)),
+        Ok(r) => Ok((r.text.clone(), r.seq, r.message_id)),
         Err(e) => Err(super::turn_error(e)),
     }
 }
 
+/// The whole answer. One that ends in a reply is named after the reply (`chatcmpl-` and the reply
+/// message's id), so a retry answered with the stored reply has the first answer's id; one that
+/// asks for tool calls keeps the fresh id of `shape`.
 async fn whole(state: &Arc<AppState>, shape: &Shape, mut run: Run) -> Result<Response, ApiError> {
-    let (message, finish, reply_seq) = loop {
+    let (message, finish, reply) = loop {
         match run.next().await {
             Next::Progress(_) => continue,
             Next::ToolCalls(calls) => {
@@ -313,18 +304,22 @@ async fn whole(state: &Arc<AppState>, shape: &Shape, mut run: Run) -> Result<Res
                 break (message, "tool_calls", None);
             }
             Next::Finished(result) => {
-                let (text, seq) = reply_of(&result?, &shape.agent)?;
+                let (text, seq, id) = reply_of(&result?, &shape.agent)?;
                 break (
                     json!({"role": "assistant", "content": text}),
                     "stop",
-                    Some(seq),
+                    Some((seq, id)),
                 );
             }
         }
     };
-    let usage = usage(state, &shape.key, &shape.agent, reply_seq).await;
+    let usage = usage(state, &shape.key, &shape.agent, reply.map(|(seq, _)| seq)).await;
+    let id = match reply {
+        Some((_, Some(message))) => format!("chatcmpl-{message}"),
+        _ => shape.id.clone(),
+    };
     Ok(Json(json!({
-        "id": shape.id,
+        "id": id,
         "object": "chat.completion",
         "created": shape.created,
         "model": shape.model,
@@ -398,7 +393,7 @@ impl Streaming {
             Next::Finished(result) => {
                 self.run = None;
                 match result.and_then(|posted| reply_of(&posted, &self.shape.agent)) {
-                    Ok((text, seq)) => {
+                    Ok((text, seq, _)) => {
                         if !self.streamed {
                             let chunk = self.chunk(json!({"content": text}), None);
                             self.queued.push_back(chunk);
