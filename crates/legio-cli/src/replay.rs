@@ -40,8 +40,7 @@ pub struct Args {
     agent: Option<String>,
     /// Only the events of this session: its id (from `legio inspect sessions`), or the id's end as
     /// the text lines show it (`session d3e3e509`: its last 8 characters or more), or its first 8
-    /// or more. An id that names no session of the log (or of --conversation), or an
-    /// abbreviation that names several, is an error.
+    /// or more. An abbreviation that names no session of the log, or several, is an error.
     #[arg(long, value_parser = parse_session)]
     session: Option<SessionArg>,
     /// From this seq (inclusive).
@@ -86,32 +85,33 @@ const SHORT_ID: usize = 8;
 const LISTED: usize = 10;
 
 impl SessionArg {
-    /// The session meant: the one session of `sessions` (the sessions table, `legio inspect
-    /// sessions`, of the log or of `conversation`) with this whole id, or whose id begins or ends
-    /// with this abbreviation. None or several is an error naming what to do.
+    /// The session meant: a whole id as it is; an abbreviation, the one session of `sessions`
+    /// (the sessions table, `legio inspect sessions`, of the log or of `conversation`) whose id
+    /// begins or ends with it. None or several is an error naming what to do.
     fn resolve(
         &self,
         conversation: Option<&ConversationKey>,
         sessions: impl FnOnce() -> Result<Table>,
     ) -> Result<SessionId> {
+        let short = match self {
+            Self::Id(id) => return Ok(*id),
+            Self::Short(short) => short,
+        };
         let table = sessions()?;
         let column = |name: &str| table.header.iter().position(|h| h == name);
         let (Some(at), agent, key) = (column("session"), column("agent"), column("conversation"))
         else {
-            bail!("the sessions table has no session column");
+            bail!("the sessions table has no session column; give the whole session id");
         };
         let mut found: Vec<(SessionId, String)> = Vec::new();
         for row in &table.rows {
             let Some(id) = row.get(at) else { continue };
+            if !(id.starts_with(short.as_str()) || id.ends_with(short.as_str())) {
+                continue;
+            }
             let Ok(parsed) = id.parse() else { continue };
             let parsed = SessionId(parsed);
-            let named = match self {
-                Self::Id(whole) => *whole == parsed,
-                Self::Short(short) => {
-                    id.starts_with(short.as_str()) || id.ends_with(short.as_str())
-                }
-            };
-            if !named || found.iter().any(|(known, _)| *known == parsed) {
+            if found.iter().any(|(known, _)| *known == parsed) {
                 continue;
             }
             let cell = |i: Option<usize>| i.and_then(|i| row.get(i)).map_or("?", String::as_str);
@@ -120,14 +120,6 @@ impl SessionArg {
         let scope = match conversation {
             Some(key) => format!("conversation {:?}", key.as_str()),
             None => "the log".to_owned(),
-        };
-        let short = match self {
-            Self::Id(whole) if found.is_empty() => bail!(
-                "no session of {scope} has the id {}; `legio inspect sessions` lists them",
-                whole.0
-            ),
-            Self::Id(_) => return Ok(found[0].0),
-            Self::Short(short) => short,
         };
         match found.len() {
             1 => Ok(found[0].0),
