@@ -226,6 +226,8 @@ fn context_after_a_crash_says_the_session_is_ended_as_crashed() {
             && next.contains("if the provider still holds that session"),
         "{next}"
     );
+    let json: serde_json::Value = serde_json::from_str(&context(&["--format", "json"])).unwrap();
+    assert_eq!(json["resumes_provider_session"], true, "{json}");
     let again = rt.block_on(async {
         let runtime = open().await;
         // The restarted process's own preview (the server's): the open session is from before

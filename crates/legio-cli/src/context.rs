@@ -166,7 +166,7 @@ fn print_text(report: &ContextReport) {
     );
     outln!("session: {}", report.session);
     outln!("decision: {}", report.decision);
-    if report.decision.starts_with("open a session resuming") {
+    if report.resumes_provider_session {
         outln!("  (if the provider still holds that session; if not, the turn records it as provider_session_lost and bootstraps from the log)");
     }
     if let Some(first) = &report.first {

@@ -326,6 +326,10 @@ pub struct ContextReport {
     pub session: String,
     /// The session decision (continue, resume, open).
     pub decision: String,
+    /// Whether the decision opens a session that resumes the provider's session of the last
+    /// one (which holds only if the provider still has it).
+    #[serde(default)]
+    pub resumes_provider_session: bool,
     /// A boundary recorded first (`suspend` or `close` the current session, and why).
     pub first: Option<String>,
     /// The window check: the request's size against the model's window, and what it left out
@@ -384,6 +388,7 @@ pub fn context_report(
                 )
             }),
         decision: preview.turn.decision.start.to_string(),
+        resumes_provider_session: matches!(preview.turn.decision.start, Start::OpenResume { .. }),
         first: preview.turn.decision.end.map(|end| {
             format!(
                 "{} the current session ({})",
