@@ -27,6 +27,7 @@ mod heartbeat;
 mod import;
 mod import_check;
 mod inspect;
+mod interrupt;
 mod invocation;
 #[cfg(feature = "runtime")]
 mod mcp;

@@ -7,6 +7,8 @@ use std::io::Write;
 use anyhow::{bail, Context as _, Result};
 use serde_json::Value;
 
+use crate::interrupt::Interrupt;
+
 /// An error the server answered with (`{"error": {"code", "message"}}`).
 #[derive(Debug)]
 pub struct ServerError {
@@ -39,6 +41,8 @@ pub struct Remote {
     token: Option<String>,
     client: reqwest::Client,
     runtime: tokio::runtime::Runtime,
+    /// Ctrl-C, listened for from the first stream on, through every later one.
+    interrupt: std::sync::Mutex<Option<Interrupt>>,
 }
 
 impl std::fmt::Debug for Remote {
@@ -67,6 +71,7 @@ impl Remote {
             token,
             client: reqwest::Client::new(),
             runtime,
+            interrupt: std::sync::Mutex::new(None),
         })
     }
 
@@ -126,22 +131,29 @@ impl Remote {
     }
 
     /// GET `path` as JSON lines, calling `visit` with each line as it arrives, until the server
-    /// ends the stream or Ctrl-C (which of them, the answer says).
+    /// ends the stream or Ctrl-C (which of them, the answer says). A Ctrl-C pressed since the
+    /// first stream began, between two streams included, ends the next one at once.
     pub fn stream_lines(
         &self,
         path: &str,
         query: &[(&str, String)],
         mut visit: impl FnMut(&str) -> Result<()>,
     ) -> Result<Streamed> {
+        let mut interrupt = self.interrupt.lock().unwrap_or_else(|e| e.into_inner());
         self.runtime.block_on(async {
-            let mut response = self
-                .send(self.request(reqwest::Method::GET, path).query(query))
-                .await?;
+            let interrupt = match &mut *interrupt {
+                Some(interrupt) => interrupt,
+                empty => empty.insert(Interrupt::new().context("cannot listen for Ctrl-C")?),
+            };
+            let mut response = tokio::select! {
+                sent = self.send(self.request(reqwest::Method::GET, path).query(query)) => sent?,
+                () = interrupt.pressed() => return Ok(Streamed::Interrupted),
+            };
             let mut pending: Vec<u8> = Vec::new();
             loop {
                 let chunk = tokio::select! {
                     chunk = response.chunk() => chunk?,
-                    _ = tokio::signal::ctrl_c() => return Ok(Streamed::Interrupted),
+                    () = interrupt.pressed() => return Ok(Streamed::Interrupted),
                 };
                 let Some(chunk) = chunk else { break };
                 pending.extend_from_slice(&chunk);

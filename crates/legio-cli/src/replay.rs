@@ -4,7 +4,7 @@
 use std::io::{BufWriter, IsTerminal, Write};
 use std::process::ExitCode;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use legio_config::AgentSpec;
 use legio_core::{
     can_see, ConversationKey, Event, EventKind, Record, RecordJson, Seq, SessionId, Timestamp,
@@ -13,6 +13,7 @@ use legio_ops::{InspectKind, OpsError, Table};
 use legio_store::EventLog;
 
 use crate::common::{self, for_each_record};
+use crate::interrupt::Interrupt;
 use crate::remote::{Remote, ServerError, Streamed};
 use crate::{invocation::Context, render};
 
@@ -522,6 +523,7 @@ fn follow(
     let mut subscription = log.subscribe(from);
     let mut printer = Printer::new(format, colour);
     runtime.block_on(async {
+        let mut interrupt = Interrupt::new().context("cannot listen for Ctrl-C")?;
         loop {
             tokio::select! {
                 next = subscription.next() => {
@@ -532,7 +534,7 @@ fn follow(
                         out.flush()?;
                     }
                 }
-                _ = tokio::signal::ctrl_c() => return Ok(()),
+                () = interrupt.pressed() => return Ok(()),
             }
         }
     })
