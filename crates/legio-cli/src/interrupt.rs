@@ -1,13 +1,14 @@
-//! Ctrl-C for the commands that run until it (`replay --follow`, live or not): one listener for
-//! the whole command, so a Ctrl-C the runtime takes in while nothing waits for it (between the
-//! two requests of a live follow, while the second is sent) is seen by the next wait.
-//! `tokio::signal::ctrl_c()` sees only the presses taken in after its future is first polled
-//! (and once any has been, a press no longer ends the process), so a new one for each wait
-//! missed such a press, and the command went on until a second one.
+//! Ctrl-C for the commands that stream (`replay` live, and `replay --follow`, live or not): one
+//! listener for the whole command, so a Ctrl-C the runtime takes in while nothing waits for it
+//! (between the two requests of a live follow, while the second is sent) is seen by the next
+//! wait. `tokio::signal::ctrl_c()` sees only the presses taken in after its future is first
+//! polled (and once any has been, a press no longer ends the process), so a new one for each
+//! wait missed such a press, and the command went on until a second one. On Unix only: elsewhere
+//! the listener is such a future, made when the listener is and again after each press.
 
 use std::io;
 
-/// Listens for Ctrl-C from its making on (see the module docs).
+/// Listens for Ctrl-C from its making on, on Unix (see the module docs).
 pub struct Interrupt {
     #[cfg(unix)]
     signal: tokio::signal::unix::Signal,

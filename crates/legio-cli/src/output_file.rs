@@ -130,9 +130,7 @@ impl OutputFile {
     pub fn commit(self) -> Result<()> {
         let sync = self.sync;
         if let Some(syncer) = self.syncer {
-            let syncs = syncer
-                .finish()
-                .context("cannot sync the output while writing it")?;
+            let syncs = syncer.finish()?;
             tracing::debug!(syncs, "the output was synced along the way");
         }
         match self.kind {
@@ -180,14 +178,12 @@ impl OutputFile {
 
 impl Write for OutputFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(syncer) = &mut self.syncer {
+            syncer.check()?;
+        }
         let n = self.file().write(buf)?;
         if let Some(syncer) = &mut self.syncer {
-            syncer.wrote(n as u64).map_err(|e| {
-                io::Error::new(
-                    e.kind(),
-                    format!("cannot sync the output while writing it: {e}"),
-                )
-            })?;
+            syncer.wrote(n as u64);
         }
         Ok(n)
     }
@@ -205,6 +201,8 @@ struct Syncer {
     thread: Option<std::thread::JoinHandle<io::Result<()>>>,
     /// The syncs the thread has made.
     syncs: Arc<AtomicU64>,
+    /// Why a sync failed, once one has: every later write and the commit fail with it.
+    failed: Option<(io::ErrorKind, String)>,
     /// Bytes written since the last sync was asked for.
     since: u64,
     /// Bytes between two syncs: [`SYNC_EVERY`].
@@ -231,38 +229,52 @@ impl Syncer {
             due: Some(due),
             thread: Some(thread),
             syncs,
+            failed: None,
             since: 0,
             every: SYNC_EVERY,
         })
     }
 
-    /// Counts `n` more bytes written; asks for a sync once [`SYNC_EVERY`] bytes wait, unless
-    /// one is already asked for (then the next write asks again). A sync that failed fails the
-    /// write that finds it, so an export stops at once rather than at its end.
-    fn wrote(&mut self, n: u64) -> io::Result<()> {
-        self.since += n;
-        if self.since < self.every {
-            return Ok(());
+    /// Fails once a sync has failed: the thread ends only then while it is still asked for
+    /// syncs. Checked before each write, so an export stops at its next write, with nothing
+    /// written after the failure.
+    fn check(&mut self) -> io::Result<()> {
+        if self.failed.is_none() && self.thread.as_ref().is_some_and(|t| t.is_finished()) {
+            let why = self
+                .join()
+                .err()
+                .unwrap_or_else(|| io::Error::other("the sync thread ended"));
+            self.failed = Some((why.kind(), why.to_string()));
         }
-        let Some(due) = &self.due else {
-            return Ok(());
-        };
-        match due.try_send(()) {
-            Ok(()) => self.since = 0,
-            Err(mpsc::TrySendError::Full(())) => {}
-            Err(mpsc::TrySendError::Disconnected(())) => {
-                self.due = None;
-                let why = self.join().err();
-                return Err(why.unwrap_or_else(|| io::Error::other("the sync thread ended")));
-            }
+        match &self.failed {
+            Some((kind, why)) => Err(sync_failed(*kind, why)),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Lets the thread end after the sync it is doing: the syncs it made, or its first error.
+    /// Counts `n` more bytes written; asks for a sync once [`SYNC_EVERY`] bytes wait, unless
+    /// one is already asked for (then the next write asks again). A thread that has ended is
+    /// found by the next [`Syncer::check`].
+    fn wrote(&mut self, n: u64) {
+        self.since += n;
+        if self.since < self.every {
+            return;
+        }
+        if self
+            .due
+            .as_ref()
+            .is_some_and(|due| due.try_send(()).is_ok())
+        {
+            self.since = 0;
+        }
+    }
+
+    /// Lets the thread end after the sync it is doing: the syncs it made, or the first error.
     fn finish(mut self) -> io::Result<u64> {
+        self.check()?;
         self.due = None;
-        self.join()?;
+        self.join()
+            .map_err(|e| sync_failed(e.kind(), &e.to_string()))?;
         Ok(self.syncs.load(Ordering::Relaxed))
     }
 
@@ -273,6 +285,14 @@ impl Syncer {
             None => Ok(()),
         }
     }
+}
+
+/// The error of a sync along the way that failed.
+fn sync_failed(kind: io::ErrorKind, why: &str) -> io::Error {
+    io::Error::new(
+        kind,
+        format!("cannot sync the output while writing it: {why}"),
+    )
 }
 
 /// Renames `temp` over `target`; where the rename is refused but the target can be written
@@ -433,6 +453,49 @@ mod tests {
             "no sync for a part stretch"
         );
         assert!(std::fs::read(&path).unwrap() == expected);
+    }
+
+    #[test]
+    fn a_failed_sync_fails_every_later_write_and_the_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.jsonl");
+        let mut out = OutputFile::create(&path, true).unwrap();
+        let before = lines(&mut out, 1 << 10);
+        // The sync thread ends as one whose sync failed ends.
+        let syncer = out.syncer.as_mut().unwrap();
+        // The real thread ends (its channel closes); the one in its place fails.
+        drop(syncer.due.replace(mpsc::sync_channel(1).0));
+        let failed = std::thread::spawn(|| Err(io::Error::other("the disk went away")));
+        syncer
+            .thread
+            .replace(failed)
+            .unwrap()
+            .join()
+            .unwrap()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !syncer.thread.as_ref().unwrap().is_finished() {
+            assert!(Instant::now() < deadline, "the thread never ended");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for _ in 0..2 {
+            let e = out.write_all(LINE).unwrap_err();
+            assert!(
+                e.to_string() == "cannot sync the output while writing it: the disk went away",
+                "{e}"
+            );
+        }
+        let staged = match &out.kind {
+            Kind::Staged { temp, .. } => temp.path().to_owned(),
+            Kind::InPlace { .. } => unreachable!("a new file is staged"),
+        };
+        assert!(
+            std::fs::read(&staged).unwrap() == before,
+            "nothing written after"
+        );
+        let e = out.commit().unwrap_err();
+        assert!(format!("{e:#}").contains("the disk went away"), "{e:#}");
+        assert!(!path.exists(), "a failed export puts nothing in place");
     }
 
     #[test]

@@ -454,7 +454,12 @@ fn live(
     out.flush()?;
     match so_far {
         Ok(Streamed::Ended) if following => {}
-        Ok(_) => return Ok(ExitCode::SUCCESS),
+        Ok(Streamed::Ended) => return Ok(ExitCode::SUCCESS),
+        // Ctrl-C is how a follow ends; a replay that was not following it ended short (the
+        // exit status of a shell's interrupted command, as offline, where Ctrl-C ends the
+        // process).
+        Ok(Streamed::Interrupted) if following => return Ok(ExitCode::SUCCESS),
+        Ok(Streamed::Interrupted) => return Ok(ExitCode::from(130)),
         Err(e) => match e.downcast_ref::<ServerError>() {
             Some(error) if following && error.code == "unknown_conversation" => {
                 note_not_yet(&error.message);
