@@ -354,9 +354,8 @@ fn run_hand_off(writers: usize, duration: Duration) -> RunResult {
         }
         acked
     });
-    let sender = Mutex::new(sender);
     let result = run_writers(writers, duration, |w| {
-        let sender = sender.lock().expect("not poisoned").clone();
+        let sender = sender.clone();
         let mut gen = traffic(w);
         let mut i = 0;
         move || {

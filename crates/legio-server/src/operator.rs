@@ -288,22 +288,20 @@ pub(crate) async fn inspect(
 ) -> Result<Json<Value>, ApiError> {
     let Path(what) = path?;
     let Query(query) = query?;
-    // `tools` is no log view: `None`.
-    let kind = match what.as_str() {
-        "tools" => None,
-        _ => Some(InspectKind::parse(&what).ok_or_else(|| {
-            ApiError::new(
-                "not_found",
-                format!("cannot inspect {what:?}; choose conversations, agents, sessions or tools (the shared memory is GET /operator/memory; a cluster's nodes, legio --nats URL inspect nodes)"),
-            )
-        })?),
-    };
-    let only = optional_key(query.conversation.as_deref())?;
-    let Some(kind) = kind else {
-        // This server's own configuration, providers and MCP servers, not the caller's.
+    if what == "tools" {
+        // No log view: this server's own configuration, providers and MCP servers, not the
+        // caller's.
+        let only = optional_key(query.conversation.as_deref())?;
         let table = state.runtime.tools_table(only.as_ref()).await?;
         return Ok(Json(serde_json::to_value(table).unwrap_or(Value::Null)));
-    };
+    }
+    let kind = InspectKind::parse(&what).ok_or_else(|| {
+        ApiError::new(
+            "not_found",
+            format!("cannot inspect {what:?}; choose conversations, agents, sessions or tools (the shared memory is GET /operator/memory; a cluster's nodes, legio --nats URL inspect nodes)"),
+        )
+    })?;
+    let only = optional_key(query.conversation.as_deref())?;
     // On a cluster node: what the owners appended first, to the conversation named, or to every
     // conversation for the agents table (its rows read each conversation's session states).
     let caught_up = match (&only, kind) {

@@ -13,8 +13,8 @@ use axum::response::sse::Event as SseEvent;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use futures_util::stream::{self, StreamExt};
-use legio_core::{AgentName, ConversationKey, IdempotencyKey, MessageId, Participant, Seq};
-use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Posted, Progress, ToolSpec};
+use legio_core::{AgentName, ConversationKey, IdempotencyKey, Participant};
+use legio_runtime::{HostToolCall, HostToolResult, HostTurn, Posted, Progress, Reply, ToolSpec};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
@@ -267,19 +267,15 @@ fn tool_calls_json(calls: &[HostToolCall]) -> Vec<Value> {
         .collect()
 }
 
-/// The agent's reply text from a finished post, or its error.
-/// The agent's reply: its text, seq and message id.
-fn reply_of(
-    posted: &Posted,
-    agent: &AgentName,
-) -> Result<(String, Seq, Option<MessageId>), ApiError> {
+/// The agent's reply from a finished post, or its error.
+fn reply_of(posted: &Posted, agent: &AgentName) -> Result<Reply, ApiError> {
     let reply = posted
         .replies
         .iter()
         .find(|r| r.agent == *agent)
         .ok_or_else(|| ApiError::new("internal", format!("{agent} gave no reply")))?;
     match &reply.outcome {
-        Ok(r) => Ok((r.text.clone(), r.seq, r.message_id)),
+        Ok(r) => Ok(r.clone()),
         Err(e) => Err(super::turn_error(e)),
     }
 }
@@ -304,19 +300,20 @@ async fn whole(state: &Arc<AppState>, shape: &Shape, mut run: Run) -> Result<Res
                 break (message, "tool_calls", None);
             }
             Next::Finished(result) => {
-                let (text, seq, id) = reply_of(&result?, &shape.agent)?;
+                let reply = reply_of(&result?, &shape.agent)?;
                 break (
-                    json!({"role": "assistant", "content": text}),
+                    json!({"role": "assistant", "content": reply.text}),
                     "stop",
-                    Some((seq, id)),
+                    Some(reply),
                 );
             }
         }
     };
-    let usage = usage(state, &shape.key, &shape.agent, reply.map(|(seq, _)| seq)).await;
-    let id = match reply {
-        Some((_, Some(message))) => format!("chatcmpl-{message}"),
-        _ => shape.id.clone(),
+    let reply_seq = reply.as_ref().map(|r| r.seq);
+    let usage = usage(state, &shape.key, &shape.agent, reply_seq).await;
+    let id = match reply.and_then(|r| r.message_id) {
+        Some(message) => format!("chatcmpl-{message}"),
+        None => shape.id.clone(),
     };
     Ok(Json(json!({
         "id": id,
@@ -393,12 +390,12 @@ impl Streaming {
             Next::Finished(result) => {
                 self.run = None;
                 match result.and_then(|posted| reply_of(&posted, &self.shape.agent)) {
-                    Ok((text, seq, _)) => {
+                    Ok(reply) => {
                         if !self.streamed {
-                            let chunk = self.chunk(json!({"content": text}), None);
+                            let chunk = self.chunk(json!({"content": reply.text}), None);
                             self.queued.push_back(chunk);
                         }
-                        self.finish("stop", Some(seq)).await;
+                        self.finish("stop", Some(reply.seq)).await;
                     }
                     Err(e) => self.queued.push_back(e.body().to_string()),
                 }
