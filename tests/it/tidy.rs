@@ -66,6 +66,8 @@ fn modules(src: &Path) -> Vec<(String, PathBuf)> {
 /// The paths `text` names through `crate::` (with `use crate::{a, b::c}` groups expanded) and
 /// `super::` (relative to `module`), comments left out.
 fn referenced_paths(text: &str, module: &str) -> Vec<String> {
+    // A file's unit tests (its `#[cfg(test)]` module, last in the file) may use the whole crate.
+    let text = text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text);
     let code: String = text
         .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
@@ -112,17 +114,78 @@ fn module_of<'a>(path: &str, known: &'a [(String, PathBuf)]) -> Option<&'a str> 
         .max_by_key(|m| m.len())
 }
 
+/// What each module re-exports (`pub use child::Item;`, `pub(crate) use child::{A, B};`): the
+/// re-exported path (`module::Item`) mapped to where the item is defined (`module::child::Item`).
+fn re_exports(known: &[(String, PathBuf)]) -> std::collections::BTreeMap<String, String> {
+    let join = |a: &str, b: &str| match a {
+        "" => b.to_owned(),
+        a => format!("{a}::{b}"),
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for (module, file) in known {
+        let text = std::fs::read_to_string(file).unwrap();
+        for statement in text.split(';') {
+            let at = statement.find("pub use ");
+            let Some(at) = at.or_else(|| statement.find("pub(crate) use ")) else {
+                continue;
+            };
+            let body = statement[at..].split_once("use ").unwrap().1;
+            let body: Vec<&str> = body.split_whitespace().collect();
+            let body = body.join(" ");
+            let (from, items) = match body.split_once("::{") {
+                Some((from, items)) => (from, items.trim_end_matches('}')),
+                None => match body.rsplit_once("::") {
+                    Some(split) => split,
+                    None => continue,
+                },
+            };
+            let from = match from.strip_prefix("crate::") {
+                Some(path) => path.to_owned(),
+                None if from.starts_with("super") => continue,
+                None => join(module, from),
+            };
+            for item in items.split(',').map(str::trim) {
+                let name = item.split(" as ").last().unwrap_or(item);
+                let defined = item.split(" as ").next().unwrap_or(item);
+                if !name.is_empty() && name != "self" {
+                    out.insert(join(module, name), join(&from, defined));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `path` with the re-exports it goes through followed to where the item is defined.
+fn resolved(path: &str, exports: &std::collections::BTreeMap<String, String>) -> String {
+    let mut path = path.to_owned();
+    for _ in 0..8 {
+        let hit = exports
+            .iter()
+            .filter(|(from, _)| path == **from || path.starts_with(&format!("{from}::")))
+            .max_by_key(|(from, _)| from.len());
+        match hit {
+            Some((from, to)) if !to.starts_with(from.as_str()) => {
+                path = format!("{to}{}", &path[from.len()..]);
+            }
+            _ => break,
+        }
+    }
+    path
+}
+
 /// The module cycles of one crate: each a list of modules that import each other in a circle.
 /// An edge from a module to one of its ancestors is not counted (a parent declares its children
 /// and re-exports them; the crate root is only a table of contents).
 fn module_cycles(src: &Path) -> Vec<Vec<String>> {
     let known = modules(src);
+    let exports = re_exports(&known);
     let mut edges: std::collections::BTreeMap<&str, std::collections::BTreeSet<&str>> =
         Default::default();
     for (module, file) in &known {
         let text = std::fs::read_to_string(file).unwrap();
         for path in referenced_paths(&text, module) {
-            if let Some(target) = module_of(&path, &known) {
+            if let Some(target) = module_of(&resolved(&path, &exports), &known) {
                 let ancestor = module == target || module.starts_with(&format!("{target}::"));
                 if !ancestor {
                     edges.entry(module).or_default().insert(target);
@@ -172,6 +235,15 @@ fn the_cycle_finder_sees_a_cycle() {
     std::fs::write(src.join("c.rs"), "//! c\nfn f() { super::a::f() }\n").unwrap();
     std::fs::write(src.join("a.rs"), "//! a\n").unwrap();
     assert!(module_cycles(src).is_empty());
+    // A path through the crate root's re-export is an import of the module that defines it.
+    let lib = "//! t\nmod a;\nmod b;\nmod c;\npub use a::{A, Other};\n";
+    std::fs::write(src.join("lib.rs"), lib).unwrap();
+    std::fs::write(src.join("a.rs"), "//! a\nuse crate::b::B;\npub struct A;\n").unwrap();
+    std::fs::write(src.join("b.rs"), "//! b\nuse crate::A;\npub struct B;\n").unwrap();
+    assert_eq!(
+        module_cycles(src),
+        vec![vec!["a".to_owned(), "b".to_owned()]]
+    );
 }
 
 #[test]

@@ -10,6 +10,7 @@ mod prepare;
 mod roster_view;
 mod tools_table;
 mod window;
+mod window_report;
 mod window_tally;
 
 pub use error::OpsError;
@@ -26,6 +27,7 @@ pub use roster_view::{agents_with_roster, NO_SESSION};
 pub use tools_table::{declared_tool_rows, tool_row, tools_header, HOST_TURNS};
 pub use window::{
     check_window, fit_preview, preview_calibration, provider_budget, seed_calibration,
-    status_block, tool_tokens, Fixed, WindowReport,
+    status_block, tool_tokens, Fixed,
 };
+pub use window_report::WindowReport;
 pub use window_tally::{window_tokens, WindowTally};

@@ -335,7 +335,7 @@ pub struct ContextReport {
     /// The window check: the request's size against the model's window, and what it left out
     /// (`history` and `notice` are already what would be sent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub window: Option<crate::WindowReport>,
+    pub window: Option<crate::window_report::WindowReport>,
 }
 
 /// The report of `preview` for `agent` in `conversation` at `at`.

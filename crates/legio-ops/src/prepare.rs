@@ -251,7 +251,7 @@ pub struct TurnPreview {
     pub answers_message: bool,
     /// The window check, once applied ([`crate::fit_preview`]): the plan is then what would
     /// really be sent.
-    pub window: Option<crate::WindowReport>,
+    pub window: Option<crate::window_report::WindowReport>,
 }
 
 /// What the agent's provider would receive for its next turn had the log ended at `at`. Uses the

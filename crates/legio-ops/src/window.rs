@@ -12,9 +12,8 @@ use legio_core::{
 use legio_llm::{ProviderSettings, ToolDef};
 use legio_store::{EventLog, StoreError};
 
-use serde::{Deserialize, Serialize};
-
 use crate::prepare::{PreparedTurn, TurnPreview};
+use crate::window_report::WindowReport;
 
 /// The most events read from the log to seed a provider's calibration.
 const SEED_EVENTS: usize = 20_000;
@@ -170,24 +169,6 @@ pub fn check_window(
     budget: &Budget,
 ) -> Result<Fitted, BudgetError> {
     fit_to_window(&mut turn.plan, fixed.units(budget), question, budget)
-}
-
-/// What the window check did to a preview, as the operator reads it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WindowReport {
-    /// Tokens of the request as it would be sent: system prompt, status block, tools and the
-    /// plan (exact with the model's vocabulary, else the calibrated estimate).
-    pub request_tokens: u64,
-    /// What a request to the model may hold: its window less its output limit.
-    pub limit: u64,
-    /// How it was counted: `exact (<vocabulary>)` or `calibrated (ratio R from N turns)`.
-    pub counted: String,
-    /// Older messages left out to fit.
-    pub left_out: usize,
-    /// Whether the summary was left out too.
-    pub summary_left_out: bool,
-    /// Why the request could not be sent at all (the turn would fail with this error).
-    pub error: Option<String>,
 }
 
 /// Applies the window check to `preview` as the turn would (never leaving out its new message):

@@ -12,6 +12,7 @@ mod error;
 mod fit;
 mod follow;
 mod heartbeat;
+mod host_calls;
 mod host_tools;
 mod keyed;
 mod mcp_client;
@@ -41,7 +42,7 @@ mod tools_view;
 mod turn;
 
 pub use error::{ErrorCode, NotWaiting, RuntimeError};
-pub use host_tools::{HostToolCall, HostToolResult, HostTurn};
+pub use host_calls::{HostToolCall, HostToolResult, HostTurn};
 pub use legio_config::{
     AgentSpec, ConfigError, HeartbeatSchedule, ProviderSpec, RestartSettings, Role, RuntimeConfig,
     RuntimeSettings, StoreBackend, StoreSettings, UnknownMentions,

@@ -27,7 +27,8 @@ use crate::cluster::{
 use crate::dispatch::{gather, RootRoute, Route};
 use crate::error::RuntimeError;
 use crate::follow::Relay;
-use crate::host_tools::{check_host_tools, turn_tools, HostTurn};
+use crate::host_calls::HostTurn;
+use crate::host_tools::{check_host_tools, turn_tools};
 use crate::keyed::KeyedPosts;
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{ConversationMsg, Job, RootMsg, TurnRequest};

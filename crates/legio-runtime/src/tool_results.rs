@@ -10,7 +10,7 @@ use tokio::sync::oneshot;
 use crate::cluster::{Answered, Forwarded};
 use crate::error::RuntimeError;
 use crate::follow::{Ended, Follower};
-use crate::host_tools::HostToolResult;
+use crate::host_calls::HostToolResult;
 use crate::names::IntoName;
 use crate::progress::ProgressSink;
 use crate::reply::Posted;

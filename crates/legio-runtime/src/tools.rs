@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::clock::{fresh_uuid, now};
 use crate::dispatch::{gather, Route};
-use crate::host_tools::HostToolCall;
+use crate::host_calls::HostToolCall;
 use crate::mcp_client::McpClients;
 use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{Job, TurnRequest};

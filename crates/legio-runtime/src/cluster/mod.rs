@@ -19,7 +19,7 @@ use legio_core::{AgentName, ConversationKey, IdempotencyKey, Participant};
 use legio_store::{Leases, NatsLog, NatsOptions, NodeBus};
 
 use crate::error::RuntimeError;
-use crate::host_tools::HostToolResult;
+use crate::host_calls::HostToolResult;
 use crate::memory::ToolSpec;
 use crate::progress::ProgressSink;
 use crate::reply::{AgentReply, Posted};
