@@ -33,19 +33,8 @@ pub async fn post_with_status(
             }
         }
     });
-    let replies = match key {
-        Some(key) => {
-            let sink = Some(sink);
-            runtime
-                .post_once(conversation, "user", text, key, sink)
-                .await
-        }
-        None => {
-            runtime
-                .post_streaming(conversation, "user", text, sink)
-                .await
-        }
-    };
+    let posting = runtime.posting(conversation, text).key(key).progress(sink);
+    let replies = posting.send().await;
     let _ = lines.await;
     replies
 }

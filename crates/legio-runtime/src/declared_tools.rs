@@ -11,78 +11,13 @@
 //! answers it from its own copy, reading the events past that seq (another node may have declared
 //! before it took the conversation over); a node that asks keeps nothing.
 
-use legio_core::{ConversationKey, DeclaredTool, Event, Seq, ToolsDeclared};
+use legio_core::{ConversationKey, DeclaredTool, Seq, ToolsDeclared};
 
-use crate::clock::now;
-use crate::cluster::{Answered, Forwarded};
 use crate::error::RuntimeError;
-use crate::host_tools::check_host_tools;
 use crate::memory::ToolSpec;
-use crate::names::IntoName;
 use crate::runtime::Runtime;
 
 impl Runtime {
-    /// Declares the tools the host runs for every turn it posts with
-    /// [`Runtime::post_host_turn`] in `conversation` (replacing earlier ones; an empty list
-    /// clears them). Recorded in the log (a `ToolsDeclared` event): the declaration outlives a
-    /// restart, and on a cluster it goes to the node that owns the conversation, where every
-    /// node reads it.
-    pub async fn declare_tools(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        tools: Vec<ToolSpec>,
-    ) -> Result<(), RuntimeError> {
-        let key = Self::host_conversation(conversation)?;
-        check_host_tools(&tools, &self.shared.tools)?;
-        self.declare_tools_with(key, tools, false).await
-    }
-
-    /// The declaration path; on a cluster, a declaration for a conversation another node owns
-    /// goes there (unless it was `forwarded` here already).
-    pub(crate) async fn declare_tools_with(
-        &self,
-        key: ConversationKey,
-        tools: Vec<ToolSpec>,
-        forwarded: bool,
-    ) -> Result<(), RuntimeError> {
-        self.check_running()?;
-        let request = || Forwarded::DeclareTools {
-            conversation: key.clone(),
-            tools: tools.clone(),
-        };
-        let _in_use = match self.elsewhere(request, None, forwarded).await {
-            Ok(in_use) => in_use,
-            Err(answer) => return answer.and_then(Answered::into_declared),
-        };
-        let event = Event::ToolsDeclared(ToolsDeclared {
-            conversation: key.clone(),
-            at: now(),
-            tools: tools.iter().map(declared_tool).collect(),
-        });
-        let range = self.shared.append(vec![event]).await?;
-        self.shared
-            .host_desk
-            .note(&key, Some(tools), range.last, None);
-        Ok(())
-    }
-
-    /// The tools the host declared for `conversation`, as the log has them. On a cluster, the
-    /// node that holds the conversation answers (it reads them without a stream read); when
-    /// nobody holds it, this node reads the log.
-    pub async fn declared_tools(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-    ) -> Result<Vec<ToolSpec>, RuntimeError> {
-        let key = Self::host_conversation(conversation)?;
-        let request = || Forwarded::DeclaredTools {
-            conversation: key.clone(),
-        };
-        match self.ask_holder(&key, request).await? {
-            Some(answer) => answer.into_declared_tools(),
-            None => self.declared_here(&key).await,
-        }
-    }
-
     /// The conversation's declared tools, as this node reads them from the log.
     pub(crate) async fn declared_here(
         &self,
@@ -116,7 +51,7 @@ impl Runtime {
 }
 
 /// A tool as the log records its declaration.
-fn declared_tool(tool: &ToolSpec) -> DeclaredTool {
+pub(crate) fn declared_tool(tool: &ToolSpec) -> DeclaredTool {
     DeclaredTool {
         name: tool.name.clone(),
         description: tool.description.clone(),

@@ -231,8 +231,10 @@ pub enum RuntimeError {
 }
 
 /// The cause of a [`RuntimeError`] as a stable code, for hosts that map errors (the server maps
-/// each to an HTTP status in one table).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// each to an HTTP status in one table). Named in snake case (`unknown_agent`) on the node bus;
+/// a name this version does not know reads as `internal`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ErrorCode {
     /// The configuration is invalid.
@@ -276,6 +278,7 @@ pub enum ErrorCode {
     /// A followed turn was taken over by later tool results.
     TurnTakenOver,
     /// Anything else: a failure of the runtime or the log.
+    #[serde(other)]
     Internal,
 }
 

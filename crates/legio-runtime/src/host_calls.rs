@@ -8,7 +8,7 @@ use legio_core::{AgentName, Participant};
 use crate::memory::ToolSpec;
 
 /// A call of a host tool a model made, for the host to run.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostToolCall {
     /// The agent that called.
     pub agent: AgentName,

@@ -2,9 +2,11 @@
 //! names ractor), with exact context delivery across restarts.
 
 mod agent;
+mod api;
 mod calibrations;
 mod clock;
 mod cluster;
+mod command;
 mod compact;
 mod declared_tools;
 mod dispatch;
@@ -41,6 +43,7 @@ mod tools;
 mod tools_view;
 mod turn;
 
+pub use api::{AgentStatus, Posting, RuntimeBuilder};
 pub use error::{ErrorCode, NotWaiting, RuntimeError};
 pub use host_calls::{HostToolCall, HostToolResult, HostTurn};
 pub use legio_config::{
@@ -62,6 +65,6 @@ pub use progress::{Progress, ProgressSink};
 pub use registry::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};
 pub use reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
 pub use restart::{RestartDecision, RestartTracker};
-pub use runtime::{AgentStatus, Runtime, RuntimeBuilder};
+pub use runtime::Runtime;
 pub use status::Activity;
 pub use tools_view::tools_table;

@@ -10,12 +10,8 @@
 //! `/mcp` in legio-server, which resolves the scope from the bearer token per request.
 
 use std::sync::Arc;
-use std::time::Instant;
 
-use legio_core::{
-    AgentName, Audience, ConversationKey, Event, Message, MessageId, Part, Participant,
-};
-use legio_llm::ToolCallPart;
+use legio_core::AgentName;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, Content, CustomRequest, CustomResult, ErrorCode,
     Extensions, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerInfo, Tool,
@@ -24,14 +20,11 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
-use crate::clock::{fresh_uuid, now};
-use crate::cluster::{Answered, Forwarded};
-use crate::dispatch::Route;
 use crate::error::RuntimeError;
 pub use crate::mcp_token::McpScope;
 use crate::memory::ToolSpec;
 use crate::runtime::Runtime;
-use crate::tools::{run_calls, tools_for, CallContext, ToolOutcome};
+use crate::tools::tools_for;
 
 /// Finds the scope of one request from what the transport attached to it (the HTTP server puts
 /// the verified token's scope in the request's extensions); `None` refuses the request.
@@ -206,101 +199,6 @@ impl Runtime {
     pub fn agent_tools(&self, agent: &AgentName) -> Result<Vec<ToolSpec>, RuntimeError> {
         let spec = self.shared.roster_spec(agent)?;
         Ok(tools_for(&self.shared, spec))
-    }
-
-    /// Runs `agent`'s tool `name` with `arguments` (JSON text) in `conversation`, outside any
-    /// turn (an MCP client's call), as a turn would: the call is recorded first as the agent's
-    /// message (seen by that agent only), then the result as the message answering it. Answers
-    /// the result text, or the error text the model would get. An unknown tool is an error result,
-    /// as in a turn; `dispatch` waits at most `runtime.turn_timeout_seconds`. On a cluster the
-    /// call runs on the node that owns the conversation (carried there if another node does;
-    /// taken here if nobody does), where the agent's actors and its appends are.
-    pub async fn call_tool_as(
-        &self,
-        conversation: &ConversationKey,
-        agent: &AgentName,
-        name: &str,
-        arguments: &str,
-    ) -> Result<Result<String, String>, RuntimeError> {
-        self.call_tool_with(conversation, agent, name, arguments, false)
-            .await
-    }
-
-    pub(crate) async fn call_tool_with(
-        &self,
-        conversation: &ConversationKey,
-        agent: &AgentName,
-        name: &str,
-        arguments: &str,
-        forwarded: bool,
-    ) -> Result<Result<String, String>, RuntimeError> {
-        let conversation = Self::host_conversation(conversation.clone())?;
-        let spec = self.shared.roster_spec(agent)?.clone();
-        let request = || Forwarded::ToolCall {
-            conversation: conversation.clone(),
-            agent: agent.clone(),
-            name: name.to_owned(),
-            arguments: arguments.to_owned(),
-        };
-        let _in_use = match self.elsewhere(request, None, forwarded).await {
-            Ok(in_use) => in_use,
-            Err(answer) => return answer.and_then(Answered::into_tool_call),
-        };
-        let call_id = format!("mcp_{}", fresh_uuid().simple());
-        let call_message = MessageId(fresh_uuid());
-        let own = |parts: Vec<Part>, reply_to: Option<MessageId>| Message {
-            id: if reply_to.is_some() {
-                MessageId(fresh_uuid())
-            } else {
-                call_message
-            },
-            conversation: conversation.clone(),
-            sender: Participant::Agent(agent.clone()),
-            audience: Audience::agent(agent.clone()),
-            parts,
-            reply_to,
-            at: now(),
-        };
-        let call = Part::ToolCall {
-            id: call_id.clone(),
-            name: name.to_owned(),
-            arguments: arguments.to_owned(),
-        };
-        self.shared
-            .append(vec![Event::MessagePosted(own(vec![call], None))])
-            .await?;
-        let route: Arc<dyn Route> = Arc::new(self.route_to(&conversation));
-        let ctx = CallContext {
-            shared: Arc::clone(&self.shared),
-            conversation: conversation.clone(),
-            spec,
-            route,
-            call_message,
-            deadline: Instant::now() + self.shared.config.runtime.turn_timeout,
-            // Host tools belong to a host's turn; an MCP client calls the agent's own tools.
-            host: None,
-        };
-        let called = ToolCallPart {
-            id: call_id.clone(),
-            name: name.to_owned(),
-            arguments: arguments.to_owned(),
-        };
-        // As in a turn: on its own task, cut at the deadline, a panic an error result.
-        let outcome = run_calls(&ctx, &[called])
-            .await
-            .pop()
-            .unwrap_or_else(|| ToolOutcome::Failed("the call did not run".to_owned()));
-        let result = outcome.clone().into_part(&call_id);
-        self.shared
-            .append(vec![Event::MessagePosted(own(
-                vec![result],
-                Some(call_message),
-            ))])
-            .await?;
-        Ok(match outcome {
-            ToolOutcome::Done(text) => Ok(text),
-            ToolOutcome::Failed(text) => Err(text),
-        })
     }
 }
 

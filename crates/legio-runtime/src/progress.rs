@@ -12,7 +12,7 @@ use legio_core::AgentName;
 /// provider streams), `Thinking` fragments (where the provider streams them), and for each tool
 /// the model calls a `ToolCalled` then its `ToolDone` or `ToolFailed`; then exactly one
 /// `AgentDone` with its reply or error. Steps of different agents interleave.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Progress {
     /// The agent's actor started the turn (after any wait in its mailbox or a restart backoff).
     AgentStarted {

@@ -6,9 +6,10 @@ use std::fmt;
 use std::ops::Deref;
 
 use legio_core::{AgentName, MessageId, Seq};
+use serde::{Deserialize, Serialize};
 
 /// One agent's answer to a message: its reply, or why it gave none.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AgentReply {
     /// The agent.
     pub agent: AgentName,
@@ -17,7 +18,7 @@ pub struct AgentReply {
 }
 
 /// A turn's reply, as recorded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reply {
     /// The reply's text.
     pub text: String,
@@ -28,7 +29,7 @@ pub struct Reply {
 }
 
 /// Why an agent gave no reply. The message says what happened and what to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TurnError {
     /// The cause, for a host that acts on it.
     pub kind: TurnErrorKind,
@@ -36,8 +37,10 @@ pub struct TurnError {
     pub message: String,
 }
 
-/// The causes of a [`TurnError`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The causes of a [`TurnError`], named in snake case (`tool_steps`) on the node bus and in the
+/// server's replies; a name this version does not know reads as `runtime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum TurnErrorKind {
     /// The provider answered with an error (after its own retries).
@@ -60,11 +63,12 @@ pub enum TurnErrorKind {
     /// The conversation moved to another node during the turn (this node lost its lease or was
     /// fenced, and stopped the conversation's actors); the turn's outcome is in the log.
     Moved,
-    /// The log or the agent's configuration failed during the turn.
-    Runtime,
     /// A keyed post's retry: the agent went on to later messages without answering this one
     /// (its turn failed or was cut short), so it is not run again; post it anew to ask again.
     Unanswered,
+    /// The log or the agent's configuration failed during the turn.
+    #[serde(other)]
+    Runtime,
 }
 
 impl TurnError {
@@ -130,7 +134,7 @@ impl AgentReply {
 
 /// What a post answers: the replies of the addressed agents, in roster order, and the `@handles`
 /// of the message that named no agent (plain text; the sender is told). Derefs to the replies.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Posted {
     /// One reply per addressed agent, in roster order (none when the message addressed nobody).
     pub replies: Vec<AgentReply>,
@@ -139,6 +143,7 @@ pub struct Posted {
     /// The post was a retry of a keyed post already stored (`Runtime::post_once`, or a host
     /// turn's `idempotency_key`): nothing new was stored, and the replies are those the message
     /// had (an agent that had not answered it answers now).
+    #[serde(default)]
     pub replayed: bool,
 }
 

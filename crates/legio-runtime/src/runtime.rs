@@ -1,120 +1,49 @@
-//! The embedding API: `Runtime::open(config)`, then `post`, `history`, `reset`, `status`,
-//! `shutdown`. A user message is appended durably first, then dispatched: no mention goes to the
-//! orchestrator, `@a @b` to each named agent in parallel, `@all` to every agent. Replies are
-//! appended before they are returned; one agent's failure or timeout is an error reply for that
-//! agent only.
+//! The running legion ([`Runtime`]): its shared state, its root supervisor and actors, its
+//! cluster layer, and what every verb needs of them (the roster's names checked, the route to a
+//! conversation's supervisor, a job dispatched to agents and their replies gathered); the
+//! reaper, and shutdown. The host's API is in api/ (open, post, the other verbs, reads); each
+//! verb is a command (command/). One agent's failure or timeout is an error reply for that agent
+//! only.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use legio_core::{
-    find_mentions, AgentName, AgentSessionState, Audience, ConversationKey, Event, IdempotencyKey,
-    Message, MessageId, Participant, Record, Seq, Viewer,
-};
-use legio_llm::Provider;
-use legio_store::{EventLog, NatsLog, SledLog};
-
-use legio_config::StoreBackend;
-use ractor::{Actor, ActorRef};
+use legio_config::RuntimeConfig;
+use legio_core::{AgentName, ConversationKey, Seq};
+use legio_store::EventLog;
+use ractor::ActorRef;
 use tokio::sync::oneshot;
 
-use crate::clock::{fresh_uuid, now};
-use crate::cluster::{
-    Answered, AppendGate, Cluster, Forwarded, ForwardedPost, InUse, RequestHandler, Routed,
-};
-use crate::dispatch::{gather, RootRoute, Route};
+use crate::cluster::Cluster;
+use crate::dispatch::{gather, RootRoute};
 use crate::error::RuntimeError;
-use crate::follow::Relay;
-use crate::host_calls::HostTurn;
-use crate::host_tools::{check_host_tools, turn_tools};
 use crate::keyed::KeyedPosts;
-use crate::memory::{MemoryTools, ToolSpec};
-use crate::messages::{ConversationMsg, Job, RootMsg, TurnRequest};
+use crate::memory::MemoryTools;
+use crate::messages::{ConversationMsg, Job, RootMsg};
 use crate::names::IntoName;
-use crate::progress::ProgressSink;
-use crate::registry::ToolRegistry;
-use crate::reply::{AgentReply, Posted, TurnErrorKind};
-use crate::root::RootSupervisor;
+use crate::reply::AgentReply;
 use crate::shared::{DispatchTicket, Shared};
-use crate::status::{Activity, StatusBoard};
-use legio_config::{Role, RuntimeConfig, UnknownMentions};
-use legio_ops::ContextReport;
-use legio_ops::{preview_turn, TurnInputs, TurnPreview};
-
-/// What a host's post adds to a plain one: the one agent it is for, the tools the host runs, and
-/// the key that makes a retry of it store nothing new (keyed.rs).
-#[derive(Default)]
-struct HostPost {
-    to: Option<AgentName>,
-    tools: Option<Arc<[ToolSpec]>>,
-    key: Option<IdempotencyKey>,
-}
-
-/// A stored message's turns, as the post path sends them.
-struct Turns {
-    seq: Seq,
-    id: MessageId,
-    /// A keyed post's retry: the message was stored before.
-    replayed: bool,
-    targets: Vec<AgentName>,
-    unknown_mentions: Vec<String>,
-}
-
-impl Turns {
-    fn posted(self, replies: Vec<AgentReply>) -> Posted {
-        Posted {
-            replies,
-            unknown_mentions: self.unknown_mentions,
-            replayed: self.replayed,
-        }
-    }
-}
-
-impl HostPost {
-    /// As a forwarded post carries it.
-    fn forwarded(post: &mut ForwardedPost) -> Self {
-        let tools = std::mem::take(&mut post.tools);
-        Self {
-            to: post.to.take(),
-            tools: (!tools.is_empty()).then(|| tools.into()),
-            key: post.key.take(),
-        }
-    }
-}
-
-/// One agent's status in a conversation.
-#[derive(Clone, Debug)]
-pub struct AgentStatus {
-    /// The agent.
-    pub agent: AgentName,
-    /// Its role.
-    pub role: Role,
-    /// What it is doing now.
-    pub activity: Activity,
-    /// Its session state from the log, if it ever had a session here.
-    pub session: Option<AgentSessionState>,
-}
+use crate::status::Activity;
 
 /// A running legion: the log, the supervisors and their agent actors.
 pub struct Runtime {
     pub(crate) shared: Arc<Shared>,
-    root: ActorRef<RootMsg>,
-    reaper: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
+    pub(crate) root: ActorRef<RootMsg>,
+    pub(crate) reaper: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
     /// The heartbeat schedules' tasks (schedule.rs), aborted with the reaper.
-    schedules: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
-    stopped: Arc<AtomicBool>,
+    pub(crate) schedules: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    pub(crate) stopped: Arc<AtomicBool>,
     /// On the NATS backend: leases and the routing of posts to the owning node.
-    cluster: Option<Arc<Cluster>>,
+    pub(crate) cluster: Option<Arc<Cluster>>,
     /// The log's last seq when this runtime opened: sessions open at or before it were opened by
     /// an earlier process.
-    started_at: Seq,
+    pub(crate) started_at: Seq,
     /// The keyed messages this node has read, per conversation (keyed.rs).
-    keyed: Arc<KeyedPosts>,
+    pub(crate) keyed: Arc<KeyedPosts>,
     /// False for the handle the cluster's routing serves forwarded posts with (its drop stops
     /// nothing).
-    primary: bool,
+    pub(crate) primary: bool,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -125,203 +54,10 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-/// Builds the providers the configuration names; those the host supplies in `overrides` are
-/// not built (their keys need not be set).
-fn build_providers(
-    config: &RuntimeConfig,
-    overrides: &HashMap<String, Arc<dyn Provider>>,
-) -> Result<HashMap<String, Arc<dyn Provider>>, RuntimeError> {
-    let mut providers = HashMap::new();
-    for (name, spec) in &config.providers {
-        if overrides.contains_key(name) {
-            continue;
-        }
-        let provider = legio_llm::build_provider(name, spec)?;
-        providers.insert(name.clone(), provider);
-    }
-    Ok(providers)
-}
-
-/// How a [`Runtime`] is made: `Runtime::builder(config)`, then any of the host's providers, its
-/// tools or an already open log, then [`RuntimeBuilder::open`].
-#[must_use = "a builder does nothing until `open` is called"]
-pub struct RuntimeBuilder {
-    config: RuntimeConfig,
-    providers: HashMap<String, Arc<dyn Provider>>,
-    tools: ToolRegistry,
-    log: Option<Arc<dyn EventLog>>,
-    node: Option<String>,
-}
-
-impl std::fmt::Debug for RuntimeBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeBuilder")
-            .field("providers", &self.providers.keys().collect::<Vec<_>>())
-            .field("tools", &self.tools)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RuntimeBuilder {
-    /// Supplies the provider `name` instead of building it from the configuration (a host-made
-    /// provider, or a shared scripted provider whose record a test reads); its key need not be
-    /// set.
-    pub fn provider(mut self, name: impl Into<String>, provider: Arc<dyn Provider>) -> Self {
-        self.providers.insert(name.into(), provider);
-        self
-    }
-
-    /// Supplies several providers by name (see [`RuntimeBuilder::provider`]).
-    pub fn providers(mut self, providers: HashMap<String, Arc<dyn Provider>>) -> Self {
-        self.providers.extend(providers);
-        self
-    }
-
-    /// The host's own tools: every agent whose provider takes tools is offered them next to the
-    /// built-in ones, and the agent loop runs the calls.
-    pub fn tools(mut self, tools: ToolRegistry) -> Self {
-        self.tools = tools;
-        self
-    }
-
-    /// Runs on an already open log (an in-memory log for tests, for example) instead of opening
-    /// the one the configuration names.
-    pub fn log(mut self, log: Arc<dyn EventLog>) -> Self {
-        self.log = Some(log);
-        self
-    }
-
-    /// This node's id in a cluster (`[store] backend = "nats"`): who holds a conversation's
-    /// lease and where other nodes send its posts. Default: `LEGIO_NODE`, else the host name.
-    pub fn node(mut self, node: impl Into<String>) -> Self {
-        self.node = Some(node.into());
-        self
-    }
-
-    /// Opens the log (unless one was given) and starts the supervisors. Must be called within a
-    /// multi-threaded tokio runtime. On the NATS backend the node also joins the cluster: it
-    /// takes conversations by lease and serves the posts other nodes forward to it.
-    pub async fn open(self) -> Result<Runtime, RuntimeError> {
-        let (log, cluster) = match self.log {
-            Some(log) => (log, None),
-            None => {
-                let store = self.config.store.clone();
-                let node = self.node.unwrap_or_else(crate::cluster::default_node);
-                tokio::task::spawn_blocking(move || open_log(&store, node))
-                    .await
-                    .map_err(|e| RuntimeError::Cancelled {
-                        what: "opening the log",
-                        reason: e.to_string(),
-                    })??
-            }
-        };
-        Runtime::launch(self.config, log, self.providers, self.tools, cluster).await
-    }
-}
-
-/// The log the configuration names, and on the NATS backend the node's cluster layer.
-fn open_log(
-    store: &legio_config::StoreSettings,
-    node: String,
-) -> Result<(Arc<dyn EventLog>, Option<Cluster>), RuntimeError> {
-    Ok(match &store.backend {
-        StoreBackend::Sled => (Arc::new(SledLog::open(&store.path, &store.options)?), None),
-        StoreBackend::Nats(options) => {
-            let log = Arc::new(NatsLog::open(options.as_ref())?);
-            let cluster = Cluster::open(node, options.as_ref(), Arc::clone(&log))?;
-            (log, Some(cluster))
-        }
-    })
-}
-
 impl Runtime {
-    /// A builder of a runtime with `config` (see [`RuntimeBuilder`]).
-    pub fn builder(config: RuntimeConfig) -> RuntimeBuilder {
-        RuntimeBuilder {
-            config,
-            providers: HashMap::new(),
-            tools: ToolRegistry::new(),
-            log: None,
-            node: None,
-        }
-    }
-
-    /// Opens the log named by the configuration and starts the supervisors, with every provider
-    /// built from the configuration: `Runtime::builder(config).open()`.
-    pub async fn open(config: RuntimeConfig) -> Result<Self, RuntimeError> {
-        Self::builder(config).open().await
-    }
-
-    async fn launch(
-        config: RuntimeConfig,
-        log: Arc<dyn EventLog>,
-        overrides: HashMap<String, Arc<dyn Provider>>,
-        tools: ToolRegistry,
-        cluster: Option<Cluster>,
-    ) -> Result<Self, RuntimeError> {
-        crate::metrics::describe();
-        legio_store::metrics::describe();
-        let mut providers = build_providers(&config, &overrides)?;
-        providers.extend(overrides);
-        let memory = Arc::new(MemoryTools::new(Arc::clone(&log), &config.agents));
-        let mcp = Arc::new(crate::mcp_client::McpClients::start(&config.mcp).await?);
-        let shared = Arc::new(Shared {
-            log,
-            config,
-            providers,
-            board: StatusBoard::default(),
-            memory,
-            tools,
-            host_desk: Default::default(),
-            mcp,
-            mcp_endpoint: Default::default(),
-            prompts: Default::default(),
-            dispatch_tails: Default::default(),
-            calibrations: Default::default(),
-            gate: cluster
-                .as_ref()
-                .map(|c| Arc::clone(&c.ownership) as Arc<dyn AppendGate>),
-        });
-        let started_at = shared.log.last_seq();
-        let root = RootSupervisor {
-            shared: Arc::clone(&shared),
-        };
-        let (root, _handle) =
-            Actor::spawn(None, root, ())
-                .await
-                .map_err(|e| RuntimeError::SupervisorStart {
-                    what: "the root supervisor".to_owned(),
-                    reason: e.to_string(),
-                })?;
-        let runtime = Self {
-            shared,
-            root,
-            reaper: Default::default(),
-            schedules: Default::default(),
-            stopped: Default::default(),
-            cluster: cluster.map(Arc::new),
-            started_at,
-            keyed: Arc::default(),
-            primary: true,
-        };
-        runtime.start_reaper();
-        if let Ok(mut slot) = runtime.schedules.lock() {
-            *slot =
-                crate::schedule::start(&runtime.shared, &runtime.root, runtime.cluster.as_ref());
-        }
-        if let Some(cluster) = &runtime.cluster {
-            cluster.ownership.set_root(runtime.root.clone());
-            if let Err(e) = cluster.start(runtime.forwarded_requests()) {
-                runtime.abort().await;
-                return Err(e);
-            }
-        }
-        Ok(runtime)
-    }
-
     /// A second handle on this runtime's actors, for the cluster's routing to serve forwarded
     /// posts with.
-    fn handle(&self) -> Self {
+    pub(crate) fn handle(&self) -> Self {
         Self {
             shared: Arc::clone(&self.shared),
             root: self.root.clone(),
@@ -335,93 +71,9 @@ impl Runtime {
         }
     }
 
-    /// What serves a request another node forwarded here: the runtime's own paths, never
-    /// forwarding again.
-    fn forwarded_requests(&self) -> RequestHandler {
-        let runtime = Arc::new(self.handle());
-        Arc::new(move |request: Forwarded, progress| {
-            let runtime = Arc::clone(&runtime);
-            Box::pin(async move { runtime.serve_forwarded(request, progress).await })
-        })
-    }
-
-    /// Runs a request another node forwarded here (see `forwarded_requests`).
-    async fn serve_forwarded(
-        &self,
-        request: Forwarded,
-        progress: Option<ProgressSink>,
-    ) -> Result<Answered, RuntimeError> {
-        match request {
-            Forwarded::Post(mut post) => {
-                // Checked where it arrived; again against this process's own tools.
-                check_host_tools(&post.tools, &self.shared.tools)?;
-                let host = HostPost::forwarded(&mut post);
-                self.post_with(
-                    post.conversation,
-                    post.sender,
-                    &post.text,
-                    progress,
-                    host,
-                    true,
-                )
-                .await
-                .map(Answered::Posted)
-            }
-            Forwarded::Reset {
-                conversation,
-                agent,
-            } => self
-                .reset_with(conversation, agent, true)
-                .await
-                .map(|()| Answered::Reset),
-            Forwarded::Heartbeat {
-                conversation,
-                agent,
-                text,
-            } => self
-                .heartbeat_with(conversation, agent, &text, true)
-                .await
-                .map(Answered::Heartbeat),
-            Forwarded::ToolResults {
-                conversation,
-                results,
-            } => self
-                .submit_tool_results_with(conversation, results, true)
-                .await
-                .map(|()| Answered::ToolResults),
-            Forwarded::FollowToolResults {
-                conversation,
-                results,
-            } => {
-                self.serve_followed_results(conversation, results, progress)
-                    .await
-            }
-            Forwarded::ToolCall {
-                conversation,
-                agent,
-                name,
-                arguments,
-            } => self
-                .call_tool_with(&conversation, &agent, &name, &arguments, true)
-                .await
-                .map(Answered::ToolCall),
-            Forwarded::Activities { conversation } => {
-                Ok(Answered::Activities(self.board_here(&conversation)))
-            }
-            Forwarded::DeclareTools {
-                conversation,
-                tools,
-            } => {
-                check_host_tools(&tools, &self.shared.tools)?;
-                self.declare_tools_with(conversation, tools, true)
-                    .await
-                    .map(|()| Answered::Declared)
-            }
-            Forwarded::DeclaredTools { conversation } => self
-                .declared_here(&conversation)
-                .await
-                .map(Answered::DeclaredTools),
-        }
+    /// The cluster layer (`None` off a cluster).
+    pub(crate) fn cluster(&self) -> Option<&Cluster> {
+        self.cluster.as_deref()
     }
 
     /// This node's id in its cluster (`None` off a cluster).
@@ -453,27 +105,7 @@ impl Runtime {
         }
     }
 
-    /// On a cluster, where a request runs: `Ok` here (this node owns the conversation, taking
-    /// its lease if nobody holds it; keep the guard until the request ended, so the conversation
-    /// is not released under it), `Err` with the owner's answer (the request was carried there,
-    /// unless it was `forwarded` here already: then it fails as moved).
-    /// `request` is built only on a cluster (a post copies its text into it).
-    pub(crate) async fn elsewhere(
-        &self,
-        request: impl FnOnce() -> Forwarded,
-        progress: Option<&ProgressSink>,
-        forwarded: bool,
-    ) -> Result<Option<InUse>, Result<Answered, RuntimeError>> {
-        let Some(cluster) = &self.cluster else {
-            return Ok(None);
-        };
-        match cluster.elsewhere(&request(), progress, forwarded).await {
-            Routed::Here(in_use) => Ok(Some(in_use)),
-            Routed::There(answer) => Err(answer),
-        }
-    }
-
-    fn start_reaper(&self) {
+    pub(crate) fn start_reaper(&self) {
         let interval = self.shared.config.runtime.reap_interval;
         let idle = self.shared.config.runtime.idle_timeout;
         let root = self.root.clone();
@@ -521,15 +153,6 @@ impl Runtime {
         }
     }
 
-    fn known_agents(&self) -> Vec<AgentName> {
-        self.shared
-            .config
-            .agents
-            .iter()
-            .map(|a| a.name.clone())
-            .collect()
-    }
-
     /// An agent of the roster.
     pub(crate) fn roster_agent(
         &self,
@@ -568,330 +191,8 @@ impl Runtime {
         runtime.turn_timeout + runtime.restart.max_backoff + Duration::from_secs(5)
     }
 
-    /// Posts a user message: appended durably, then dispatched. Answers one reply per addressed
-    /// agent, in roster order (a failed agent's reply is its error), and the `@handles` that named
-    /// no agent. `conversation`: a `ConversationKey`, or its text.
-    pub async fn post(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        text: &str,
-    ) -> Result<Posted, RuntimeError> {
-        self.post_as(conversation, Participant::User, text).await
-    }
-
-    /// Posts a message from `sender`: the user, or an agent of the roster (a host relaying what
-    /// one agent says to others; as a `Participant` or its text, `user` or the agent's name).
-    /// Mentions address agents as in [`Runtime::post`]; without one, a specialist's message goes
-    /// to the orchestrator, and the orchestrator's to the user (no turn). The sender never gets a
-    /// turn for its own message.
-    pub async fn post_as(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        sender: impl IntoName<Participant>,
-        text: &str,
-    ) -> Result<Posted, RuntimeError> {
-        self.post_with(conversation, sender, text, None, HostPost::default(), false)
-            .await
-    }
-
-    /// Like [`Runtime::post_as`], reporting each addressed agent's progress to `progress` as it
-    /// happens: started, text fragments where the provider streams, done (see
-    /// [`crate::Progress`]). Nothing is sent when the post is refused (an error) or addresses no
-    /// agent.
-    pub async fn post_streaming(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        sender: impl IntoName<Participant>,
-        text: &str,
-        progress: ProgressSink,
-    ) -> Result<Posted, RuntimeError> {
-        self.post_with(
-            conversation,
-            sender,
-            text,
-            Some(progress),
-            HostPost::default(),
-            false,
-        )
-        .await
-    }
-
-    /// Like [`Runtime::post_streaming`] (with `progress` or without), stored at most once per
-    /// `key` in the conversation, on whichever node: a retry of a post whose answer was lost (a
-    /// timeout, a node that died) stores nothing new and answers with `replayed` set; an agent
-    /// that has answered the message gives that reply again (waiting for it if its turn still
-    /// runs), one that has not answers now, unless it has since replied to a later message (its
-    /// reply is then the error [`crate::TurnErrorKind::Unanswered`]). The same key with another
-    /// sender or text is refused ([`RuntimeError::IdempotencyKeyReused`]). See keyed.rs.
-    pub async fn post_once(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        sender: impl IntoName<Participant>,
-        text: &str,
-        key: IdempotencyKey,
-        progress: Option<ProgressSink>,
-    ) -> Result<Posted, RuntimeError> {
-        let host = HostPost {
-            key: Some(key),
-            ..HostPost::default()
-        };
-        self.post_with(conversation, sender, text, progress, host, false)
-            .await
-    }
-
-    /// Posts a host's message with tools the host runs (host_tools.rs): the conversation's
-    /// declared tools and the turn's own are offered to the addressed agents; a model's calls of
-    /// them reach `progress` as [`crate::Progress::ToolCallsRequired`] and wait for
-    /// [`Runtime::submit_tool_results`] (or `runtime.host_tool_timeout_seconds`). With `to`, the
-    /// message goes to that agent only, whatever its mentions. Invalid tools refuse the message
-    /// (nothing is stored).
-    pub async fn post_host_turn(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        turn: HostTurn,
-        progress: ProgressSink,
-    ) -> Result<Posted, RuntimeError> {
-        let key = Self::host_conversation(conversation)?;
-        check_host_tools(&turn.tools, &self.shared.tools)?;
-        let declared = self.declared_tools(&key).await?;
-        let to = match turn.to {
-            Some(agent) => Some(self.roster_agent(agent)?),
-            None => None,
-        };
-        let host = HostPost {
-            to,
-            tools: turn_tools(declared, turn.tools),
-            key: turn.idempotency_key,
-        };
-        self.post_with(key, turn.sender, &turn.text, Some(progress), host, false)
-            .await
-    }
-
-    /// On a cluster, for a request only the node holding `conversation` can answer and that
-    /// must not take the conversation: that node's answer, or `None` to answer here (off a
-    /// cluster, nobody holds it, this node does, or the holder no longer answers on the bus: it
-    /// died with its lease still running, and nobody runs the conversation).
-    pub(crate) async fn ask_holder(
-        &self,
-        conversation: &ConversationKey,
-        request: impl FnOnce() -> Forwarded,
-    ) -> Result<Option<Answered>, RuntimeError> {
-        self.ask_holder_with(conversation, request, None).await
-    }
-
-    /// [`Runtime::ask_holder`], with the holder's progress relayed to `progress` while it
-    /// answers.
-    pub(crate) async fn ask_holder_with(
-        &self,
-        conversation: &ConversationKey,
-        request: impl FnOnce() -> Forwarded,
-        progress: Option<&ProgressSink>,
-    ) -> Result<Option<Answered>, RuntimeError> {
-        let Some(cluster) = &self.cluster else {
-            return Ok(None);
-        };
-        let node = match cluster.ownership.holder(conversation).await? {
-            Some(node) if node != cluster.ownership.node() => node,
-            _ => return Ok(None),
-        };
-        match cluster.ask(&node, &request(), progress).await {
-            Err(RuntimeError::Bus(legio_store::BusError::NoResponder { .. })) => Ok(None),
-            answer => answer.map(Some),
-        }
-    }
-
-    /// The post path; on a cluster, a post to a conversation another node owns goes there
-    /// (unless it was `forwarded` here already), a host's turn with its addressee and tools too:
-    /// its calls wait there, announced through `progress`, for the host's results
-    /// ([`Runtime::submit_tool_results`] carries them to it).
-    async fn post_with(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        sender: impl IntoName<Participant>,
-        text: &str,
-        progress: Option<ProgressSink>,
-        host: HostPost,
-        forwarded: bool,
-    ) -> Result<Posted, RuntimeError> {
-        self.check_running()?;
-        let key = Self::host_conversation(conversation)?;
-        if text.trim().is_empty() {
-            return Err(RuntimeError::EmptyMessage);
-        }
-        let sender = match sender.into_name()? {
-            Participant::User => Participant::User,
-            Participant::Agent(name) => Participant::Agent(self.roster_agent(name)?),
-        };
-        let post = || {
-            Forwarded::Post(ForwardedPost {
-                conversation: key.clone(),
-                sender: sender.clone(),
-                text: text.to_owned(),
-                to: host.to.clone(),
-                tools: host.tools.as_deref().map(<[_]>::to_vec).unwrap_or_default(),
-                key: host.key.clone(),
-            })
-        };
-        let _in_use = match self.elsewhere(post, progress.as_ref(), forwarded).await {
-            Ok(in_use) => in_use,
-            Err(answer) => return answer.and_then(Answered::into_posted),
-        };
-        let (audience, targets, unknown_mentions) = match &host.to {
-            Some(to) => Self::only(&sender, to),
-            None => self.address(&sender, text)?,
-        };
-        let turns = Turns {
-            seq: Seq::ZERO,
-            id: MessageId(fresh_uuid()),
-            replayed: false,
-            targets,
-            unknown_mentions,
-        };
-        let message = Message::text(turns.id, key.clone(), sender, audience, text, now());
-        self.post_here(message, turns, progress, host).await
-    }
-
-    /// The post path on the node that runs the conversation: the message appended, then its
-    /// turns sent. A keyed post takes its id from its key, and a retry of one already stored
-    /// (keyed.rs) sends the stored message's turns again instead, marked `replayed`.
-    async fn post_here(
-        &self,
-        mut message: Message,
-        mut turns: Turns,
-        progress: Option<ProgressSink>,
-        host: HostPost,
-    ) -> Result<Posted, RuntimeError> {
-        let key = message.conversation.clone();
-        let mut gate = None;
-        if let Some(k) = &host.key {
-            let entered = self.keyed.enter(&self.shared, &key).await?;
-            let id = MessageId::keyed(&key, k);
-            (message.id, turns.id) = (id, id);
-            if let Some(seq) = entered.find(message.id) {
-                drop(entered);
-                crate::keyed::check_same(&self.shared, k, seq, &message).await?;
-                let paused = match (&progress, &host.tools) {
-                    (Some(progress), Some(_)) => self.follow_paused(&key, id, progress).await,
-                    _ => None,
-                };
-                if let Some(posted) = paused {
-                    return posted;
-                }
-                (turns.seq, turns.replayed) = (seq, true);
-                if turns.targets.is_empty() {
-                    return Ok(turns.posted(Vec::new()));
-                }
-                let ticket = self.shared.queue_for_dispatch(&key).await;
-                let posted = self.send_turns(&key, turns, progress, host.tools, ticket);
-                return Ok(posted.await);
-            }
-            gate = Some(entered);
-        }
-        let events = vec![Event::MessagePosted(message)];
-        if turns.targets.is_empty() {
-            let range = self.shared.append(events).await?;
-            if let Some(gate) = &mut gate {
-                gate.stored(turns.id, range.first);
-            }
-            return Ok(turns.posted(Vec::new()));
-        }
-        let (range, ticket) = self.shared.append_for_dispatch(&key, events).await?;
-        if let Some(gate) = &mut gate {
-            gate.stored(turns.id, range.first);
-        }
-        drop(gate);
-        turns.seq = range.first;
-        Ok(self
-            .send_turns(&key, turns, progress, host.tools, ticket)
-            .await)
-    }
-
-    /// A host's message for one agent: its audience, and its turn (none when the agent sent it).
-    fn only(sender: &Participant, to: &AgentName) -> (Audience, Vec<AgentName>, Vec<String>) {
-        let targets = (sender.agent() != Some(to)).then(|| to.clone());
-        (
-            Audience::agent(to.clone()),
-            targets.into_iter().collect(),
-            Vec::new(),
-        )
-    }
-
-    /// Sends the message's turns to its agents and gathers their replies; a host's calls of its
-    /// tools go out through `progress` (relayed to whoever follows the turn, follow.rs).
-    async fn send_turns(
-        &self,
-        key: &ConversationKey,
-        turns: Turns,
-        progress: Option<ProgressSink>,
-        host_tools: Option<Arc<[ToolSpec]>>,
-        ticket: DispatchTicket,
-    ) -> Posted {
-        let host_tools = host_tools.filter(|_| progress.is_some());
-        let follows = &self.shared.host_desk.follows;
-        let turn = (key, turns.id);
-        let relay = Relay::for_turn(follows, turn, host_tools.is_some(), progress);
-        let request = TurnRequest {
-            seq: turns.seq,
-            id: turns.id,
-            progress: relay.as_ref().map(|r| r.sink.clone()),
-            host_tools,
-            replayed: turns.replayed,
-        };
-        let replies = self
-            .dispatch(key, Job::Turn(request), &turns.targets, Some(ticket))
-            .await;
-        let posted = self.settled(key, turns.posted(replies));
-        if let Some(relay) = relay {
-            relay.finish(&posted).await;
-        }
-        posted
-    }
-
-    /// `posted`, its turns cut by a stand-down during it answered as moved (on a cluster).
-    fn settled(&self, conversation: &ConversationKey, posted: Posted) -> Posted {
-        match &self.cluster {
-            Some(cluster) => cluster.settle(conversation, posted),
-            None => posted,
-        }
-    }
-
-    /// Whom a message of `sender` addresses: its audience, the agents that get a turn (never the
-    /// sender) and the handles that named no agent. With `runtime.unknown_mentions = "error"`,
-    /// such a handle refuses the message.
-    fn address(
-        &self,
-        sender: &Participant,
-        text: &str,
-    ) -> Result<(Audience, Vec<AgentName>, Vec<String>), RuntimeError> {
-        let known = self.known_agents();
-        if self.shared.config.runtime.unknown_mentions == UnknownMentions::Error {
-            legio_core::parse_mentions(text, &known)?;
-        }
-        let mentions = find_mentions(text, &known);
-        let orchestrator = self.shared.config.orchestrator().name.clone();
-        let (audience, targets) = match mentions.audience {
-            None if *sender == Participant::Agent(orchestrator.clone()) => {
-                (Audience::user(), Vec::new())
-            }
-            None => (Audience::agent(orchestrator.clone()), vec![orchestrator]),
-            Some(Audience::All) => (Audience::All, known),
-            Some(Audience::Only(list)) => {
-                let named: Vec<AgentName> = known
-                    .into_iter()
-                    .filter(|k| list.contains(&Participant::Agent(k.clone())))
-                    .collect();
-                (Audience::Only(list), named)
-            }
-        };
-        let targets = targets
-            .into_iter()
-            .filter(|t| sender.agent() != Some(t))
-            .collect();
-        Ok((audience, targets, mentions.unknown))
-    }
-
     /// Sends a job to each target in parallel and gathers the replies in order.
-    async fn dispatch(
+    pub(crate) async fn dispatch(
         &self,
         key: &ConversationKey,
         job: Job,
@@ -917,55 +218,6 @@ impl Runtime {
         .await
     }
 
-    /// A heartbeat: `agent` answers `text` with no history. Its provider gets only the system
-    /// prompt and the text (never its live provider session); the exchange is recorded as one
-    /// `HeartbeatRan` event, not as messages, so no later context shows it, and the agent's
-    /// session is untouched. Runs in the agent's actor between its turns. A failed call is an
-    /// error reply (recorded too), as in [`Runtime::post`].
-    pub async fn heartbeat(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        agent: impl IntoName<AgentName>,
-        text: &str,
-    ) -> Result<AgentReply, RuntimeError> {
-        let key = Self::host_conversation(conversation)?;
-        let agent = self.roster_agent(agent)?;
-        self.heartbeat_with(key, agent, text, false).await
-    }
-
-    /// The heartbeat path; on a cluster, a heartbeat to a conversation another node owns goes
-    /// there (unless it was `forwarded` here already).
-    async fn heartbeat_with(
-        &self,
-        key: ConversationKey,
-        agent: AgentName,
-        text: &str,
-        forwarded: bool,
-    ) -> Result<AgentReply, RuntimeError> {
-        self.check_running()?;
-        if text.trim().is_empty() {
-            return Err(RuntimeError::EmptyMessage);
-        }
-        let request = || Forwarded::Heartbeat {
-            conversation: key.clone(),
-            agent: agent.clone(),
-            text: text.to_owned(),
-        };
-        let _in_use = match self.elsewhere(request, None, forwarded).await {
-            Ok(in_use) => in_use,
-            Err(answer) => return answer.and_then(Answered::into_heartbeat),
-        };
-        let job = Job::Heartbeat {
-            text: text.to_owned(),
-        };
-        let mut replies = self
-            .dispatch(&key, job, std::slice::from_ref(&agent), None)
-            .await;
-        Ok(replies.pop().unwrap_or_else(|| {
-            AgentReply::failed(&agent, TurnErrorKind::Runtime, "no reply to the heartbeat")
-        }))
-    }
-
     /// The memory tools' executor: what a tool loop calls with an agent's memory tool calls, and
     /// what describes them ([`MemoryTools::tools_for`]). It holds the log: drop every clone
     /// before opening the log again.
@@ -979,218 +231,8 @@ impl Runtime {
         self.shared.memory.snapshot().await
     }
 
-    /// The last `limit` messages of a conversation, as `agent` may see them (`None`: everything,
-    /// the user's and orchestrator's view).
-    pub async fn history(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        agent: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<Record>, RuntimeError> {
-        let key = conversation.into_name()?;
-        let spec = match agent {
-            Some(name) => {
-                let name = self.roster_agent(name)?;
-                self.shared.spec(&name).cloned()
-            }
-            None => None,
-        };
-        self.catch_up(&key).await?;
-        self.shared
-            .read(move |log| {
-                let viewer = spec.as_ref().map_or(Viewer::Everything, |s| s.viewer());
-                log.visible_window(&key, viewer, limit)
-            })
-            .await
-    }
-
-    /// What `agent`'s provider would receive for its next turn in `conversation` had the log
-    /// ended at `at` (default: now): the same decision and planner the agent actor uses
-    /// ([`preview_turn`]), with the agent's current prompt and its provider's capability. Never
-    /// calls a provider; writes nothing.
-    pub async fn next_context(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        agent: impl IntoName<AgentName>,
-        at: Option<Seq>,
-    ) -> Result<TurnPreview, RuntimeError> {
-        let key = conversation.into_name()?;
-        let spec = self.shared.roster_spec(&agent.into_name()?)?.clone();
-        let history = self.shared.provider(&spec)?.capabilities().history;
-        let (_, prompt_hash) = self.shared.system_prompt(&spec)?;
-        self.catch_up(&key).await?;
-        let shared = Arc::clone(&self.shared);
-        // A session this process opened is live; one open from before it started was left by a
-        // dead process (a graceful stop suspends them). On a cluster another node may hold it.
-        let live_since = Some(match self.cluster {
-            Some(_) => Seq::ZERO,
-            None => self.started_at,
-        });
-        tokio::task::spawn_blocking(move || {
-            let at = at.unwrap_or_else(|| shared.log.last_seq());
-            let inputs = TurnInputs {
-                spec: &spec,
-                conversation: &key,
-                history,
-                settings: &shared.config.runtime,
-                prompt_hash: &prompt_hash,
-                live_session: None,
-                new_message: at,
-            };
-            preview_turn(shared.log.as_ref(), inputs, at, live_since).map_err(RuntimeError::from)
-        })
-        .await
-        .map_err(|e| RuntimeError::Cancelled {
-            what: "previewing the context",
-            reason: e.to_string(),
-        })?
-    }
-
-    /// [`Runtime::next_context`] as the operator's report (`legio context`'s JSON). An unknown
-    /// conversation is an error.
-    pub async fn context_report(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        agent: impl IntoName<AgentName>,
-        at: Option<Seq>,
-    ) -> Result<ContextReport, RuntimeError> {
-        let key = conversation.into_name()?;
-        let agent = self.roster_agent(agent)?;
-        // Before the lookup: an earlier read on this node may have left it an empty copy of a
-        // conversation another node has written since.
-        self.catch_up(&key).await?;
-        let lookup = key.clone();
-        let last = self
-            .shared
-            .read(move |log| {
-                Ok(legio_ops::require_conversation(log, &lookup).map(|()| log.last_seq()))
-            })
-            .await??;
-        let at = at.unwrap_or(last).min(last);
-        let history = self.provider_history(&agent)?;
-        let mut preview = self.next_context(&key, &agent, Some(at)).await?;
-        self.fit_preview(&key, &agent, &mut preview).await?;
-        Ok(legio_ops::context_report(
-            &preview,
-            &key,
-            agent.as_str(),
-            at,
-            history,
-        ))
-    }
-
-    /// Applies the window check to `preview` as the agent's next turn would: its provider's
-    /// window, the calibration the runtime holds (or would seed from the log), the system prompt
-    /// and the orchestrator's status block as it stands (not the tools: `legio_ops::fit_preview`).
-    async fn fit_preview(
-        &self,
-        conversation: &ConversationKey,
-        agent: &AgentName,
-        preview: &mut TurnPreview,
-    ) -> Result<(), RuntimeError> {
-        let spec = self.shared.roster_spec(agent)?.clone();
-        let provider = self.shared.provider(&spec)?;
-        let (system_prompt, _) = self.shared.system_prompt(&spec)?;
-        let status =
-            (spec.role == Role::Orchestrator).then(|| self.shared.status_block(conversation));
-        let fixed = legio_ops::Fixed {
-            system_prompt: &system_prompt,
-            status: status.as_deref(),
-            tools: &[],
-            tool_tokens: 0,
-        };
-        let calibration =
-            crate::fit::calibration(&self.shared, conversation, &spec, fixed.estimated()).await?;
-        let window = provider.capabilities().context_window;
-        let budget = crate::fit::budget(&self.shared, &spec.provider, window, calibration);
-        legio_ops::fit_preview(preview, fixed, &budget);
-        Ok(())
-    }
-
-    /// The history capability of `agent`'s provider.
-    pub fn provider_history(
-        &self,
-        agent: impl IntoName<AgentName>,
-    ) -> Result<legio_core::History, RuntimeError> {
-        let spec = self.shared.roster_spec(&agent.into_name()?)?;
-        Ok(self.shared.provider(spec)?.capabilities().history)
-    }
-
-    /// A manual reset: closes the agent's session (and clears a failed agent); its next turn opens
-    /// a new session restored from the log.
-    pub async fn reset(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-        agent: impl IntoName<AgentName>,
-    ) -> Result<(), RuntimeError> {
-        let key = Self::host_conversation(conversation)?;
-        let agent = self.roster_agent(agent)?;
-        self.reset_with(key, agent, false).await
-    }
-
-    /// The reset path; on a cluster, a reset of a conversation another node owns goes there
-    /// (unless it was `forwarded` here already).
-    async fn reset_with(
-        &self,
-        key: ConversationKey,
-        agent: AgentName,
-        forwarded: bool,
-    ) -> Result<(), RuntimeError> {
-        self.check_running()?;
-        let request = || Forwarded::Reset {
-            conversation: key.clone(),
-            agent: agent.clone(),
-        };
-        let _in_use = match self.elsewhere(request, None, forwarded).await {
-            Ok(in_use) => in_use,
-            Err(answer) => return answer.and_then(Answered::into_reset),
-        };
-        let (tx, rx) = oneshot::channel();
-        let reset = ConversationMsg::Reset { agent, reply: tx };
-        if !self.route_to(&key).send(reset).await {
-            return Err(RuntimeError::ShutDown);
-        }
-        rx.await.map_err(|_| RuntimeError::ShutDown)?
-    }
-
-    /// Every agent's status in a conversation, in roster order.
-    pub async fn status(
-        &self,
-        conversation: impl IntoName<ConversationKey>,
-    ) -> Result<Vec<AgentStatus>, RuntimeError> {
-        let key = conversation.into_name()?;
-        self.catch_up(&key).await?;
-        let lookup = key.clone();
-        let states = self
-            .shared
-            .read(move |log| log.session_states(&lookup))
-            .await?;
-        let board = self.board(&key).await;
-        Ok(self
-            .shared
-            .config
-            .agents
-            .iter()
-            .map(|spec| {
-                let session = states.iter().find(|s| s.agent == spec.name).cloned();
-                let failed = session.as_ref().is_some_and(|s| s.failed.is_some());
-                let activity = match board.iter().find(|(agent, _)| *agent == spec.name) {
-                    _ if failed => Activity::Failed,
-                    Some((_, activity)) => *activity,
-                    None => Activity::Idle,
-                };
-                AgentStatus {
-                    agent: spec.name.clone(),
-                    role: spec.role,
-                    activity,
-                    session,
-                }
-            })
-            .collect())
-    }
-
     /// What each agent of `conversation` is doing on this node.
-    fn board_here(&self, conversation: &ConversationKey) -> Vec<(AgentName, Activity)> {
+    pub(crate) fn board_here(&self, conversation: &ConversationKey) -> Vec<(AgentName, Activity)> {
         let board = &self.shared.board;
         self.shared
             .config
@@ -1198,24 +240,6 @@ impl Runtime {
             .iter()
             .map(|spec| (spec.name.clone(), board.get(conversation, &spec.name)))
             .collect()
-    }
-
-    /// What each agent of `conversation` is doing where its actors run: here, or on a cluster
-    /// on the node holding the conversation (asked over the bus; this node's own board, where
-    /// they all idle, if that node cannot answer). Nobody holding it, no lease is taken.
-    async fn board(&self, conversation: &ConversationKey) -> Vec<(AgentName, Activity)> {
-        let request = || Forwarded::Activities {
-            conversation: conversation.clone(),
-        };
-        let answer = match self.ask_holder(conversation, request).await {
-            Ok(None) => return self.board_here(conversation),
-            Ok(Some(answer)) => answer.into_activities(),
-            Err(e) => Err(e),
-        };
-        answer.unwrap_or_else(|e| {
-            tracing::debug!(conversation = %conversation, error = %e, "the owner did not say what its agents are doing");
-            self.board_here(conversation)
-        })
     }
 
     /// Stops every agent idle longer than the configured timeout (the reaper does this on its

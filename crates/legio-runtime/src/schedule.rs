@@ -18,7 +18,7 @@ use tokio::task::JoinHandle;
 
 use legio_config::HeartbeatSchedule;
 
-use crate::cluster::{Cluster, InUse};
+use crate::cluster::{Cluster, Here};
 use crate::dispatch::{gather, RootRoute};
 use crate::error::RuntimeError;
 use crate::messages::{Job, RootMsg};
@@ -99,15 +99,12 @@ async fn run_once(
 /// Whether this node runs `conversation`'s heartbeat: always without a cluster; on a cluster if
 /// it holds the conversation's lease or takes it now because nobody does. `Some` holds the
 /// guard that keeps the conversation here (not released as idle) while the heartbeat runs.
-async fn runs_here(
-    cluster: Option<&Cluster>,
-    conversation: &ConversationKey,
-) -> Option<Option<InUse>> {
+async fn runs_here(cluster: Option<&Cluster>, conversation: &ConversationKey) -> Option<Here> {
     let Some(cluster) = cluster else {
-        return Some(None);
+        return Some(Here::alone());
     };
     match cluster.here(conversation).await {
-        Ok(in_use) => Some(Some(in_use)),
+        Ok(here) => Some(here),
         Err(RuntimeError::Moved { .. }) => {
             tracing::debug!(conversation = %conversation, "scheduled heartbeat: another node owns the conversation and runs it");
             None

@@ -20,9 +20,10 @@ impl AppState {
     /// Posts `turn` on its own task (a client that goes away does not cancel it).
     pub(crate) fn start_run(self: &Arc<Self>, key: ConversationKey, turn: HostTurn) -> Run {
         let runtime = Arc::clone(&self.runtime);
-        self.run_on_task(
-            |progress| async move { runtime.post_host_turn(&key, turn, progress).await },
-        )
+        self.run_on_task(|progress| async move {
+            let posting = runtime.posting(&key, &turn.text).host_turn(turn);
+            posting.progress(progress).send().await
+        })
     }
 
     /// Hands the host's results over and takes over the turn that made the calls (the runtime's

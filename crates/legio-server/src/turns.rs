@@ -142,19 +142,8 @@ impl Post {
                 content,
                 idempotency,
             } = self;
-            let result = match (idempotency, progress) {
-                (Some(once), progress) => {
-                    runtime
-                        .post_once(&key, &sender, &content, once, progress)
-                        .await
-                }
-                (None, Some(progress)) => {
-                    runtime
-                        .post_streaming(&key, &sender, &content, progress)
-                        .await
-                }
-                (None, None) => runtime.post_as(&key, &sender, &content).await,
-            };
+            let posting = runtime.posting(&key, &content).sender(&sender);
+            let result = posting.key(idempotency).progress(progress).send().await;
             let _ = done_tx.send(result);
             drop(slot);
         });

@@ -1,10 +1,9 @@
-//! The cluster layer of a runtime on the NATS backend (`docs/cluster.md`): a conversation's
-//! actors run on one node at a time, the holder of the conversation's lease (ownership.rs; one
-//! process per node id, node_id.rs), and a
-//! post (a host's turn with tools too), reset, heartbeat, host's tool results or MCP client's
-//! tool call that reaches another node is carried to the owner over the node bus
-//! (routing.rs, with its wire form in wire.rs). A runtime on sled, or on a log the host opened,
-//! has none of it.
+//! The cluster layer of a runtime on the NATS backend (`docs/cluster.md`), the only code that
+//! knows a cluster exists: a conversation's actors run on one node at a time, the holder of the
+//! conversation's lease (ownership.rs; one process per node id, node_id.rs), and a command
+//! (command/) that reaches another node is carried to the one that runs its conversation over
+//! the node bus (routing.rs, with its wire form in wire.rs). What it hands a command that runs
+//! here is a [`Here`] guard. A runtime on sled, or on a log the host opened, has none of it.
 
 mod locks;
 mod node_id;
@@ -15,18 +14,17 @@ mod wire;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use legio_core::{AgentName, ConversationKey, IdempotencyKey, Participant};
+use legio_core::ConversationKey;
 use legio_store::{Leases, NatsLog, NatsOptions, NodeBus};
 
+use serde::de::DeserializeOwned;
+
 use crate::error::RuntimeError;
-use crate::host_calls::HostToolResult;
-use crate::memory::ToolSpec;
 use crate::progress::ProgressSink;
-use crate::reply::{AgentReply, Posted};
-use crate::status::Activity;
+use crate::reply::Posted;
 
 pub(crate) use ownership::{InUse, Owner, Ownership};
-pub(crate) use routing::{RequestHandler, Routed};
+pub(crate) use routing::{Placed, RequestHandler};
 
 /// Asked by `Shared` around every append (see `Shared::append`).
 pub(crate) trait AppendGate: Send + Sync {
@@ -40,185 +38,50 @@ pub(crate) trait AppendGate: Send + Sync {
     fn retired(&self, conversation: &ConversationKey);
 }
 
-/// A post as the node that owns its conversation receives it: already parsed and checked.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub(crate) struct ForwardedPost {
-    pub(crate) conversation: ConversationKey,
-    pub(crate) sender: Participant,
-    pub(crate) text: String,
-    /// A host's turn: the one agent it is for (`None`: its mentions say).
-    #[serde(default)]
-    pub(crate) to: Option<AgentName>,
-    /// A host's turn: the tools the host runs, the conversation's declared ones (on the node
-    /// the turn reached) and the turn's own; the owner offers them, and its calls of them come
-    /// back as progress and wait there for `Forwarded::ToolResults`.
-    #[serde(default)]
-    pub(crate) tools: Vec<ToolSpec>,
-    /// The host's idempotency key (keyed.rs); a node that predates it stores the post anew.
-    #[serde(default)]
-    pub(crate) key: Option<IdempotencyKey>,
+/// Where a command runs on a cluster (off a cluster, always here).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// On the conversation's owner: the node holding its lease, or this one, which takes the
+    /// lease when nobody holds it. Served on a node that no longer owns it, it fails as moved.
+    Owner,
+    /// On the node holding the conversation's lease when another node does (asked once, no
+    /// retry); here otherwise, taking no lease: a question only the holder's memory answers.
+    Holder,
 }
 
-/// A request the owner of its conversation serves, as it crosses the bus: already parsed and
-/// checked by the node it reached (wire.rs sends it as it is).
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-pub(crate) enum Forwarded {
-    /// `Runtime::post` and a host's turn (`Runtime::post_host_turn`).
-    Post(ForwardedPost),
-    /// `Runtime::reset`.
-    Reset {
-        conversation: ConversationKey,
-        agent: AgentName,
-    },
-    /// `Runtime::heartbeat`.
-    Heartbeat {
-        conversation: ConversationKey,
-        agent: AgentName,
-        text: String,
-    },
-    /// `Runtime::submit_tool_results`: the host's results, for calls waiting on the owner.
-    ToolResults {
-        conversation: ConversationKey,
-        results: Vec<HostToolResult>,
-    },
-    /// `Runtime::follow_tool_results`: the host's results, for calls waiting on the owner, whose
-    /// turn the asking node then follows (its progress comes back as frames, its replies as
-    /// the answer).
-    FollowToolResults {
-        conversation: ConversationKey,
-        results: Vec<HostToolResult>,
-    },
-    /// `Runtime::call_tool_as`: an MCP client's call of an agent's tool.
-    ToolCall {
-        conversation: ConversationKey,
-        agent: AgentName,
-        name: String,
-        arguments: String,
-    },
-    /// For `Runtime::status`: what the conversation's agents are doing (only the node that runs
-    /// their actors knows).
-    Activities { conversation: ConversationKey },
-    /// `Runtime::declare_tools`: the host's declaration, recorded by the owner.
-    DeclareTools {
-        conversation: ConversationKey,
-        tools: Vec<ToolSpec>,
-    },
-    /// `Runtime::declared_tools`: the conversation's declared tools, as its holder reads them.
-    DeclaredTools { conversation: ConversationKey },
+/// A command as the placement sees it: its kind, where it runs, its conversation, and its
+/// body for the bus (made only when it is sent).
+pub(crate) struct Parcel<'a> {
+    pub(crate) kind: &'static str,
+    pub(crate) place: Place,
+    pub(crate) conversation: &'a ConversationKey,
+    pub(crate) body: &'a (dyn Fn() -> serde_json::Result<serde_json::Value> + Sync),
 }
 
-impl Forwarded {
-    pub(crate) fn conversation(&self) -> &ConversationKey {
-        match self {
-            Self::Post(post) => &post.conversation,
-            Self::Reset { conversation, .. }
-            | Self::Heartbeat { conversation, .. }
-            | Self::ToolResults { conversation, .. }
-            | Self::FollowToolResults { conversation, .. }
-            | Self::ToolCall { conversation, .. }
-            | Self::Activities { conversation }
-            | Self::DeclareTools { conversation, .. }
-            | Self::DeclaredTools { conversation } => conversation,
-        }
-    }
-
-    /// Its name in metrics and errors.
-    pub(crate) fn kind(&self) -> &'static str {
-        match self {
-            Self::Post(_) => "post",
-            Self::Reset { .. } => "reset",
-            Self::Heartbeat { .. } => "heartbeat",
-            Self::ToolResults { .. } => "tool_results",
-            Self::FollowToolResults { .. } => "follow_tool_results",
-            Self::ToolCall { .. } => "tool_call",
-            Self::Activities { .. } => "activities",
-            Self::DeclareTools { .. } => "declare_tools",
-            Self::DeclaredTools { .. } => "declared_tools",
-        }
-    }
+/// Proof that a command runs on this node, where its conversation runs: given out only by the
+/// placement (`Cluster::place`, `Cluster::served_here`, or off a cluster [`Here::alone`]). On a
+/// cluster it keeps the conversation from being released until it drops.
+pub(crate) struct Here {
+    _in_use: Option<InUse>,
 }
 
-/// The owner's answer to a [`Forwarded`] request, of the same kind.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) enum Answered {
-    Posted(Posted),
-    Reset,
-    Heartbeat(AgentReply),
-    /// The results were handed to the calls waiting for them.
-    ToolResults,
-    /// The tool's result text, or the error text the model would get.
-    ToolCall(Result<String, String>),
-    /// Each agent of the roster, with what it is doing on the owner.
-    Activities(Vec<(AgentName, Activity)>),
-    /// The declaration is recorded.
-    Declared,
-    /// The conversation's declared tools.
-    DeclaredTools(Vec<ToolSpec>),
-}
+impl Here {
+    /// Off a cluster: every conversation runs here.
+    pub(crate) fn alone() -> Self {
+        Self { _in_use: None }
+    }
 
-impl Answered {
-    fn mismatch(self, wanted: &str) -> RuntimeError {
-        RuntimeError::Remote {
-            node: "the owner".to_owned(),
-            code: crate::error::ErrorCode::Internal,
-            message: format!("answered a {wanted} with {self:?}"),
+    /// This node owns the conversation; `in_use` pins it.
+    fn owned(in_use: InUse) -> Self {
+        Self {
+            _in_use: Some(in_use),
         }
     }
 
-    pub(crate) fn into_posted(self) -> Result<Posted, RuntimeError> {
-        match self {
-            Self::Posted(posted) => Ok(posted),
-            other => Err(other.mismatch("post")),
-        }
-    }
-
-    pub(crate) fn into_reset(self) -> Result<(), RuntimeError> {
-        match self {
-            Self::Reset => Ok(()),
-            other => Err(other.mismatch("reset")),
-        }
-    }
-
-    pub(crate) fn into_heartbeat(self) -> Result<AgentReply, RuntimeError> {
-        match self {
-            Self::Heartbeat(reply) => Ok(reply),
-            other => Err(other.mismatch("heartbeat")),
-        }
-    }
-
-    pub(crate) fn into_tool_results(self) -> Result<(), RuntimeError> {
-        match self {
-            Self::ToolResults => Ok(()),
-            other => Err(other.mismatch("tool results")),
-        }
-    }
-
-    pub(crate) fn into_tool_call(self) -> Result<Result<String, String>, RuntimeError> {
-        match self {
-            Self::ToolCall(outcome) => Ok(outcome),
-            other => Err(other.mismatch("tool call")),
-        }
-    }
-
-    pub(crate) fn into_declared(self) -> Result<(), RuntimeError> {
-        match self {
-            Self::Declared => Ok(()),
-            other => Err(other.mismatch("tool declaration")),
-        }
-    }
-
-    pub(crate) fn into_declared_tools(self) -> Result<Vec<ToolSpec>, RuntimeError> {
-        match self {
-            Self::DeclaredTools(tools) => Ok(tools),
-            other => Err(other.mismatch("declared tools")),
-        }
-    }
-
-    pub(crate) fn into_activities(self) -> Result<Vec<(AgentName, Activity)>, RuntimeError> {
-        match self {
-            Self::Activities(activities) => Ok(activities),
-            other => Err(other.mismatch("activities")),
-        }
+    /// A question for the conversation's holder, answered here (this node holds it, nobody
+    /// does, or the holder no longer answers): nothing is pinned, no lease taken.
+    fn asked() -> Self {
+        Self { _in_use: None }
     }
 }
 
@@ -269,7 +132,7 @@ impl Cluster {
         })
     }
 
-    /// Starts renewing leases and serving the requests other nodes forward to this one.
+    /// Starts renewing leases and serving the commands other nodes send to this one.
     pub(crate) fn start(&self, handler: RequestHandler) -> Result<(), RuntimeError> {
         self.ownership.start_renewing();
         let task = routing::serve(&self.bus, self.ownership.node(), handler)?;
@@ -279,40 +142,37 @@ impl Cluster {
         Ok(())
     }
 
-    /// Where a request to its conversation runs: here (this node owns it now; the request
-    /// keeps the guard until it ended, so the conversation is not released under it), or the
-    /// answer of the node that owns it. A request that was itself forwarded (`forwarded`) is
-    /// never sent on: it fails as moved instead.
-    pub(crate) async fn elsewhere(
+    /// Where `parcel`'s command runs: here (with the guard to keep until it ended), or the
+    /// answer of the node that runs its conversation (see routing.rs).
+    pub(crate) async fn place<A: DeserializeOwned>(
         &self,
-        request: &Forwarded,
+        parcel: &Parcel<'_>,
         progress: Option<&ProgressSink>,
-        forwarded: bool,
-    ) -> Routed {
-        routing::route(self, request, progress, forwarded).await
+    ) -> Placed<A> {
+        routing::place(self, parcel, progress).await
     }
 
-    /// Asks `node`, which holds `request`'s conversation, for its answer (no lease read, no
-    /// take, no retry).
-    pub(crate) async fn ask(
+    /// For a command another node sent here: the guard to run it with, or why it cannot run
+    /// here (never sent on).
+    pub(crate) async fn served_here(
         &self,
-        node: &str,
-        request: &Forwarded,
-        progress: Option<&ProgressSink>,
-    ) -> Result<Answered, RuntimeError> {
-        routing::ask(self, node, request, progress).await
+        place: Place,
+        conversation: &ConversationKey,
+    ) -> Result<Here, RuntimeError> {
+        routing::served_here(self, place, conversation).await
     }
 
-    /// For work that runs only on the owner and is never carried (a scheduled heartbeat, which
-    /// every node's schedule starts): this node owns `conversation` (taking its lease if nobody
-    /// holds it), with the guard to keep until the work ended; `Moved` if another node owns it.
-    pub(crate) async fn here(&self, conversation: &ConversationKey) -> Result<InUse, RuntimeError> {
+    /// For work that runs only on the owner and is never carried (a command sent here, a
+    /// scheduled heartbeat, which every node's schedule starts): this node owns `conversation`
+    /// (taking its lease if nobody holds it), with the guard to keep until the work ended;
+    /// `Moved` if another node owns it.
+    pub(crate) async fn here(&self, conversation: &ConversationKey) -> Result<Here, RuntimeError> {
         let in_use = self.ownership.pin(conversation);
         match self.ownership.owner(conversation).await? {
-            Owner::Here => Ok(in_use),
+            Owner::Here => Ok(Here::owned(in_use)),
             Owner::Node(node) => Err(RuntimeError::Moved {
                 conversation: conversation.to_string(),
-                reason: format!("node {node} owns it"),
+                reason: format!("node {node} owns it now"),
             }),
         }
     }
