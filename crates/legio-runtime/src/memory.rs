@@ -681,3 +681,147 @@ fn list_directives(state: &MemoryState, include_revoked: bool) -> String {
         lines.join("\n")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use legio_store::MemoryLog;
+
+    /// The tools of `role` as offered to its model: names, descriptions and argument schemas.
+    fn check_offered(role: Role, expected: Value) {
+        let offered = serde_json::to_value(MemoryTools::tools_for_role(role)).unwrap();
+        assert_eq!(
+            serde_json::to_string_pretty(&offered).unwrap(),
+            serde_json::to_string_pretty(&expected).unwrap(),
+            "the {role:?}'s memory tools"
+        );
+    }
+
+    /// Each tool a model has been offered since the first version: the schemas stay as they were.
+    #[test]
+    fn the_tools_offered_to_models_are_unchanged() {
+        check_offered(
+            Role::Orchestrator,
+            json!([
+                {"name": "list_directives", "description": "List the directives in force (standing instructions from the orchestrator): id, author and the start of each.",
+                 "parameters": {"type": "object", "properties": {"include_revoked": {"description": "also list revoked directives", "type": "boolean"}},
+                                "required": [], "additionalProperties": false}},
+                {"name": "read_directive", "description": "Read one directive in full.",
+                 "parameters": {"type": "object", "properties": {"id": {"description": "the directive's id, e.g. d1", "type": "string"}},
+                                "required": ["id"], "additionalProperties": false}},
+                {"name": "publish_directive", "description": "Publish a directive: a standing instruction every agent reads. Returns its id.",
+                 "parameters": {"type": "object", "properties": {"text": {"description": "the directive", "type": "string"}},
+                                "required": ["text"], "additionalProperties": false}},
+                {"name": "revoke_directive", "description": "Revoke a directive; it stays readable, marked revoked.",
+                 "parameters": {"type": "object", "properties": {"id": {"description": "the directive's id", "type": "string"}, "reason": {"description": "why it is revoked", "type": "string"}},
+                                "required": ["id"], "additionalProperties": false}},
+                {"name": "list_notes", "description": "List the shared notes every agent can read and write: key, last author and the start of each.",
+                 "parameters": {"type": "object", "properties": {},
+                                "required": [], "additionalProperties": false}},
+                {"name": "read_note", "description": "Read one shared note in full.",
+                 "parameters": {"type": "object", "properties": {"key": {"description": "the note's key", "type": "string"}},
+                                "required": ["key"], "additionalProperties": false}},
+                {"name": "write_note", "description": "Write a shared note every agent can read. Writing an existing key replaces its text (you are recorded as the author).",
+                 "parameters": {"type": "object", "properties": {"key": {"description": "the note's key: 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'", "type": "string"}, "text": {"description": "the note's text", "type": "string"}},
+                                "required": ["key", "text"], "additionalProperties": false}},
+                {"name": "list_notebook", "description": "List the entries of a specialist's private notebook.",
+                 "parameters": {"type": "object", "properties": {"agent": {"description": "the specialist's name", "type": "string"}},
+                                "required": ["agent"], "additionalProperties": false}},
+                {"name": "read_notebook", "description": "Read one entry of a specialist's private notebook in full.",
+                 "parameters": {"type": "object", "properties": {"agent": {"description": "the specialist's name", "type": "string"}, "entry": {"description": "the entry's number, from 1", "minimum": 1, "type": "integer"}},
+                                "required": ["agent", "entry"], "additionalProperties": false}},
+            ]),
+        );
+        check_offered(
+            Role::Specialist,
+            json!([
+                {"name": "list_directives", "description": "List the directives in force (standing instructions from the orchestrator): id, author and the start of each.",
+                 "parameters": {"type": "object", "properties": {"include_revoked": {"description": "also list revoked directives", "type": "boolean"}},
+                                "required": [], "additionalProperties": false}},
+                {"name": "read_directive", "description": "Read one directive in full.",
+                 "parameters": {"type": "object", "properties": {"id": {"description": "the directive's id, e.g. d1", "type": "string"}},
+                                "required": ["id"], "additionalProperties": false}},
+                {"name": "list_notes", "description": "List the shared notes every agent can read and write: key, last author and the start of each.",
+                 "parameters": {"type": "object", "properties": {},
+                                "required": [], "additionalProperties": false}},
+                {"name": "read_note", "description": "Read one shared note in full.",
+                 "parameters": {"type": "object", "properties": {"key": {"description": "the note's key", "type": "string"}},
+                                "required": ["key"], "additionalProperties": false}},
+                {"name": "write_note", "description": "Write a shared note every agent can read. Writing an existing key replaces its text (you are recorded as the author).",
+                 "parameters": {"type": "object", "properties": {"key": {"description": "the note's key: 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'", "type": "string"}, "text": {"description": "the note's text", "type": "string"}},
+                                "required": ["key", "text"], "additionalProperties": false}},
+                {"name": "list_notebook", "description": "List the entries of your private notebook (only you and the orchestrator read it).",
+                 "parameters": {"type": "object", "properties": {},
+                                "required": [], "additionalProperties": false}},
+                {"name": "read_notebook", "description": "Read one entry of your private notebook in full.",
+                 "parameters": {"type": "object", "properties": {"entry": {"description": "the entry's number, from 1", "minimum": 1, "type": "integer"}},
+                                "required": ["entry"], "additionalProperties": false}},
+                {"name": "append_notebook", "description": "Append an entry to your private notebook (append-only; only you and the orchestrator read it).",
+                 "parameters": {"type": "object", "properties": {"text": {"description": "the entry", "type": "string"}},
+                                "required": ["text"], "additionalProperties": false}},
+            ]),
+        );
+    }
+
+    /// A call's answer, or its error in the words the model is told.
+    fn check_calls(cases: &[(&str, &str, Value, Result<&str, &str>)]) {
+        let log: Arc<dyn EventLog> = Arc::new(MemoryLog::new());
+        let tools = MemoryTools::with_roles(
+            log,
+            [("lead", Role::Orchestrator), ("ann", Role::Specialist)]
+                .map(|(name, role)| (AgentName::new(name).unwrap(), role)),
+        );
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for (caller, tool, arguments, expected) in cases {
+            let caller = AgentName::new(*caller).unwrap();
+            let answer = runtime.block_on(tools.call(&caller, tool, arguments.clone()));
+            assert_eq!(
+                answer.map_err(|e| e.to_string()),
+                expected.map(str::to_owned).map_err(str::to_owned),
+                "{caller} calling {tool} with {arguments}"
+            );
+        }
+    }
+
+    /// Arguments that do not fit a tool are refused in words that say which and why.
+    #[test]
+    fn arguments_that_do_not_fit_are_refused_with_the_reason() {
+        check_calls(&[
+            ("ann", "write_note", json!("text"), Err("invalid arguments for write_note: expected a JSON object, got \"text\"")),
+            ("ann", "write_note", json!([1]), Err("invalid arguments for write_note: expected a JSON object, got [1]")),
+            ("ann", "write_note", json!({"key":"k"}), Err("invalid arguments for write_note: missing argument \"text\"")),
+            ("ann", "write_note", json!({"key":"k","text":null}), Err("invalid arguments for write_note: missing argument \"text\"")),
+            ("ann", "write_note", json!({"key":5,"text":"t"}), Err("invalid arguments for write_note: argument \"key\" must be a string, got 5")),
+            ("ann", "write_note", json!({"key":["k"],"text":"t"}), Err("invalid arguments for write_note: argument \"key\" must be a string, got [\"k\"]")),
+            ("ann", "write_note", json!({"key":"k","text":"t","zzz":null}), Err("invalid arguments for write_note: unexpected argument \"zzz\"; arguments: key, text")),
+            ("ann", "read_notebook", json!({"entry":0}), Err("invalid arguments for read_notebook: argument \"entry\" must be an integer from 1, got 0")),
+            ("ann", "read_notebook", json!({"entry":-1}), Err("invalid arguments for read_notebook: argument \"entry\" must be an integer from 1, got -1")),
+            ("ann", "read_notebook", json!({"entry":1.5}), Err("invalid arguments for read_notebook: argument \"entry\" must be an integer from 1, got 1.5")),
+            ("ann", "read_notebook", json!({"entry":"1"}), Err("invalid arguments for read_notebook: argument \"entry\" must be an integer from 1, got \"1\"")),
+            ("ann", "read_notebook", json!({"entry":null}), Err("invalid arguments for read_notebook: missing argument \"entry\"")),
+            ("ann", "read_notebook", json!({}), Err("invalid arguments for read_notebook: missing argument \"entry\"")),
+            ("ann", "read_notebook", json!({"entry":1}), Err("the notebook of ann has no entry 1 (it has 0)")),
+            ("ann", "list_directives", json!({"include_revoked":"yes"}), Err("invalid arguments for list_directives: argument \"include_revoked\" must be true or false, got \"yes\"")),
+            ("ann", "list_directives", json!({"include_revoked":1}), Err("invalid arguments for list_directives: argument \"include_revoked\" must be true or false, got 1")),
+            ("ann", "list_directives", json!({"include_revoked":null}), Ok("no directives in force")),
+            ("ann", "list_directives", json!({"include_revoked":true}), Ok("no directives in force")),
+            ("ann", "read_directive", json!({"id":5}), Err("invalid arguments for read_directive: argument \"id\" must be a string, got 5")),
+            ("ann", "read_directive", json!({"id":"d1"}), Err("no directive \"d1\"; directives: none")),
+            ("ann", "list_notebook", json!({"agent":"ann"}), Err("invalid arguments for list_notebook: unexpected argument \"agent\"; arguments: none")),
+            ("ann", "list_notebook", json!(null), Ok("the notebook of ann is empty")),
+            ("ann", "list_notes", json!({"all":true}), Err("invalid arguments for list_notes: unexpected argument \"all\"; arguments: none")),
+            ("lead", "revoke_directive", json!({"id":"d1","why":"x"}), Err("invalid arguments for revoke_directive: unexpected argument \"why\"; arguments: id, reason")),
+            ("lead", "revoke_directive", json!({"reason":"x"}), Err("invalid arguments for revoke_directive: missing argument \"id\"")),
+            ("lead", "revoke_directive", json!({"id":"d1","reason":3}), Err("invalid arguments for revoke_directive: argument \"reason\" must be a string, got 3")),
+            ("lead", "revoke_directive", json!({"id":"d1","reason":null}), Err("no directive \"d1\"; directives: none")),
+            ("lead", "publish_directive", json!({"text":true}), Err("invalid arguments for publish_directive: argument \"text\" must be a string, got true")),
+            ("lead", "list_notebook", json!({}), Err("invalid arguments for list_notebook: missing argument \"agent\"")),
+            ("lead", "list_notebook", json!({"agent":7}), Err("invalid arguments for list_notebook: argument \"agent\" must be a string, got 7")),
+            ("lead", "read_notebook", json!({"agent":"ann"}), Err("invalid arguments for read_notebook: missing argument \"entry\"")),
+            ("lead", "read_notebook", json!({"agent":"ann","entry":2}), Err("the notebook of ann has no entry 2 (it has 0)")),
+            ("lead", "append_notebook", json!({"text":"t"}), Err("lead may not write to the notebook of lead: only a specialist writes, and only in its own notebook")),
+        ]);
+    }
+}
