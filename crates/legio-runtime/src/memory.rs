@@ -2,8 +2,9 @@
 //! the scope fixed by who calls.
 //!
 //! [`MemoryTools::tools_for`] describes an agent's tools (name, description, JSON schema of the
-//! arguments); [`MemoryTools::call`] runs one for a calling agent: it validates the arguments,
-//! asks the core whether the caller may (`check_permission`, `MemoryState::decide`), appends the
+//! arguments, from each tool's argument type in `memory_calls`); [`MemoryTools::call`] runs one
+//! for a calling agent: it reads the arguments into the tool's type (serde checks them), asks the
+//! core whether the caller may (`check_permission`, `MemoryState::decide`), appends the
 //! event through the log and answers from the projection. A specialist's notebook tools take no
 //! argument naming an agent: they are bound to the caller, so no call can reach another notebook.
 //! The orchestrator's notebook tools take the specialist's name and only read.
@@ -21,11 +22,12 @@ use legio_core::{
     MemoryOperation, MemoryState, MemoryStore,
 };
 use legio_store::{EventLog, StoreError};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use thiserror::Error;
 
 use crate::clock::now;
 use crate::error::RuntimeError;
+use crate::memory_calls::{definitions, Call};
 use legio_config::{AgentSpec, Role};
 use legio_ops::{fold_memory, one_line as cut, short_time as when};
 
@@ -82,247 +84,8 @@ impl From<StoreError> for ToolError {
     }
 }
 
-/// An argument's type.
-#[derive(Clone, Copy)]
-enum Kind {
-    Text,
-    Number,
-    Flag,
-}
-
-/// One argument of a tool.
-struct Param {
-    name: &'static str,
-    kind: Kind,
-    required: bool,
-    description: &'static str,
-}
-
-const fn param(name: &'static str, kind: Kind, required: bool, description: &'static str) -> Param {
-    Param {
-        name,
-        kind,
-        required,
-        description,
-    }
-}
-
-/// One tool: its name, description and arguments (the schema and the validation come from it).
-struct ToolDef {
-    name: &'static str,
-    description: &'static str,
-    params: &'static [Param],
-}
-
 /// How many times a memory write is decided and submitted when another node wrote first.
 const WRITE_ATTEMPTS: u32 = 3;
-
-const LIST_DIRECTIVES: ToolDef = ToolDef {
-    name: "list_directives",
-    description: "List the directives in force (standing instructions from the orchestrator): id, author and the start of each.",
-    params: &[param(
-        "include_revoked",
-        Kind::Flag,
-        false,
-        "also list revoked directives",
-    )],
-};
-const READ_DIRECTIVE: ToolDef = ToolDef {
-    name: "read_directive",
-    description: "Read one directive in full.",
-    params: &[param("id", Kind::Text, true, "the directive's id, e.g. d1")],
-};
-const PUBLISH_DIRECTIVE: ToolDef = ToolDef {
-    name: "publish_directive",
-    description: "Publish a directive: a standing instruction every agent reads. Returns its id.",
-    params: &[param("text", Kind::Text, true, "the directive")],
-};
-const REVOKE_DIRECTIVE: ToolDef = ToolDef {
-    name: "revoke_directive",
-    description: "Revoke a directive; it stays readable, marked revoked.",
-    params: &[
-        param("id", Kind::Text, true, "the directive's id"),
-        param("reason", Kind::Text, false, "why it is revoked"),
-    ],
-};
-const LIST_NOTES: ToolDef = ToolDef {
-    name: "list_notes",
-    description: "List the shared notes every agent can read and write: key, last author and the start of each.",
-    params: &[],
-};
-const READ_NOTE: ToolDef = ToolDef {
-    name: "read_note",
-    description: "Read one shared note in full.",
-    params: &[param("key", Kind::Text, true, "the note's key")],
-};
-const WRITE_NOTE: ToolDef = ToolDef {
-    name: "write_note",
-    description: "Write a shared note every agent can read. Writing an existing key replaces its text (you are recorded as the author).",
-    params: &[
-        param(
-            "key",
-            Kind::Text,
-            true,
-            "the note's key: 1 to 64 characters of A-Z, a-z, 0-9, '.', '_' or '-'",
-        ),
-        param("text", Kind::Text, true, "the note's text"),
-    ],
-};
-const OWN_LIST_NOTEBOOK: ToolDef = ToolDef {
-    name: "list_notebook",
-    description:
-        "List the entries of your private notebook (only you and the orchestrator read it).",
-    params: &[],
-};
-const OWN_READ_NOTEBOOK: ToolDef = ToolDef {
-    name: "read_notebook",
-    description: "Read one entry of your private notebook in full.",
-    params: &[param(
-        "entry",
-        Kind::Number,
-        true,
-        "the entry's number, from 1",
-    )],
-};
-const OWN_APPEND_NOTEBOOK: ToolDef = ToolDef {
-    name: "append_notebook",
-    description: "Append an entry to your private notebook (append-only; only you and the orchestrator read it).",
-    params: &[param("text", Kind::Text, true, "the entry")],
-};
-const ANY_LIST_NOTEBOOK: ToolDef = ToolDef {
-    name: "list_notebook",
-    description: "List the entries of a specialist's private notebook.",
-    params: &[param("agent", Kind::Text, true, "the specialist's name")],
-};
-const ANY_READ_NOTEBOOK: ToolDef = ToolDef {
-    name: "read_notebook",
-    description: "Read one entry of a specialist's private notebook in full.",
-    params: &[
-        param("agent", Kind::Text, true, "the specialist's name"),
-        param("entry", Kind::Number, true, "the entry's number, from 1"),
-    ],
-};
-
-/// The tools of a role, in the order they are described.
-fn definitions(role: Role) -> &'static [ToolDef] {
-    match role {
-        Role::Orchestrator => &[
-            LIST_DIRECTIVES,
-            READ_DIRECTIVE,
-            PUBLISH_DIRECTIVE,
-            REVOKE_DIRECTIVE,
-            LIST_NOTES,
-            READ_NOTE,
-            WRITE_NOTE,
-            ANY_LIST_NOTEBOOK,
-            ANY_READ_NOTEBOOK,
-        ],
-        Role::Specialist => &[
-            LIST_DIRECTIVES,
-            READ_DIRECTIVE,
-            LIST_NOTES,
-            READ_NOTE,
-            WRITE_NOTE,
-            OWN_LIST_NOTEBOOK,
-            OWN_READ_NOTEBOOK,
-            OWN_APPEND_NOTEBOOK,
-        ],
-    }
-}
-
-impl ToolDef {
-    fn spec(&self) -> ToolSpec {
-        let mut properties = Map::new();
-        for p in self.params {
-            let kind = match p.kind {
-                Kind::Text => json!({"type": "string", "description": p.description}),
-                Kind::Number => {
-                    json!({"type": "integer", "minimum": 1, "description": p.description})
-                }
-                Kind::Flag => json!({"type": "boolean", "description": p.description}),
-            };
-            properties.insert(p.name.to_owned(), kind);
-        }
-        let required: Vec<&str> = self
-            .params
-            .iter()
-            .filter(|p| p.required)
-            .map(|p| p.name)
-            .collect();
-        ToolSpec {
-            name: self.name.to_owned(),
-            description: self.description.to_owned(),
-            parameters: json!({
-                "type": "object",
-                "properties": properties,
-                "required": required,
-                "additionalProperties": false,
-            }),
-        }
-    }
-
-    /// Checks `arguments` against the parameters: an object (or null for none) with only known
-    /// keys, every required one, each of its type.
-    fn validate(&self, arguments: Value) -> Result<Arguments, ToolError> {
-        let invalid = |reason: String| ToolError::InvalidArguments {
-            tool: self.name.to_owned(),
-            reason,
-        };
-        let map = match arguments {
-            Value::Null => Map::new(),
-            Value::Object(map) => map,
-            other => return Err(invalid(format!("expected a JSON object, got {other}"))),
-        };
-        let names: Vec<&str> = self.params.iter().map(|p| p.name).collect();
-        if let Some(unknown) = map.keys().find(|k| !names.contains(&k.as_str())) {
-            return Err(invalid(format!(
-                "unexpected argument {unknown:?}; arguments: {}",
-                if names.is_empty() {
-                    "none".to_owned()
-                } else {
-                    names.join(", ")
-                }
-            )));
-        }
-        for p in self.params {
-            match (map.get(p.name), p.kind) {
-                (None | Some(Value::Null), _) if p.required => {
-                    return Err(invalid(format!("missing argument {:?}", p.name)))
-                }
-                (None | Some(Value::Null), _) => {}
-                (Some(Value::String(_)), Kind::Text) | (Some(Value::Bool(_)), Kind::Flag) => {}
-                (Some(Value::Number(n)), Kind::Number) if n.as_u64().is_some_and(|n| n >= 1) => {}
-                (Some(v), kind) => {
-                    let expected = match kind {
-                        Kind::Text => "a string",
-                        Kind::Number => "an integer from 1",
-                        Kind::Flag => "true or false",
-                    };
-                    return Err(invalid(format!(
-                        "argument {:?} must be {expected}, got {v}",
-                        p.name
-                    )));
-                }
-            }
-        }
-        Ok(Arguments(map))
-    }
-}
-
-/// Validated arguments.
-struct Arguments(Map<String, Value>);
-
-impl Arguments {
-    fn text(&self, name: &str) -> Option<String> {
-        self.0.get(name).and_then(Value::as_str).map(str::to_owned)
-    }
-    fn number(&self, name: &str) -> u64 {
-        self.0.get(name).and_then(Value::as_u64).unwrap_or(0)
-    }
-    fn flag(&self, name: &str) -> bool {
-        self.0.get(name).and_then(Value::as_bool).unwrap_or(false)
-    }
-}
 
 /// The memory tools' executor for one legion: the log, the roster's roles, the cached projection.
 pub struct MemoryTools {
@@ -366,7 +129,7 @@ impl MemoryTools {
 
     /// The memory tools of any agent with `role` (see [`MemoryTools::tools_for`]).
     pub fn tools_for_role(role: Role) -> Vec<ToolSpec> {
-        definitions(role).iter().map(ToolDef::spec).collect()
+        definitions(role).iter().map(|d| d.spec()).collect()
     }
 
     /// Whether `tool` is a memory tool of some role (so a tool loop can route calls here).
@@ -447,17 +210,22 @@ impl MemoryTools {
         let Some(def) = definitions(role).iter().find(|d| d.name == tool) else {
             return Err(other_roles_tool(&who, caller, role, tool));
         };
-        let args = def.validate(arguments)?;
+        let call = def
+            .read(arguments)
+            .map_err(|reason| ToolError::InvalidArguments {
+                tool: def.name.to_owned(),
+                reason,
+            })?;
         let mut state = self.state.lock().await;
         let mut attempt = 1;
         loop {
             self.catch_up(&mut state)
                 .await
                 .map_err(|e| ToolError::Store(e.to_string()))?;
-            if let Some(read) = self.read(&state, &who, caller, role, def.name, &args) {
+            if let Some(read) = self.read(&state, &who, caller, &call) {
                 return read;
             }
-            let Some(command) = command_of(def.name, &args) else {
+            let Some(command) = command_of(&call) else {
                 return Err(unknown_tool(caller, role, def.name));
             };
             let event = state.decide(&who, command, now())?;
@@ -480,31 +248,29 @@ impl MemoryTools {
         state: &MemoryState,
         who: &Caller,
         caller: &AgentName,
-        role: Role,
-        tool: &str,
-        args: &Arguments,
+        call: &Call,
     ) -> Option<Result<String, ToolError>> {
         let permitted = |store: &MemoryStore| {
             check_permission(who, MemoryOperation::Read, store).map_err(ToolError::from)
         };
-        Some(match tool {
-            "list_directives" => permitted(&MemoryStore::Directives)
-                .map(|()| list_directives(state, args.flag("include_revoked"))),
-            "read_directive" => permitted(&MemoryStore::Directives)
-                .and_then(|()| read_directive(state, &args.text("id").unwrap_or_default())),
-            "list_notes" => permitted(&MemoryStore::Notes).map(|()| list_notes(state)),
-            "read_note" => permitted(&MemoryStore::Notes)
-                .and_then(|()| read_note(state, &args.text("key").unwrap_or_default())),
-            "list_notebook" | "read_notebook" => {
-                let owner = match role {
-                    Role::Specialist => Ok(caller.clone()),
-                    Role::Orchestrator => self.specialist(&args.text("agent").unwrap_or_default()),
-                };
-                owner.and_then(|owner| match tool {
-                    "list_notebook" => list_notebook(state, who, &owner),
-                    _ => read_notebook(state, who, &owner, args.number("entry")),
-                })
+        Some(match call {
+            Call::ListDirectives(a) => permitted(&MemoryStore::Directives)
+                .map(|()| list_directives(state, a.include_revoked.unwrap_or(false))),
+            Call::ReadDirective(a) => {
+                permitted(&MemoryStore::Directives).and_then(|()| read_directive(state, &a.id))
             }
+            Call::ListNotes(_) => permitted(&MemoryStore::Notes).map(|()| list_notes(state)),
+            Call::ReadNote(a) => {
+                permitted(&MemoryStore::Notes).and_then(|()| read_note(state, &a.key))
+            }
+            Call::ListOwnNotebook(_) => list_notebook(state, who, caller),
+            Call::ReadOwnNotebook(a) => read_notebook(state, who, caller, a.entry.get()),
+            Call::ListNotebook(a) => self
+                .specialist(&a.agent)
+                .and_then(|owner| list_notebook(state, who, &owner)),
+            Call::ReadNotebook(a) => self
+                .specialist(&a.agent)
+                .and_then(|owner| read_notebook(state, who, &owner, a.entry.get())),
             _ => return None,
         })
     }
@@ -542,21 +308,21 @@ fn unknown_tool(caller: &AgentName, role: Role, tool: &str) -> ToolError {
 }
 
 /// The command a writing tool asks for (`None` for any other tool).
-fn command_of(tool: &str, args: &Arguments) -> Option<MemoryCommand> {
-    Some(match tool {
-        "publish_directive" => MemoryCommand::PublishDirective {
-            text: args.text("text").unwrap_or_default(),
+fn command_of(call: &Call) -> Option<MemoryCommand> {
+    Some(match call {
+        Call::PublishDirective(a) => MemoryCommand::PublishDirective {
+            text: a.text.clone(),
         },
-        "revoke_directive" => MemoryCommand::RevokeDirective {
-            id: args.text("id").unwrap_or_default(),
-            reason: args.text("reason"),
+        Call::RevokeDirective(a) => MemoryCommand::RevokeDirective {
+            id: a.id.clone(),
+            reason: a.reason.clone(),
         },
-        "write_note" => MemoryCommand::WriteNote {
-            key: args.text("key").unwrap_or_default(),
-            text: args.text("text").unwrap_or_default(),
+        Call::WriteNote(a) => MemoryCommand::WriteNote {
+            key: a.key.clone(),
+            text: a.text.clone(),
         },
-        "append_notebook" => MemoryCommand::AppendNotebook {
-            text: args.text("text").unwrap_or_default(),
+        Call::AppendNotebook(a) => MemoryCommand::AppendNotebook {
+            text: a.text.clone(),
         },
         _ => return None,
     })
@@ -686,6 +452,7 @@ fn list_directives(state: &MemoryState, include_revoked: bool) -> String {
 mod tests {
     use super::*;
     use legio_store::MemoryLog;
+    use serde_json::json;
 
     /// The tools of `role` as offered to its model: names, descriptions and argument schemas.
     fn check_offered(role: Role, expected: Value) {
