@@ -301,17 +301,21 @@ impl Inner {
         };
         // A cluster that has just started (or is loaded) may answer the first requests late
         // while it elects its leaders: try again for a while before giving up.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let mut wait = Duration::from_millis(250);
+        let mut backoff = Backoff::paced(
+            Duration::from_millis(250),
+            Duration::from_secs(2),
+            Duration::from_secs(30),
+        );
         let mut stream = loop {
             match js.get_or_create_stream(config.clone()).await {
                 Ok(stream) => break stream,
-                Err(e) if tokio::time::Instant::now() + wait < deadline => {
+                Err(e) => {
+                    let Some(pause) = backoff.next() else {
+                        return Err(StoreError::cluster("creating the stream", e));
+                    };
                     tracing::debug!(error = %e, "creating the stream failed; trying again");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(2));
+                    tokio::time::sleep(pause).await;
                 }
-                Err(e) => return Err(StoreError::cluster("creating the stream", e)),
             }
         };
         let info = stream
