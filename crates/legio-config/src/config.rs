@@ -767,6 +767,33 @@ history = "session-not-resumable"
         }
     }
 
+    /// A role reads from its word in the file and shows as it (`legio agents`, `/v1/meta`).
+    #[test]
+    fn every_role_reads_as_its_word_and_back() {
+        let c = load_text(GOOD).unwrap();
+        let roles: Vec<(&str, Role, &str)> = c
+            .agents
+            .iter()
+            .map(|a| (a.name.as_str(), a.role, a.role.as_str()))
+            .collect();
+        assert_eq!(
+            roles,
+            [
+                ("lead", Role::Orchestrator, "orchestrator"),
+                ("ann", Role::Specialist, "specialist")
+            ]
+        );
+        for word in ["Specialist", "specialists", ""] {
+            let e = err(&GOOD.replace("role = \"specialist\"", &format!("role = {word:?}")));
+            assert!(
+                e.contains(&format!(
+                    "agents.ann.role = {word:?} is not \"orchestrator\" or \"specialist\""
+                )),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn a_missing_file_is_named() {
         let e = RuntimeConfig::load(Path::new("/nonexistent/legio.toml"))

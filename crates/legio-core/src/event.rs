@@ -610,3 +610,45 @@ pub struct Record {
     /// The event.
     pub event: Event,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each kind's word is stable: logs, filters and metrics name kinds by it.
+    #[test]
+    fn every_kind_reads_as_its_word_and_back() {
+        let words = [
+            (EventKind::MessagePosted, "message_posted"),
+            (EventKind::SessionOpened, "session_opened"),
+            (EventKind::ContextDelivered, "context_delivered"),
+            (EventKind::TurnCompleted, "turn_completed"),
+            (EventKind::TurnFailed, "turn_failed"),
+            (EventKind::SessionSuspended, "session_suspended"),
+            (EventKind::SessionClosed, "session_closed"),
+            (EventKind::SummaryRecorded, "summary_recorded"),
+            (EventKind::AgentFailed, "agent_failed"),
+            (EventKind::DirectivePublished, "directive_published"),
+            (EventKind::DirectiveRevoked, "directive_revoked"),
+            (EventKind::NoteWritten, "note_written"),
+            (EventKind::NotebookEntryAppended, "notebook_entry_appended"),
+            (EventKind::HeartbeatRan, "heartbeat_ran"),
+            (EventKind::ToolsDeclared, "tools_declared"),
+        ];
+        assert_eq!(words.map(|(kind, _)| kind), EventKind::ALL);
+        for (kind, word) in words {
+            assert_eq!(kind.as_str(), word);
+            assert_eq!(kind.to_string(), word);
+            assert_eq!(EventKind::parse(word), Some(kind), "{word}");
+        }
+        for word in [
+            "",
+            "MessagePosted",
+            "message-posted",
+            "Message_posted",
+            " note_written",
+        ] {
+            assert_eq!(EventKind::parse(word), None, "{word:?}");
+        }
+    }
+}

@@ -399,3 +399,26 @@ pub fn context_report(
         window: preview.window.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `inspect`'s words (the CLI's argument, the server's path) read as their kinds and back.
+    #[test]
+    fn every_inspect_kind_reads_as_its_word_and_back() {
+        let words = [
+            (InspectKind::Conversations, "conversations"),
+            (InspectKind::Agents, "agents"),
+            (InspectKind::Sessions, "sessions"),
+        ];
+        assert_eq!(words.map(|(kind, _)| kind), InspectKind::ALL);
+        for (kind, word) in words {
+            assert_eq!(kind.as_str(), word);
+            assert_eq!(InspectKind::parse(word), Some(kind), "{word}");
+        }
+        for word in ["", "Agents", "agent", "tools"] {
+            assert_eq!(InspectKind::parse(word), None, "{word:?}");
+        }
+    }
+}
