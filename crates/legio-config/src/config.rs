@@ -13,6 +13,7 @@ use legio_core::{AgentName, CompactionPolicy, History};
 use legio_store::{Durability, StoreOptions};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use strum::{EnumString, IntoStaticStr};
 
 use crate::error::ConfigError;
 
@@ -181,8 +182,9 @@ impl Default for RuntimeSettings {
     }
 }
 
-/// An agent's role.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+/// An agent's role; its word is the variant's name in lowercase, both ways (strum).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, IntoStaticStr, EnumString)]
+#[strum(serialize_all = "lowercase")]
 pub enum Role {
     /// Talks with the user; sees everything.
     Orchestrator,
@@ -193,10 +195,7 @@ pub enum Role {
 impl Role {
     /// The role as a word.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Orchestrator => "orchestrator",
-            Self::Specialist => "specialist",
-        }
+        self.into()
     }
 }
 
@@ -417,15 +416,12 @@ fn agent_spec(
     base: &Path,
 ) -> Result<AgentSpec, String> {
     let agent = AgentName::new(name).map_err(|e| format!("agents.{name}: {e}"))?;
-    let role = match a.role.as_str() {
-        "orchestrator" => Role::Orchestrator,
-        "specialist" => Role::Specialist,
-        other => {
-            return Err(format!(
-                "agents.{name}.role = {other:?} is not \"orchestrator\" or \"specialist\""
-            ))
-        }
-    };
+    let role: Role = a.role.parse().map_err(|_| {
+        format!(
+            "agents.{name}.role = {:?} is not \"orchestrator\" or \"specialist\"",
+            a.role
+        )
+    })?;
     if !providers.contains_key(&a.provider) {
         let known: Vec<&str> = providers.keys().map(String::as_str).collect();
         return Err(format!(

@@ -7,6 +7,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 use uuid::Uuid;
 
 use crate::memory_event::{
@@ -382,8 +383,10 @@ pub enum Event {
     ToolsDeclared(ToolsDeclared),
 }
 
-/// The kind of an event, without its data (for filters and metrics).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+/// The kind of an event, without its data (for filters and metrics). Its word is the variant's
+/// name in snake_case (`message_posted`), both ways (strum).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, PartialOrd, Ord, IntoStaticStr, EnumString)]
+#[strum(serialize_all = "snake_case")]
 pub enum EventKind {
     /// [`Event::MessagePosted`].
     MessagePosted,
@@ -439,28 +442,12 @@ impl EventKind {
 
     /// The kind as a stable snake_case word.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::MessagePosted => "message_posted",
-            Self::SessionOpened => "session_opened",
-            Self::ContextDelivered => "context_delivered",
-            Self::TurnCompleted => "turn_completed",
-            Self::TurnFailed => "turn_failed",
-            Self::SessionSuspended => "session_suspended",
-            Self::SessionClosed => "session_closed",
-            Self::SummaryRecorded => "summary_recorded",
-            Self::AgentFailed => "agent_failed",
-            Self::DirectivePublished => "directive_published",
-            Self::DirectiveRevoked => "directive_revoked",
-            Self::NoteWritten => "note_written",
-            Self::NotebookEntryAppended => "notebook_entry_appended",
-            Self::HeartbeatRan => "heartbeat_ran",
-            Self::ToolsDeclared => "tools_declared",
-        }
+        self.into()
     }
 
     /// Parses a snake_case kind word.
     pub fn parse(word: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == word)
+        word.parse().ok()
     }
 }
 

@@ -9,6 +9,7 @@ use legio_core::{
 };
 use legio_store::EventLog;
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 
 use crate::error::OpsError;
 use crate::prepare::TurnPreview;
@@ -16,8 +17,9 @@ use crate::prepare::TurnPreview;
 /// How many events a view reads from the log at a time.
 const CHUNK: usize = 10_000;
 
-/// What `inspect` shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What `inspect` shows; its word is the variant's name in lowercase, both ways (strum).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, IntoStaticStr, EnumString)]
+#[strum(serialize_all = "lowercase")]
 pub enum InspectKind {
     /// Message counts and last activity per conversation.
     Conversations,
@@ -33,16 +35,12 @@ impl InspectKind {
 
     /// The kind as a word.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Conversations => "conversations",
-            Self::Agents => "agents",
-            Self::Sessions => "sessions",
-        }
+        self.into()
     }
 
     /// The kind named `word`.
     pub fn parse(word: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == word)
+        word.parse().ok()
     }
 }
 
