@@ -867,6 +867,38 @@ async fn a_message_too_large_for_the_window_is_413_not_a_retried_5xx() {
     h.stop().await;
 }
 
+/// A failed turn keeps its kind at the edge: the native reply's `error_kind`, and the door's
+/// error's (the door names the failure by its code; the kind says why, as the runtime does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_turn_keeps_its_error_kind_on_the_native_api_and_the_door() {
+    let (server, store) = ("body_limit_bytes = 4000000", "max_message_bytes = 2000000");
+    let h = Harness::start_full(server, "", store, Duration::ZERO).await;
+    let text = "word ".repeat(190_000);
+    let (status, body) = h
+        .post_json(
+            "/sessions/{id}/turns",
+            "/sessions/d:huge-native/turns",
+            &json!({"content": format!("@a {text}")}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let reply = &body["replies"][0];
+    assert!(reply["error"].is_string(), "{body}");
+    assert_eq!(reply["error_kind"], "context_too_large", "{body}");
+    let url = "/v1/chat/completions";
+    let (status, body) = h
+        .post_json(
+            url,
+            url,
+            &json!({"model": "legio/a", "messages": [{"role": "user", "content": text}],
+                "metadata": {"conversation": "d:huge-door"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{body}");
+    assert_eq!(body["error"]["error_kind"], "context_too_large", "{body}");
+    h.stop().await;
+}
+
 /// Checks a streamed response's events against OpenAI's order (the SDK's stream helper checks
 /// it): one id from start to end, one message item id, `sequence_number` 0, 1, 2, ...; returns
 /// the `response.completed` event.

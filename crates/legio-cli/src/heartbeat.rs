@@ -72,6 +72,7 @@ fn local(context: &Context, args: &Args) -> Result<Value> {
             "content": reply.text(),
             "seq": reply.seq().map(|s| s.get()),
             "error": reply.error(),
+            "error_kind": reply.error_kind().map(|k| k.as_str()),
         }))
     })
 }

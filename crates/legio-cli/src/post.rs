@@ -70,6 +70,7 @@ pub fn replies_json(replies: &[AgentReply]) -> serde_json::Value {
             "message_id": r.message_id().map(|id| id.to_string()),
             "seq": r.seq().map(|s| s.get()),
             "error": r.error(),
+            "error_kind": r.error_kind().map(|k| k.as_str()),
         }))
         .collect::<Vec<_>>())
 }

@@ -6,6 +6,7 @@ use legio_config::{ConfigError, UnknownAgent};
 use legio_core::{MentionError, NameError};
 use legio_ops::OpsError;
 use legio_store::{IoCause, StoreError};
+use strum::{EnumString, IntoStaticStr};
 use thiserror::Error;
 
 /// Why a host's tool result answers no waiting call ([`RuntimeError::NoPendingToolCall`]).
@@ -230,18 +231,24 @@ pub enum RuntimeError {
     Bus(#[from] legio_store::BusError),
 }
 
-/// The cause of a [`RuntimeError`] as a stable code, for hosts that map errors (the server maps
-/// each to an HTTP status in one table). Named in snake case (`unknown_agent`) on the node bus;
-/// a name this version does not know reads as `internal`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
+/// Every error code legio answers with, one list for the runtime, the node bus, the server's
+/// HTTP API and the CLI: the cause of a [`RuntimeError`] ([`RuntimeError::code`]), and the
+/// codes only the server's HTTP layer gives (marked "The server's"). Each is named in snake
+/// case (`unknown_agent`, [`ErrorCode::as_str`]), the same name on the bus and in the API's
+/// `error.code`; a name this version does not know reads as `internal`. The server maps each
+/// code to its HTTP status in one exhaustive table (so the enum is not `non_exhaustive`: a new
+/// code is a new arm there, never a silent 500).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, IntoStaticStr, EnumString)]
+#[strum(serialize_all = "snake_case")]
 pub enum ErrorCode {
     /// The configuration is invalid.
+    #[strum(serialize = "bad_configuration")]
     Config,
-    /// A bad conversation key or name.
+    /// A bad name (an agent's, a heartbeat's).
     BadName,
-    /// A reserved conversation key.
+    /// A conversation key a host cannot use: reserved (`legio:...`) or, in the server, not a
+    /// valid key.
+    #[strum(serialize = "bad_conversation_key")]
     ReservedConversation,
     /// A mention of an unknown agent (strict mode).
     UnknownMention,
@@ -267,7 +274,8 @@ pub enum ErrorCode {
     StorageFailed,
     /// The NATS cluster could not be reached, or had no quorum, in time; retry.
     ClusterUnavailable,
-    /// An agent is restarting; retry.
+    /// An agent is restarting, or its conversation moved to another node; retry.
+    #[strum(serialize = "agent_unavailable")]
     Unavailable,
     /// A provider cannot be built or is not available.
     ProviderUnavailable,
@@ -277,9 +285,85 @@ pub enum ErrorCode {
     NoPendingToolCall,
     /// A followed turn was taken over by later tool results.
     TurnTakenOver,
+    /// The server's: the body is not JSON.
+    InvalidJson,
+    /// The server's: the body is JSON of the wrong shape.
+    InvalidBody,
+    /// The server's: a required field is missing.
+    MissingField,
+    /// The server's: a request it cannot read otherwise.
+    BadRequest,
+    /// The server's: a bad query string.
+    BadQuery,
+    /// The server's: a bad path parameter.
+    BadPath,
+    /// The server's: a bad seq.
+    BadSeq,
+    /// The server's: a bad `Idempotency-Key` header.
+    InvalidIdempotencyKey,
+    /// The server's: the door's resent history does not match the conversation.
+    HistoryMismatch,
+    /// The server's: the addressed agent went on without answering the keyed message.
+    MessageUnanswered,
+    /// The server's: no valid credential.
+    Unauthorized,
+    /// The server's: the credential's scope does not cover the request.
+    Forbidden,
+    /// The server's: the body stopped arriving.
+    BodyTimeout,
+    /// The server's: too many turns in flight.
+    TooManyTurns,
+    /// The server's: an unknown model name on the OpenAI-compatible door.
+    UnknownModel,
+    /// The server's: an unknown response id on the OpenAI-compatible door.
+    UnknownResponse,
+    /// The server's: no such route.
+    NotFound,
+    /// The server's: the route does not take this method.
+    MethodNotAllowed,
+    /// The server's: the `Accept` header asks for nothing it answers with.
+    NotAcceptable,
+    /// The server's: the body is over the limit.
+    BodyTooLarge,
+    /// The server's: the agent's request cannot fit its model's window.
+    ContextTooLarge,
+    /// The server's: the body is not sent as JSON.
+    UnsupportedMediaType,
+    /// The server's: the addressed agent failed its turn.
+    AgentFailed,
     /// Anything else: a failure of the runtime or the log.
-    #[serde(other)]
     Internal,
+}
+
+impl ErrorCode {
+    /// Its name: `unknown_agent`, `bad_configuration`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The code named `name`; a name this version does not know is `Internal`.
+    pub fn from_name(name: &str) -> Self {
+        name.parse().unwrap_or(Self::Internal)
+    }
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for ErrorCode {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ErrorCode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Ok(Self::from_name(&name))
+    }
 }
 
 impl From<OpsError> for RuntimeError {

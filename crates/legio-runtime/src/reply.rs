@@ -7,6 +7,7 @@ use std::ops::Deref;
 
 use legio_core::{AgentName, MessageId, Seq};
 use serde::{Deserialize, Serialize};
+use strum::{EnumString, IntoStaticStr};
 
 /// One agent's answer to a message: its reply, or why it gave none.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,10 +38,11 @@ pub struct TurnError {
     pub message: String,
 }
 
-/// The causes of a [`TurnError`], named in snake case (`tool_steps`) on the node bus and in the
-/// server's replies; a name this version does not know reads as `runtime`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// The causes of a [`TurnError`], named in snake case (`tool_steps`, [`TurnErrorKind::as_str`])
+/// on the node bus, in the server's replies (`error_kind`) and in the CLI's; a name this
+/// version does not know reads as `runtime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, IntoStaticStr, EnumString)]
+#[strum(serialize_all = "snake_case")]
 #[non_exhaustive]
 pub enum TurnErrorKind {
     /// The provider answered with an error (after its own retries).
@@ -67,8 +69,37 @@ pub enum TurnErrorKind {
     /// (its turn failed or was cut short), so it is not run again; post it anew to ask again.
     Unanswered,
     /// The log or the agent's configuration failed during the turn.
-    #[serde(other)]
     Runtime,
+}
+
+impl TurnErrorKind {
+    /// Its name: `tool_steps`, `context_too_large`.
+    pub fn as_str(self) -> &'static str {
+        self.into()
+    }
+
+    /// The kind named `name`; a name this version does not know is `Runtime`.
+    pub fn from_name(name: &str) -> Self {
+        name.parse().unwrap_or(Self::Runtime)
+    }
+}
+
+impl fmt::Display for TurnErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for TurnErrorKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for TurnErrorKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Ok(Self::from_name(&String::deserialize(deserializer)?))
+    }
 }
 
 impl TurnError {
@@ -118,6 +149,11 @@ impl AgentReply {
     /// What went wrong, if the turn failed.
     pub fn error(&self) -> Option<&str> {
         self.outcome.as_ref().err().map(|e| e.message.as_str())
+    }
+
+    /// Why the turn failed, if it did.
+    pub fn error_kind(&self) -> Option<TurnErrorKind> {
+        self.outcome.as_ref().err().map(|e| e.kind)
     }
 
     /// The reply's seq in the log, if the turn succeeded (a failed heartbeat's record has one

@@ -20,6 +20,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use legio_runtime::ErrorCode;
 
 /// The dashboard's cookie.
 const COOKIE: &str = "legio_token";
@@ -40,7 +41,7 @@ impl Caller {
             return Ok(());
         }
         Err(ApiError::new(
-            "forbidden",
+            ErrorCode::Forbidden,
             format!(
                 "token `{}` is limited to conversations starting with `{}`",
                 self.0.name,
@@ -98,12 +99,12 @@ pub(crate) async fn require(
         Ok(token) => token,
         Err(Refusal::Redirect(token)) => return cookie_redirect(&token),
         Err(Refusal::Unauthorized(message)) => {
-            return ApiError::new("unauthorized", message).into_response()
+            return ApiError::new(ErrorCode::Unauthorized, message).into_response()
         }
     };
     if !token.allows(scope) {
         return ApiError::new(
-            "forbidden",
+            ErrorCode::Forbidden,
             format!(
                 "token `{}` lacks the `{}` scope that {} {} needs; see docs/http-api.md (Tokens and scopes)",
                 token.name,

@@ -5,7 +5,7 @@
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use legio_runtime::RuntimeError;
+use legio_runtime::{ErrorCode, RuntimeError};
 use thiserror::Error;
 
 /// An API error: a stable code, a message saying what to do, and (in [`ApiError::status`]) its
@@ -13,21 +13,26 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[error("{code}: {message}")]
 pub struct ApiError {
-    /// A stable, machine-readable code (`invalid_json`, `unknown_agent`, ...).
-    pub code: &'static str,
+    /// A stable, machine-readable code (`invalid_json`, `unknown_agent`, ...): one of the
+    /// runtime's list, which the API answers by its name.
+    pub code: ErrorCode,
     /// What was wrong and what to do.
     pub message: String,
     /// The request field at fault, when one is (`metadata.conversation`, `messages`).
     pub param: Option<String>,
+    /// For an agent's failed turn (the door answers it as an error): why it failed, as a
+    /// reply's `error_kind` says it (`timeout`, `provider`).
+    pub turn_error_kind: Option<legio_runtime::TurnErrorKind>,
 }
 
 impl ApiError {
     /// An error with `code` and `message`.
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
             message: message.into(),
             param: None,
+            turn_error_kind: None,
         }
     }
 
@@ -56,93 +61,74 @@ impl ApiError {
         }
     }
 
-    /// The HTTP status of the error's code: the one table of it.
+    /// The HTTP status of the error's code: the one table of it, one arm per code.
     pub fn status(&self) -> StatusCode {
+        use ErrorCode as C;
         match self.code {
-            "invalid_json"
-            | "bad_request"
-            | "bad_conversation_key"
-            | "bad_name"
-            | "bad_query"
-            | "bad_path"
-            | "bad_seq"
-            | "invalid_tool"
-            | "invalid_idempotency_key"
-            | "missing_field" => StatusCode::BAD_REQUEST,
-            "history_mismatch"
-            | "no_pending_tool_call"
-            | "turn_taken_over"
-            | "message_unanswered" => StatusCode::CONFLICT,
-            "unauthorized" => StatusCode::UNAUTHORIZED,
-            "forbidden" => StatusCode::FORBIDDEN,
-            "body_timeout" => StatusCode::REQUEST_TIMEOUT,
-            "too_many_turns" => StatusCode::TOO_MANY_REQUESTS,
-            "unknown_agent"
-            | "unknown_conversation"
-            | "unknown_model"
-            | "unknown_response"
-            | "not_found" => StatusCode::NOT_FOUND,
-            "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
-            "not_acceptable" => StatusCode::NOT_ACCEPTABLE,
-            "body_too_large" | "message_too_large" | "context_too_large" => {
+            C::InvalidJson
+            | C::BadRequest
+            | C::ReservedConversation
+            | C::BadName
+            | C::BadQuery
+            | C::BadPath
+            | C::BadSeq
+            | C::InvalidTool
+            | C::InvalidIdempotencyKey
+            | C::MissingField => StatusCode::BAD_REQUEST,
+            C::HistoryMismatch | C::NoPendingToolCall | C::TurnTakenOver | C::MessageUnanswered => {
+                StatusCode::CONFLICT
+            }
+            C::Unauthorized => StatusCode::UNAUTHORIZED,
+            C::Forbidden => StatusCode::FORBIDDEN,
+            C::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            C::TooManyTurns => StatusCode::TOO_MANY_REQUESTS,
+            C::UnknownAgent
+            | C::UnknownConversation
+            | C::UnknownModel
+            | C::UnknownResponse
+            | C::NotFound => StatusCode::NOT_FOUND,
+            C::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            C::NotAcceptable => StatusCode::NOT_ACCEPTABLE,
+            C::BodyTooLarge | C::MessageTooLarge | C::ContextTooLarge => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            "unsupported_media_type" => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "unknown_mention" | "empty_message" | "invalid_body" | "idempotency_key_reused" => {
+            C::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            C::UnknownMention | C::EmptyMessage | C::InvalidBody | C::IdempotencyKeyReused => {
                 StatusCode::UNPROCESSABLE_ENTITY
             }
-            "shutting_down"
-            | "store_locked"
-            | "storage_full"
-            | "too_many_open_files"
-            | "storage_failed"
-            | "cluster_unavailable"
-            | "agent_unavailable" => StatusCode::SERVICE_UNAVAILABLE,
-            "provider_unavailable" | "agent_failed" => StatusCode::BAD_GATEWAY,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
+            C::ShuttingDown
+            | C::StoreLocked
+            | C::StorageFull
+            | C::TooManyOpenFiles
+            | C::StorageFailed
+            | C::ClusterUnavailable
+            | C::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            C::ProviderUnavailable | C::AgentFailed => StatusCode::BAD_GATEWAY,
+            C::Config | C::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// The JSON body.
     pub fn body(&self) -> serde_json::Value {
-        serde_json::json!({"error": {
+        let mut body = serde_json::json!({"error": {
             "message": self.message,
             "type": self.kind(),
             "param": self.param,
             "code": self.code,
-        }})
+        }});
+        if let Some(kind) = self.turn_error_kind {
+            body["error"]["error_kind"] = kind.as_str().into();
+        }
+        body
     }
 }
 
 impl From<RuntimeError> for ApiError {
     fn from(e: RuntimeError) -> Self {
-        use legio_runtime::ErrorCode as C;
-        let code = match e.code() {
-            C::Config => "bad_configuration",
-            C::BadName => "bad_name",
-            C::ReservedConversation => "bad_conversation_key",
-            C::UnknownMention => "unknown_mention",
-            C::UnknownAgent => "unknown_agent",
-            C::UnknownConversation => "unknown_conversation",
-            C::EmptyMessage => "empty_message",
-            C::IdempotencyKeyReused => "idempotency_key_reused",
-            C::MessageTooLarge => "message_too_large",
-            C::ShuttingDown => "shutting_down",
-            C::StoreLocked => "store_locked",
-            C::StorageFull => "storage_full",
-            C::TooManyOpenFiles => "too_many_open_files",
-            C::StorageFailed => "storage_failed",
-            C::ClusterUnavailable => "cluster_unavailable",
-            C::Unavailable => "agent_unavailable",
-            C::ProviderUnavailable => "provider_unavailable",
-            C::InvalidTool => "invalid_tool",
-            C::NoPendingToolCall => "no_pending_tool_call",
-            C::TurnTakenOver => "turn_taken_over",
-            _ => "internal",
-        };
+        let code = e.code();
         let error = Self::new(code, e.to_string());
-        match e.code() {
-            C::IdempotencyKeyReused => error.with_param("Idempotency-Key"),
+        match code {
+            ErrorCode::IdempotencyKeyReused => error.with_param("Idempotency-Key"),
             _ => error,
         }
     }
@@ -152,27 +138,27 @@ impl From<JsonRejection> for ApiError {
     fn from(e: JsonRejection) -> Self {
         match e {
             JsonRejection::JsonDataError(e) => data_error(&e.body_text()),
-            JsonRejection::JsonSyntaxError(e) => Self::new("invalid_json", e.body_text()),
+            JsonRejection::JsonSyntaxError(e) => Self::new(ErrorCode::InvalidJson, e.body_text()),
             JsonRejection::MissingJsonContentType(_) => Self::new(
-                "unsupported_media_type",
+                ErrorCode::UnsupportedMediaType,
                 "send the body as JSON with `Content-Type: application/json`",
             ),
             JsonRejection::BytesRejection(e) => {
                 if is_body_timeout(&e) {
                     Self::new(
-                        "body_timeout",
+                        ErrorCode::BodyTimeout,
                         "the request body stopped arriving (server.limits.body_read_timeout_seconds)",
                     )
                 } else if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                     Self::new(
-                        "body_too_large",
+                        ErrorCode::BodyTooLarge,
                         "the request body is over the limit (server.body_limit_bytes)",
                     )
                 } else {
-                    Self::new("bad_request", e.body_text())
+                    Self::new(ErrorCode::BadRequest, e.body_text())
                 }
             }
-            other => Self::new("bad_request", other.body_text()),
+            other => Self::new(ErrorCode::BadRequest, other.body_text()),
         }
     }
 }
@@ -184,7 +170,7 @@ fn data_error(text: &str) -> ApiError {
     let text = text
         .strip_prefix("Failed to deserialize the JSON body into the target type: ")
         .unwrap_or(text);
-    let error = ApiError::new("invalid_body", without_type_names(text));
+    let error = ApiError::new(ErrorCode::InvalidBody, without_type_names(text));
     match param_of(text) {
         Some(param) => error.with_param(param),
         None => error,
@@ -250,7 +236,7 @@ fn is_body_timeout(e: &(dyn std::error::Error + 'static)) -> bool {
 
 impl From<QueryRejection> for ApiError {
     fn from(e: QueryRejection) -> Self {
-        Self::new("bad_query", e.body_text())
+        Self::new(ErrorCode::BadQuery, e.body_text())
     }
 }
 
@@ -258,7 +244,7 @@ impl From<PathRejection> for ApiError {
     /// A path segment that cannot be read (not UTF-8 once percent-decoded): a JSON 400 like
     /// every other error, never axum's plain-text one.
     fn from(e: PathRejection) -> Self {
-        Self::new("bad_path", e.body_text())
+        Self::new(ErrorCode::BadPath, e.body_text())
     }
 }
 
@@ -266,7 +252,7 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         if status.is_server_error() {
-            tracing::error!(code = self.code, message = %self.message, "request failed");
+            tracing::error!(code = self.code.as_str(), message = %self.message, "request failed");
         }
         let mut response = (status, axum::Json(self.body())).into_response();
         if status == StatusCode::UNAUTHORIZED {
@@ -325,11 +311,12 @@ mod tests {
             "invalid_body",
             "unsupported_media_type",
         ] {
-            let status = ApiError::new(code, "x").status();
+            let status = ApiError::new(ErrorCode::from_name(code), "x").status();
+            assert_eq!(ErrorCode::from_name(code).as_str(), code);
             assert!(status.is_client_error(), "{code}: {status}");
         }
         assert_eq!(
-            ApiError::new("internal", "x").status(),
+            ApiError::new(ErrorCode::Internal, "x").status(),
             StatusCode::INTERNAL_SERVER_ERROR
         );
     }
@@ -347,7 +334,10 @@ mod tests {
         };
         use std::io::ErrorKind;
         let full = failed(IoCause::DiskFull, ErrorKind::StorageFull);
-        assert_eq!((full.code, full.status().as_u16()), ("storage_full", 503));
+        assert_eq!(
+            (full.code.as_str(), full.status().as_u16()),
+            ("storage_full", 503)
+        );
         assert!(
             full.message.contains("the disk is full"),
             "{}",
@@ -355,13 +345,13 @@ mod tests {
         );
         let files = failed(IoCause::TooManyOpenFiles, ErrorKind::Other);
         assert_eq!(
-            (files.code, files.status().as_u16()),
+            (files.code.as_str(), files.status().as_u16()),
             ("too_many_open_files", 503)
         );
         assert!(files.message.contains("what the system said"));
         let other = failed(IoCause::Other, ErrorKind::Other);
         assert_eq!(
-            (other.code, other.status().as_u16()),
+            (other.code.as_str(), other.status().as_u16()),
             ("storage_failed", 503)
         );
         let damaged: ApiError = RuntimeError::Store(StoreError::Corrupt {
@@ -369,7 +359,10 @@ mod tests {
             reason: "bad bytes".into(),
         })
         .into();
-        assert_eq!((damaged.code, damaged.status().as_u16()), ("internal", 500));
+        assert_eq!(
+            (damaged.code.as_str(), damaged.status().as_u16()),
+            ("internal", 500)
+        );
         // The cluster out of reach (appending, or taking a lease) is a 503 to retry.
         let cluster = || StoreError::Cluster {
             during: "appending",
@@ -378,11 +371,14 @@ mod tests {
         let unreachable: ApiError = RuntimeError::Store(cluster()).into();
         let no_lease: ApiError = RuntimeError::Lease(cluster().into()).into();
         for e in [unreachable, no_lease] {
-            assert_eq!((e.code, e.status().as_u16()), ("cluster_unavailable", 503));
+            assert_eq!(
+                (e.code.as_str(), e.status().as_u16()),
+                ("cluster_unavailable", 503)
+            );
         }
         let bad_key: ApiError =
             RuntimeError::Lease(legio_store::LeaseError::BadKey { key: "k".into() }).into();
-        assert_eq!(bad_key.code, "internal");
+        assert_eq!(bad_key.code.as_str(), "internal");
         let restarting: ApiError = RuntimeError::AgentRestarting {
             agent: "ann".into(),
         }
@@ -399,7 +395,7 @@ mod tests {
     #[test]
     fn runtime_errors_map_by_kind() {
         let e: ApiError = RuntimeError::EmptyMessage.into();
-        assert_eq!(e.code, "empty_message");
+        assert_eq!(e.code.as_str(), "empty_message");
         let e: ApiError = RuntimeError::UnknownAgent {
             name: "zed".into(),
             known: vec!["lead".into()],

@@ -16,6 +16,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::wire::{conversation_key, reply_json};
+use legio_runtime::ErrorCode;
 
 /// The body of a heartbeat.
 #[derive(Debug, Deserialize)]
@@ -48,7 +49,7 @@ pub(crate) async fn post_heartbeat(
     });
     let reply = done.await.map_err(|_| {
         ApiError::new(
-            "shutting_down",
+            ErrorCode::ShuttingDown,
             "the server is shutting down; the heartbeat was cancelled",
         )
     })??;

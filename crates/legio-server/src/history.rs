@@ -29,6 +29,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
 use crate::wire::conversation_key;
+use legio_runtime::ErrorCode;
 
 /// The query of a history request.
 #[derive(Debug, Deserialize)]
@@ -78,7 +79,7 @@ pub(crate) async fn history(
     let view = query.view.as_deref().unwrap_or("full");
     if view != "full" && query.limit.is_some() {
         return Err(ApiError::new(
-            "bad_query",
+            ErrorCode::BadQuery,
             format!(
                 "limit applies to view=full; view={view} is the agent's whole compacted transcript"
             ),
@@ -95,7 +96,7 @@ pub(crate) async fn history(
             next(&state, key, agent).await
         }
         other => Err(ApiError::new(
-            "bad_query",
+            ErrorCode::BadQuery,
             format!("view={other:?} is not \"full\", \"compacted\" or \"next\""),
         )),
     }
@@ -110,7 +111,12 @@ where
     let log = Arc::clone(state.runtime.log());
     tokio::task::spawn_blocking(move || f(log.as_ref()))
         .await
-        .map_err(|e| ApiError::new("internal", format!("reading the history failed: {e}")))?
+        .map_err(|e| {
+            ApiError::new(
+                ErrorCode::Internal,
+                format!("reading the history failed: {e}"),
+            )
+        })?
         .map_err(|e| legio_runtime::RuntimeError::from(e).into())
 }
 

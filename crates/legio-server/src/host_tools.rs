@@ -27,6 +27,7 @@ use crate::state::AppState;
 use crate::wire::{
     conversation_key, progress_event, replies_json, requires_action_json, sse, wants_stream,
 };
+use legio_runtime::ErrorCode;
 
 /// A tool the host runs, as the host declares it.
 #[derive(Debug, Deserialize)]
@@ -138,7 +139,7 @@ pub(crate) async fn start(
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let sender = legio_core::Participant::parse(sender)
-        .map_err(|e| ApiError::new("bad_name", e.to_string()))?;
+        .map_err(|e| ApiError::new(ErrorCode::BadName, e.to_string()))?;
     let turn = HostTurn {
         sender,
         to: None,

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
+use legio_runtime::ErrorCode;
 
 /// What a client over the connection cap reads before its connection is closed.
 const TOO_MANY_CONNECTIONS: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: 107\r\n\r\n{\"error\":{\"code\":\"too_many_connections\",\"message\":\"the server is at server.limits.max_connections; retry\"}}";
@@ -108,7 +109,7 @@ impl TurnSlots {
     fn too_many(&self, token: &str) -> TooManyTurns {
         TooManyTurns {
             error: ApiError::new(
-                "too_many_turns",
+                ErrorCode::TooManyTurns,
                 format!(
                     "token `{token}` already has {} turns in flight (server.limits.max_turns_in_flight_per_token); retry after {} s",
                     self.cap, self.retry_after_seconds

@@ -24,6 +24,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use crate::error::ApiError;
 use crate::mcp_key::McpKey;
 use crate::state::AppState;
+use legio_runtime::ErrorCode;
 
 /// The guard's state: the key tokens are verified with, and each open session's scope.
 pub(crate) struct Guard {
@@ -108,18 +109,18 @@ async fn require_mcp_token(
 ) -> Response {
     let key = match guard.key.get().await {
         Ok(key) => key,
-        Err(reason) => return ApiError::new("internal", reason).into_response(),
+        Err(reason) => return ApiError::new(ErrorCode::Internal, reason).into_response(),
     };
     let Some(token) = crate::auth::bearer(&request) else {
         return ApiError::new(
-            "unauthorized",
+            ErrorCode::Unauthorized,
             "send `Authorization: Bearer TOKEN` with a token from `legio mcp token --conversation C --agent A`",
         )
         .into_response();
     };
     let scope = match key.verify(token) {
         Ok(scope) => scope,
-        Err(e) => return ApiError::new("unauthorized", e.to_string()).into_response(),
+        Err(e) => return ApiError::new(ErrorCode::Unauthorized, e.to_string()).into_response(),
     };
     let session = header_text(request.headers());
     if let Some(refused) = session.as_deref().and_then(|s| guard.check(s, &scope)) {
@@ -160,12 +161,12 @@ impl Guard {
         let tick = sessions.tick;
         let Some((used, opened)) = sessions.open.get_mut(session) else {
             let why = "no such MCP session here (it ended, or the server restarted): start a new one with initialize";
-            return Some(ApiError::new("not_found", why));
+            return Some(ApiError::new(ErrorCode::NotFound, why));
         };
         *used = tick;
         (opened != scope).then(|| {
             ApiError::new(
-                "forbidden",
+                ErrorCode::Forbidden,
                 format!(
                     "this MCP session serves agent {} in conversation {}, not agent {} in {}: open a new session with this token",
                     opened.agent, opened.conversation, scope.agent, scope.conversation

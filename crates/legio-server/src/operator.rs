@@ -26,6 +26,7 @@ use crate::error::ApiError;
 use crate::metrics::EVENT_FOLLOWERS;
 use crate::state::AppState;
 use crate::wire::{conversation_key, sse, wants_stream};
+use legio_runtime::ErrorCode;
 
 /// Events per read while catching up.
 const CHUNK: usize = 1_000;
@@ -35,7 +36,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, ApiError> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ApiError::new("internal", format!("a log read failed: {e}")))?
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("a log read failed: {e}")))?
         .map_err(ApiError::from)
 }
 
@@ -182,7 +183,7 @@ pub(crate) async fn events(
     let to = Seq(query.to.unwrap_or(u64::MAX));
     if from > to {
         return Err(ApiError::new(
-            "bad_seq",
+            ErrorCode::BadSeq,
             format!("from={from} is after to={to}"),
         ));
     }
@@ -212,7 +213,7 @@ fn wants_sse(format: Option<&str>, headers: &HeaderMap) -> Result<bool, ApiError
         Some("sse") => Ok(true),
         Some("jsonl") => Ok(false),
         Some(other) => Err(ApiError::new(
-            "bad_query",
+            ErrorCode::BadQuery,
             format!("format={other:?} is not \"jsonl\" or \"sse\""),
         )),
         None => Ok(wants_stream(headers)),
@@ -297,7 +298,7 @@ pub(crate) async fn inspect(
     }
     let kind = InspectKind::parse(&what).ok_or_else(|| {
         ApiError::new(
-            "not_found",
+            ErrorCode::NotFound,
             format!("cannot inspect {what:?}; choose conversations, agents, sessions or tools (the shared memory is GET /operator/memory; a cluster's nodes, legio --nats URL inspect nodes)"),
         )
     })?;
@@ -337,8 +338,12 @@ pub(crate) async fn inspect(
 /// from the log, so it includes every write acknowledged before the request.
 pub(crate) async fn memory(State(state): State<Arc<AppState>>) -> Result<Json<Value>, ApiError> {
     let memory = state.runtime.memory().await?;
-    let value = serde_json::to_value(memory)
-        .map_err(|e| ApiError::new("internal", format!("encoding the memory failed: {e}")))?;
+    let value = serde_json::to_value(memory).map_err(|e| {
+        ApiError::new(
+            ErrorCode::Internal,
+            format!("encoding the memory failed: {e}"),
+        )
+    })?;
     Ok(Json(value))
 }
 
@@ -362,7 +367,7 @@ pub(crate) async fn context(
     if let Some(at) = query.at {
         if Seq(at) > last {
             return Err(ApiError::new(
-                "bad_seq",
+                ErrorCode::BadSeq,
                 format!("at={at} is past the end of the log ({last})"),
             ));
         }

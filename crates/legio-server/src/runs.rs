@@ -9,6 +9,7 @@ use legio_runtime::{HostToolCall, Posted, Progress, RuntimeError};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ApiError;
+use legio_runtime::ErrorCode;
 
 /// A turn running with host tools: its progress, then its end.
 pub(crate) struct Run {
@@ -102,5 +103,8 @@ fn classify(update: Progress) -> Next {
 
 /// A turn cut by shutdown.
 pub(crate) fn cancelled() -> ApiError {
-    ApiError::new("shutting_down", "the turn was cancelled by a shutdown")
+    ApiError::new(
+        ErrorCode::ShuttingDown,
+        "the turn was cancelled by a shutdown",
+    )
 }

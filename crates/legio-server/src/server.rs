@@ -30,6 +30,7 @@ use crate::{
     auth, dashboard, exporter, heartbeats, history, host_tools, limits, meta, openai, operator,
     turns,
 };
+use legio_runtime::ErrorCode;
 
 /// How a shutdown went.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -297,20 +298,20 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     } else if state.ready.load(Ordering::SeqCst) {
         Json(serde_json::json!({"status": "ready"})).into_response()
     } else {
-        ApiError::new("shutting_down", "the server is shutting down").into_response()
+        ApiError::new(ErrorCode::ShuttingDown, "the server is shutting down").into_response()
     }
 }
 
 async fn not_found() -> ApiError {
     ApiError::new(
-        "not_found",
+        ErrorCode::NotFound,
         "no such endpoint; the API is described in proto/openapi.yaml",
     )
 }
 
 async fn method_not_allowed() -> ApiError {
     ApiError::new(
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         "this endpoint does not take that method; see proto/openapi.yaml",
     )
 }

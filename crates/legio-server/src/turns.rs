@@ -30,6 +30,7 @@ use crate::wire::{
     conversation_key, error_event, idempotency_key, progress_event, replies_event, replies_json,
     sse, wants_stream,
 };
+use legio_runtime::ErrorCode;
 
 /// The body of a turn.
 #[derive(Debug, Deserialize)]
@@ -206,7 +207,10 @@ async fn next_event(step: Step) -> Option<(SseEvent, Step)> {
 }
 
 fn cancelled() -> ApiError {
-    ApiError::new("shutting_down", "the turn was cancelled by a shutdown")
+    ApiError::new(
+        ErrorCode::ShuttingDown,
+        "the turn was cancelled by a shutdown",
+    )
 }
 
 fn drain(updates: &mut mpsc::UnboundedReceiver<Progress>) -> Vec<Progress> {

@@ -13,10 +13,12 @@ use legio_runtime::{AgentReply, HostToolCall, Posted, Progress};
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
+use legio_runtime::ErrorCode;
 
 /// Validates a session id as a conversation key.
 pub(crate) fn conversation_key(id: &str) -> Result<ConversationKey, ApiError> {
-    ConversationKey::new(id).map_err(|e| ApiError::new("bad_conversation_key", e.to_string()))
+    ConversationKey::new(id)
+        .map_err(|e| ApiError::new(ErrorCode::ReservedConversation, e.to_string()))
 }
 
 /// One reply as JSON.
@@ -27,6 +29,7 @@ pub(crate) fn reply_json(reply: &AgentReply) -> Value {
         "message_id": reply.message_id().map(|id| id.to_string()),
         "seq": reply.seq().map(|s| s.get()),
         "error": reply.error(),
+        "error_kind": reply.error_kind().map(|k| k.as_str()),
     })
 }
 
@@ -46,8 +49,9 @@ pub(crate) fn idempotency_key(headers: &HeaderMap) -> Result<Option<IdempotencyK
     let Some(value) = values.next() else {
         return Ok(None);
     };
-    let bad =
-        |why: String| ApiError::new("invalid_idempotency_key", why).with_param("Idempotency-Key");
+    let bad = |why: String| {
+        ApiError::new(ErrorCode::InvalidIdempotencyKey, why).with_param("Idempotency-Key")
+    };
     // Two different keys (one a proxy added, say) name no one message.
     if values.any(|other| other != value) {
         let why = "the request carries two different Idempotency-Key headers; send one";

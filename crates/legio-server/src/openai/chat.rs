@@ -28,6 +28,7 @@ use crate::limits::TurnSlot;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
 use crate::wire::{idempotency_key, sse};
+use legio_runtime::ErrorCode;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ChatRequest {
@@ -154,7 +155,7 @@ pub(crate) fn function_tools(
         .map(|(kind, function)| {
             if kind != "function" {
                 return Err(ApiError::new(
-                    "invalid_tool",
+                    ErrorCode::InvalidTool,
                     format!("tools of type {kind:?} are not supported; use \"function\""),
                 )
                 .with_param("tools"));
@@ -216,7 +217,7 @@ async fn start(
     }
     let last = messages.last().ok_or_else(|| {
         ApiError::new(
-            "bad_request",
+            ErrorCode::BadRequest,
             "messages is empty: send the new user message",
         )
         .with_param("messages")
@@ -225,7 +226,7 @@ async fn start(
         ("user", Some(text)) => text,
         _ => {
             return Err(ApiError::new(
-                "bad_request",
+                ErrorCode::BadRequest,
                 "the last message must be the new user message (text), or tool results",
             )
             .with_param("messages"))
@@ -273,7 +274,7 @@ fn reply_of(posted: &Posted, agent: &AgentName) -> Result<Reply, ApiError> {
         .replies
         .iter()
         .find(|r| r.agent == *agent)
-        .ok_or_else(|| ApiError::new("internal", format!("{agent} gave no reply")))?;
+        .ok_or_else(|| ApiError::new(ErrorCode::Internal, format!("{agent} gave no reply")))?;
     match &reply.outcome {
         Ok(r) => Ok(r.clone()),
         Err(e) => Err(super::turn_error(e)),

@@ -25,6 +25,7 @@ use serde_json::{json, Map, Value};
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use legio_runtime::ErrorCode;
 
 /// The door's routes, behind the API token.
 pub(crate) fn router() -> Router<Arc<AppState>> {
@@ -49,7 +50,7 @@ pub(crate) fn agent_for_model(state: &AppState, model: &str) -> Result<AgentName
             .chain(config.agents.iter().map(|a| format!("{MODEL}/{}", a.name)))
             .collect();
         ApiError::new(
-            "unknown_model",
+            ErrorCode::UnknownModel,
             format!(
                 "model {model:?} names no agent; models: {}",
                 known.join(", ")
@@ -72,18 +73,22 @@ pub(crate) fn conversation_of(
         return Ok(None);
     };
     let text = value.as_str().ok_or_else(|| {
-        ApiError::new("bad_request", "metadata.conversation must be a string")
-            .with_param("metadata.conversation")
+        ApiError::new(
+            ErrorCode::BadRequest,
+            "metadata.conversation must be a string",
+        )
+        .with_param("metadata.conversation")
     })?;
     ConversationKey::new(text).map(Some).map_err(|e| {
-        ApiError::new("bad_conversation_key", e.to_string()).with_param("metadata.conversation")
+        ApiError::new(ErrorCode::ReservedConversation, e.to_string())
+            .with_param("metadata.conversation")
     })
 }
 
 /// The error of a request that names no conversation.
 pub(crate) fn missing_conversation() -> ApiError {
     ApiError::new(
-        "missing_field",
+        ErrorCode::MissingField,
         "metadata.conversation is required: it names the legio conversation (session) this request belongs to, e.g. {\"metadata\": {\"conversation\": \"support:42\"}}",
     )
     .with_param("metadata.conversation")
@@ -167,14 +172,14 @@ pub(crate) fn text_of(content: &Value) -> Option<String> {
 /// that cannot fit the agent's window, which a retry cannot mend, is 413 `context_too_large`
 /// (not retried); a keyed retry of a message the agent went on from without answering is 409
 /// `message_unanswered` (a retry cannot mend it either); any other failure is 502 `agent_failed`.
+/// The error's `error_kind` says why the turn failed, as a native reply's does.
 pub(crate) fn turn_error(error: &legio_runtime::TurnError) -> ApiError {
-    match error.kind {
-        legio_runtime::TurnErrorKind::ContextTooLarge => {
-            ApiError::new("context_too_large", error.message.clone())
-        }
-        legio_runtime::TurnErrorKind::Unanswered => {
-            ApiError::new("message_unanswered", error.message.clone())
-        }
-        _ => ApiError::new("agent_failed", error.message.clone()),
-    }
+    let code = match error.kind {
+        legio_runtime::TurnErrorKind::ContextTooLarge => ErrorCode::ContextTooLarge,
+        legio_runtime::TurnErrorKind::Unanswered => ErrorCode::MessageUnanswered,
+        _ => ErrorCode::AgentFailed,
+    };
+    let mut api = ApiError::new(code, error.message.clone());
+    api.turn_error_kind = Some(error.kind);
+    api
 }

@@ -30,6 +30,7 @@ use crate::limits::TurnSlot;
 use crate::runs::{Next, Run};
 use crate::state::AppState;
 use crate::wire::{idempotency_key, sse};
+use legio_runtime::ErrorCode;
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ResponsesRequest {
@@ -97,7 +98,7 @@ pub(crate) async fn create(
     let idempotency = idempotency_key(&headers)?;
     if body.instructions.is_some() {
         return Err(ApiError::new(
-            "bad_request",
+            ErrorCode::BadRequest,
             "instructions are not taken: an agent's instructions are its prompt in legio's configuration",
         )
         .with_param("instructions"));
@@ -151,7 +152,7 @@ async fn conversation(
     };
     let unknown = || {
         ApiError::new(
-            "unknown_response",
+            ErrorCode::UnknownResponse,
             format!("no response {previous:?}: a response id is resp_<conversation in hex>_<seq>, as legio returned it"),
         )
         .with_param("previous_response_id")
@@ -162,14 +163,14 @@ async fn conversation(
     let asked = key.clone();
     let had = tokio::task::spawn_blocking(move || log.conversation_events(&asked, Seq::ZERO, 1))
         .await
-        .map_err(|e| ApiError::new("internal", e.to_string()))?
+        .map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?
         .map_err(|e| ApiError::from(legio_runtime::RuntimeError::from(e)))?;
     if seq > state.runtime.log().last_seq() || had.is_empty() {
         return Err(unknown());
     }
     match named {
         Some(named) if named != key => Err(ApiError::new(
-            "bad_request",
+            ErrorCode::BadRequest,
             format!(
                 "previous_response_id belongs to conversation {:?}, metadata.conversation names {:?}",
                 key.as_str(),
@@ -193,7 +194,7 @@ async fn start(
     input: &Value,
     (tools, idempotency): (Vec<ToolSpec>, Option<IdempotencyKey>),
 ) -> Result<Run, ApiError> {
-    let bad = |why: &str| ApiError::new("bad_request", why.to_owned()).with_param("input");
+    let bad = |why: &str| ApiError::new(ErrorCode::BadRequest, why.to_owned()).with_param("input");
     let items: Vec<Value> = match input {
         Value::String(text) => vec![json!({"role": "user", "content": text})],
         Value::Array(items) => items.clone(),
@@ -293,7 +294,7 @@ async fn outcome(
                     .replies
                     .iter()
                     .find(|r| r.agent == shape.agent)
-                    .ok_or_else(|| ApiError::new("internal", "the agent gave no reply"))?;
+                    .ok_or_else(|| ApiError::new(ErrorCode::Internal, "the agent gave no reply"))?;
                 let reply = reply.outcome.as_ref().map_err(super::turn_error)?;
                 let usage = usage(state, &shape.key, &shape.agent, Some(reply.seq)).await;
                 let id = format!("msg_{}", reply.seq.get());

@@ -13,6 +13,7 @@ use legio_core::{
 
 use crate::error::ApiError;
 use crate::state::AppState;
+use legio_runtime::ErrorCode;
 
 /// An earlier message of a request: its index in the request's list, its role and its text.
 pub(crate) struct Earlier {
@@ -74,7 +75,12 @@ async fn transcript(
         }
     })
     .await
-    .map_err(|e| ApiError::new("internal", format!("reading the history failed: {e}")))?
+    .map_err(|e| {
+        ApiError::new(
+            ErrorCode::Internal,
+            format!("reading the history failed: {e}"),
+        )
+    })?
     .map_err(|e: legio_store::StoreError| legio_runtime::RuntimeError::from(e).into())
 }
 
@@ -101,7 +107,7 @@ pub(crate) async fn check(
     let log = transcript(state, key, stop_at).await?;
     let mismatch = |message: String| {
         ApiError::new(
-            "history_mismatch",
+            ErrorCode::HistoryMismatch,
             format!("{message}; send only the new message, or the earlier ones exactly as the conversation holds them"),
         )
         .with_param("messages")
