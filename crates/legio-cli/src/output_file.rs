@@ -19,7 +19,7 @@
 //! the export goes on, so the sync before the rename waits only for the last stretch: the disk
 //! (and, on a virtual machine, the host's cache behind it) works while the lines are rendered.
 //! Measured (`strace -T` of `legio export -o FILE`, 432 MB): the final sync took 0.54-0.57 s
-//! alone, 0.03-0.04 s after the syncs along the way (docs/storage.md).
+//! alone, 0.03-0.04 s after the syncs along the way (docs/benchmarks.md, "replay_export").
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, ErrorKind, Write};

@@ -174,7 +174,7 @@ pub enum RuntimeError {
     },
     /// A tool the host declared is invalid (its name, its schema, a name twice).
     #[error(transparent)]
-    HostTool(#[from] crate::registry_error::ToolRegistryError),
+    HostTool(#[from] crate::tools::registry_error::ToolRegistryError),
     /// A host tool result names no call waiting in the conversation (answered already, timed
     /// out, or never made), answers one twice, or none was given.
     #[error("{}; waiting: {}", why.says(call_id), if waiting.is_empty() { "none".to_owned() } else { waiting.join(", ") })]

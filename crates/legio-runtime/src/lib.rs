@@ -3,51 +3,25 @@
 
 mod agent;
 mod api;
-mod calibrations;
 mod clock;
-mod cluster;
 mod command;
-mod compact;
-mod declared_tools;
-mod dispatch;
 mod error;
-mod fit;
-mod follow;
-mod heartbeat;
-mod host_calls;
-mod host_tools;
 mod keyed;
-mod mcp_client;
-mod mcp_server;
-mod mcp_token;
-mod memory;
-mod memory_calls;
 mod messages;
 pub mod metrics;
 mod names;
-mod outcome;
+mod placement;
 mod progress;
-mod registry;
-mod registry_error;
 mod reply;
-mod restart;
-mod root;
 mod runtime;
 mod schedule;
 mod shared;
 mod status;
-mod supervisor;
-mod taken_in;
-mod tool_arguments;
-mod tool_progress;
-mod tool_results;
 mod tools;
-mod tools_view;
-mod turn;
 
+pub use agent::restart::{RestartDecision, RestartTracker};
 pub use api::{AgentStatus, Posting, RuntimeBuilder};
 pub use error::{ErrorCode, NotWaiting, RuntimeError};
-pub use host_calls::{HostToolCall, HostToolResult, HostTurn};
 pub use legio_config::{
     AgentSpec, ConfigError, HeartbeatSchedule, ProviderSpec, RestartSettings, Role, RuntimeConfig,
     RuntimeSettings, StoreBackend, StoreSettings, UnknownMentions,
@@ -59,14 +33,14 @@ pub use legio_ops::{
     InspectKind, OpsError, PreparedTurn, ReportItem, Table, TurnInputs, TurnPreview, MAX_DELTA,
     NO_SESSION,
 };
-pub use mcp_server::{serve_mcp_stdio, McpScope, McpService, ScopeResolver};
-pub use mcp_token::{McpTokenError, McpTokenKey, MCP_TOKEN_DEFAULT_TTL};
-pub use memory::{MemoryTools, ToolError, ToolSpec};
 pub use names::IntoName;
 pub use progress::{Progress, ProgressSink};
-pub use registry::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};
 pub use reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};
-pub use restart::{RestartDecision, RestartTracker};
 pub use runtime::Runtime;
 pub use status::Activity;
-pub use tools_view::tools_table;
+pub use tools::host_calls::{HostToolCall, HostToolResult, HostTurn};
+pub use tools::mcp_server::{serve_mcp_stdio, McpScope, McpService, ScopeResolver};
+pub use tools::mcp_token::{McpTokenError, McpTokenKey, MCP_TOKEN_DEFAULT_TTL};
+pub use tools::memory::{MemoryTools, ToolError, ToolSpec};
+pub use tools::registry::{ToolFuture, ToolRegistry, ToolRegistryError, DISPATCH, GET_HISTORY};
+pub use tools::view::tools_table;

@@ -10,9 +10,9 @@ use ractor::{ActorId, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::error::RuntimeError;
-use crate::memory::ToolSpec;
 use crate::progress::ProgressSink;
 use crate::reply::AgentReply;
+use crate::tools::memory::ToolSpec;
 
 /// The message a turn answers, and where to report the turn's progress (if anyone listens).
 #[derive(Clone, Debug)]
@@ -20,7 +20,7 @@ pub(crate) struct TurnRequest {
     pub(crate) seq: Seq,
     pub(crate) id: MessageId,
     pub(crate) progress: Option<ProgressSink>,
-    /// Tools the host runs, offered on this turn (host_tools.rs); only with a `progress` sink,
+    /// Tools the host runs, offered on this turn (tools/host_desk.rs); only with a `progress` sink,
     /// through which their calls reach the host.
     pub(crate) host_tools: Option<Arc<[ToolSpec]>>,
     /// A keyed post's retry (keyed.rs): the agent may have answered the message already, before
@@ -165,7 +165,7 @@ pub(crate) enum RootMsg {
     /// ownership layer it is idle (it may release its lease).
     Release { conversation: ConversationKey },
     /// Stops a conversation's actors at once, recording nothing (this node no longer owns it:
-    /// see cluster/ownership.rs); answers when they are stopped.
+    /// see placement/ownership.rs); answers when they are stopped.
     StandDown {
         conversation: ConversationKey,
         reply: oneshot::Sender<()>,

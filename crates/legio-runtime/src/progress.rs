@@ -79,7 +79,7 @@ pub enum Progress {
         /// The agent.
         agent: AgentName,
         /// The calls, in the model's order.
-        calls: Vec<crate::host_calls::HostToolCall>,
+        calls: Vec<crate::tools::host_calls::HostToolCall>,
     },
     /// The agent's turn ended: its reply, or its error. Sent after every fragment of the turn.
     AgentDone {

@@ -15,16 +15,16 @@ use legio_store::EventLog;
 use ractor::ActorRef;
 use tokio::sync::oneshot;
 
-use crate::cluster::Cluster;
-use crate::dispatch::{gather, RootRoute};
+use crate::agent::dispatch::{gather, RootRoute};
 use crate::error::RuntimeError;
 use crate::keyed::KeyedPosts;
-use crate::memory::MemoryTools;
 use crate::messages::{ConversationMsg, Job, RootMsg};
 use crate::names::IntoName;
+use crate::placement::Cluster;
 use crate::reply::AgentReply;
 use crate::shared::{DispatchTicket, Shared};
 use crate::status::Activity;
+use crate::tools::memory::MemoryTools;
 
 /// A running legion: the log, the supervisors and their agent actors.
 pub struct Runtime {

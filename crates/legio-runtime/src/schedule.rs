@@ -18,10 +18,10 @@ use tokio::task::JoinHandle;
 
 use legio_config::HeartbeatSchedule;
 
-use crate::cluster::{Cluster, Here};
-use crate::dispatch::{gather, RootRoute};
+use crate::agent::dispatch::{gather, RootRoute};
 use crate::error::RuntimeError;
 use crate::messages::{Job, RootMsg};
+use crate::placement::{Cluster, Here};
 use crate::shared::Shared;
 
 /// Starts one task per schedule of the configuration; abort them to stop.

@@ -12,11 +12,11 @@ use legio_store::EventLog;
 use tokio::sync::oneshot;
 
 use crate::clock::now;
-use crate::cluster::AppendGate;
 use crate::error::RuntimeError;
-use crate::memory::MemoryTools;
-use crate::registry::ToolRegistry;
+use crate::placement::AppendGate;
 use crate::status::StatusBoard;
+use crate::tools::memory::MemoryTools;
+use crate::tools::registry::ToolRegistry;
 use legio_config::{AgentSpec, RuntimeConfig};
 
 pub(crate) struct Shared {
@@ -29,17 +29,17 @@ pub(crate) struct Shared {
     /// The host's tools, offered to every agent whose provider takes tools.
     pub(crate) tools: ToolRegistry,
     /// The tools hosts run over the API: declared per conversation, and their waiting calls.
-    pub(crate) host_desk: crate::host_tools::HostToolDesk,
+    pub(crate) host_desk: crate::tools::host_desk::HostToolDesk,
     /// The `[mcp.NAME]` servers' connections and the tools they listed at start.
-    pub(crate) mcp: Arc<crate::mcp_client::McpClients>,
+    pub(crate) mcp: Arc<crate::tools::mcp_client::McpClients>,
     /// legio's own `/mcp` endpoint, once a server serves it (`Runtime::serve_mcp_at`), and the
     /// key its tokens are signed with: given to providers that run their own tool loop.
-    pub(crate) mcp_endpoint: std::sync::OnceLock<(String, crate::mcp_token::McpTokenKey)>,
+    pub(crate) mcp_endpoint: std::sync::OnceLock<(String, crate::tools::mcp_token::McpTokenKey)>,
     /// Composed prompts by file, valid while the file's modification time and length are the
     /// same (a stat per turn instead of a read and a hash).
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,
     /// Each provider's token calibration (fit.rs), learned as turns go.
-    pub(crate) calibrations: crate::calibrations::Calibrations,
+    pub(crate) calibrations: crate::agent::calibrations::Calibrations,
     /// Per conversation, the signal of the last message appended for dispatch: set once its
     /// turns are sent (see [`Shared::append_for_dispatch`]).
     pub(crate) dispatch_tails: std::sync::Mutex<HashMap<ConversationKey, oneshot::Receiver<()>>>,

@@ -8,13 +8,13 @@ use legio_core::{AgentName, ConversationKey};
 
 use crate::command::{DeclareTools, DeclaredTools, FollowResults, SubmitResults, ToolCall};
 use crate::error::RuntimeError;
-use crate::host_calls::HostToolResult;
-use crate::host_tools::check_host_tools;
-use crate::memory::ToolSpec;
 use crate::names::IntoName;
 use crate::progress::ProgressSink;
 use crate::reply::Posted;
 use crate::runtime::Runtime;
+use crate::tools::host_calls::HostToolResult;
+use crate::tools::host_desk::check_host_tools;
+use crate::tools::memory::ToolSpec;
 
 impl Runtime {
     /// Declares the tools the host runs for every turn it posts with

@@ -11,14 +11,14 @@ use legio_llm::Provider;
 use legio_store::{EventLog, NatsLog, SledLog};
 use ractor::Actor;
 
-use crate::cluster::{AppendGate, Cluster, RequestHandler};
+use crate::agent::root::RootSupervisor;
 use crate::error::RuntimeError;
-use crate::memory::MemoryTools;
-use crate::registry::ToolRegistry;
-use crate::root::RootSupervisor;
+use crate::placement::{AppendGate, Cluster, RequestHandler};
 use crate::runtime::Runtime;
 use crate::shared::Shared;
 use crate::status::StatusBoard;
+use crate::tools::memory::MemoryTools;
+use crate::tools::registry::ToolRegistry;
 
 /// Builds the providers the configuration names; those the host supplies in `overrides` are
 /// not built (their keys need not be set).
@@ -101,7 +101,7 @@ impl RuntimeBuilder {
             Some(log) => (log, None),
             None => {
                 let store = self.config.store.clone();
-                let node = self.node.unwrap_or_else(crate::cluster::default_node);
+                let node = self.node.unwrap_or_else(crate::placement::default_node);
                 tokio::task::spawn_blocking(move || open_log(&store, node))
                     .await
                     .map_err(|e| RuntimeError::Cancelled {
@@ -159,7 +159,7 @@ impl Runtime {
         let mut providers = build_providers(&config, &overrides)?;
         providers.extend(overrides);
         let memory = Arc::new(MemoryTools::new(Arc::clone(&log), &config.agents));
-        let mcp = Arc::new(crate::mcp_client::McpClients::start(&config.mcp).await?);
+        let mcp = Arc::new(crate::tools::mcp_client::McpClients::start(&config.mcp).await?);
         let shared = Arc::new(Shared {
             log,
             config,

@@ -8,13 +8,13 @@ use legio_core::{AgentName, ConversationKey, IdempotencyKey, Participant};
 
 use crate::command::Post;
 use crate::error::RuntimeError;
-use crate::host_calls::HostTurn;
-use crate::host_tools::{check_host_tools, turn_tools};
-use crate::memory::ToolSpec;
 use crate::names::IntoName;
 use crate::progress::ProgressSink;
 use crate::reply::Posted;
 use crate::runtime::Runtime;
+use crate::tools::host_calls::HostTurn;
+use crate::tools::host_desk::{check_host_tools, turn_tools};
+use crate::tools::memory::ToolSpec;
 
 /// A message about to be posted ([`Runtime::posting`]); nothing happens until [`Posting::send`].
 #[must_use = "a posting does nothing until it is sent"]
@@ -117,7 +117,7 @@ impl Runtime {
         posting.progress(progress).send().await
     }
 
-    /// Posts a host's message with tools the host runs (host_tools.rs): the conversation's
+    /// Posts a host's message with tools the host runs (tools/host_desk.rs): the conversation's
     /// declared tools and the turn's own are offered to the addressed agents; a model's calls of
     /// them reach `progress` as [`crate::Progress::ToolCallsRequired`] and wait for
     /// [`Runtime::submit_tool_results`] (or `runtime.host_tool_timeout_seconds`). With `to`, the

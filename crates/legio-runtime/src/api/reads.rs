@@ -134,9 +134,10 @@ impl Runtime {
             tool_tokens: 0,
         };
         let calibration =
-            crate::fit::calibration(&self.shared, conversation, &spec, fixed.estimated()).await?;
+            crate::agent::fit::calibration(&self.shared, conversation, &spec, fixed.estimated())
+                .await?;
         let window = provider.capabilities().context_window;
-        let budget = crate::fit::budget(&self.shared, &spec.provider, window, calibration);
+        let budget = crate::agent::fit::budget(&self.shared, &spec.provider, window, calibration);
         legio_ops::fit_preview(preview, fixed, &budget);
         Ok(())
     }

@@ -6,8 +6,8 @@ use legio_core::{AgentName, ConversationKey};
 use serde::{Deserialize, Serialize};
 
 use super::{Command, Place};
-use crate::cluster::Here;
 use crate::error::RuntimeError;
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::runtime::Runtime;
 use crate::status::Activity;

@@ -1,6 +1,6 @@
 //! `declare_tools`: the tools a host runs for every turn it posts in a conversation, recorded
 //! as a `ToolsDeclared` event (the last declaration wins; an empty list clears them), so the
-//! declaration outlives a restart and every node of a cluster reads it (declared_tools.rs).
+//! declaration outlives a restart and every node of a cluster reads it (tools/declared.rs).
 //! Runs on the conversation's owner, which notes it in its host desk.
 
 use legio_core::{ConversationKey, Event, ToolsDeclared};
@@ -8,13 +8,13 @@ use serde::{Deserialize, Serialize};
 
 use super::{Command, Place};
 use crate::clock::now;
-use crate::cluster::Here;
-use crate::declared_tools::declared_tool;
 use crate::error::RuntimeError;
-use crate::host_tools::check_host_tools;
-use crate::memory::ToolSpec;
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::runtime::Runtime;
+use crate::tools::declared::declared_tool;
+use crate::tools::host_desk::check_host_tools;
+use crate::tools::memory::ToolSpec;
 
 /// The host's `tools` for `conversation`.
 #[derive(Clone, Debug, Serialize, Deserialize)]

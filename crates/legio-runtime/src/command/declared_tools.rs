@@ -1,16 +1,16 @@
 //! `declared_tools`: the tools the host declared for a conversation, as the log has them. On a
 //! cluster the node holding the conversation answers from its own copy (read past the seq it
-//! has read up to); when nobody holds it, this node reads the log (declared_tools.rs).
+//! has read up to); when nobody holds it, this node reads the log (tools/declared.rs).
 
 use legio_core::ConversationKey;
 use serde::{Deserialize, Serialize};
 
 use super::{Command, Place};
-use crate::cluster::Here;
 use crate::error::RuntimeError;
-use crate::memory::ToolSpec;
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::runtime::Runtime;
+use crate::tools::memory::ToolSpec;
 
 /// The declared tools of `conversation`.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -1,18 +1,18 @@
 //! `follow_tool_results`: a host's results handed to the calls waiting in a conversation, as
 //! `tool_results` does, and the turn that made the first of them followed from then on: its
 //! progress comes to this caller (across the bus from the holder), and the answer is the
-//! turn's replies when it ends (tool_results.rs is the entry, follow.rs the followers).
+//! turn's replies when it ends (api/host_tools.rs is the entry, tools/follow.rs the followers).
 
 use legio_core::ConversationKey;
 use serde::{Deserialize, Serialize};
 
 use super::{Command, Place};
-use crate::cluster::Here;
 use crate::error::RuntimeError;
-use crate::host_calls::HostToolResult;
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::reply::Posted;
 use crate::runtime::Runtime;
+use crate::tools::host_calls::HostToolResult;
 
 /// The host's `results` for calls waiting in `conversation`, and their turn followed.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -7,9 +7,9 @@ use legio_core::{AgentName, ConversationKey};
 use serde::{Deserialize, Serialize};
 
 use super::{Command, Place};
-use crate::cluster::Here;
 use crate::error::RuntimeError;
 use crate::messages::Job;
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::reply::{AgentReply, TurnErrorKind};
 use crate::runtime::Runtime;

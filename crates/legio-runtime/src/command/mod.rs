@@ -22,9 +22,9 @@ use legio_core::ConversationKey;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-pub(crate) use crate::cluster::Place;
-use crate::cluster::{Here, Parcel, Placed};
 use crate::error::{ErrorCode, RuntimeError};
+pub(crate) use crate::placement::Place;
+use crate::placement::{Here, Parcel, Placed};
 use crate::progress::ProgressSink;
 use crate::runtime::Runtime;
 

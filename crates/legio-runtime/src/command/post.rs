@@ -1,7 +1,7 @@
 //! `post`: a message appended durably, then its turns sent to the agents it addresses and their
 //! replies gathered. No mention goes to the orchestrator, `@a @b` to each named agent in
 //! parallel, `@all` to every agent; a host's turn may name the one agent it is for and offer
-//! tools the host runs (host_tools.rs), whose calls go out through the turn's progress. A keyed
+//! tools the host runs (tools/host_desk.rs), whose calls go out through the turn's progress. A keyed
 //! post takes its id from its key, and a retry of one already stored (keyed.rs) sends the
 //! stored message's turns again instead, marked `replayed`. Runs on the conversation's owner,
 //! its progress streamed back to a caller on another node. Built by `api/posting.rs`.
@@ -17,16 +17,16 @@ use serde::{Deserialize, Serialize};
 
 use super::{Command, Place};
 use crate::clock::{fresh_uuid, now};
-use crate::cluster::Here;
 use crate::error::RuntimeError;
-use crate::follow::Relay;
-use crate::host_tools::check_host_tools;
-use crate::memory::ToolSpec;
 use crate::messages::{Job, TurnRequest};
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::reply::{AgentReply, Posted};
 use crate::runtime::Runtime;
 use crate::shared::DispatchTicket;
+use crate::tools::follow::Relay;
+use crate::tools::host_desk::check_host_tools;
+use crate::tools::memory::ToolSpec;
 
 /// A message to post, checked where it was posted (and again where it runs).
 #[derive(Clone, Debug, Serialize, Deserialize)]

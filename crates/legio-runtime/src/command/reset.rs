@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use super::{Command, Place};
-use crate::cluster::Here;
-use crate::dispatch::Route;
+use crate::agent::dispatch::Route;
 use crate::error::RuntimeError;
 use crate::messages::ConversationMsg;
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::runtime::Runtime;
 

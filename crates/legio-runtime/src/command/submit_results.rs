@@ -2,17 +2,17 @@
 //! (all or none: an id that is not waiting refuses them all); each waiting turn goes on, its
 //! progress and replies still to the turn's caller. Calls wait only where their turn runs, so
 //! results that do not find their calls here are asked of the conversation's holder
-//! (tool_results.rs is the entry).
+//! (api/host_tools.rs is the entry).
 
 use legio_core::ConversationKey;
 use serde::{Deserialize, Serialize};
 
 use super::{Command, Place};
-use crate::cluster::Here;
 use crate::error::RuntimeError;
-use crate::host_calls::HostToolResult;
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::runtime::Runtime;
+use crate::tools::host_calls::HostToolResult;
 
 /// The host's `results` for calls waiting in `conversation`.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -2,7 +2,7 @@
 //! turn would run it: the call is recorded first as the agent's message (seen by that agent
 //! only), then the result as the message answering it; the answer is the result text, or the
 //! error text the model would get. Runs on the conversation's owner, where the agent's actors
-//! and its appends are (mcp_server.rs is its entry).
+//! and its appends are (api/host_tools.rs is its entry).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,13 +14,13 @@ use legio_llm::ToolCallPart;
 use serde::{Deserialize, Serialize};
 
 use super::{Command, Place};
+use crate::agent::dispatch::Route;
 use crate::clock::{fresh_uuid, now};
-use crate::cluster::Here;
-use crate::dispatch::Route;
 use crate::error::RuntimeError;
+use crate::placement::Here;
 use crate::progress::ProgressSink;
 use crate::runtime::Runtime;
-use crate::tools::{run_calls, CallContext, ToolOutcome};
+use crate::tools::calls::{run_calls, CallContext, ToolOutcome};
 
 /// `agent`'s tool `name` called with `arguments` (JSON text) in `conversation`.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 /// Replicas 1: how long a batch that would carry fewer appends than the last one waits for the
 /// others ([`Linger`]). A single server's batch costs about the same whatever it holds (a few
-/// milliseconds: docs/cluster.md, "Replicas 1"), so a batch sent with the one reply that came
+/// milliseconds: docs/cluster.md, "The write path"; docs/benchmarks.md, cluster_turns), so a batch sent with the one reply that came
 /// first makes the writers the last acknowledgement woke, back a moment later, wait a batch more.
 pub(super) const LINGER: Duration = Duration::from_millis(2);
 

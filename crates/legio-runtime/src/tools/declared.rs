@@ -2,7 +2,7 @@
 //! declaration is a `ToolsDeclared` event in the conversation, so it outlives the process and every
 //! node of a cluster reads the same one. The last declaration wins; an empty list clears them.
 //!
-//! This process keeps what it has read in the host desk (host_tools.rs), per conversation, with
+//! This process keeps what it has read in the host desk (tools/host_desk.rs), per conversation, with
 //! the seq it has read up to. On one machine every declaration goes through this process, so a
 //! conversation's events are read once, on first use (a `ToolsDeclared` appended around the
 //! runtime, through `Runtime::log()`, is seen only by a process that reads the conversation
@@ -14,8 +14,8 @@
 use legio_core::{ConversationKey, DeclaredTool, Seq, ToolsDeclared};
 
 use crate::error::RuntimeError;
-use crate::memory::ToolSpec;
 use crate::runtime::Runtime;
+use crate::tools::memory::ToolSpec;
 
 impl Runtime {
     /// The conversation's declared tools, as this node reads them from the log.

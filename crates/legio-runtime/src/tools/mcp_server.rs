@@ -21,10 +21,10 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::error::RuntimeError;
-pub use crate::mcp_token::McpScope;
-use crate::memory::ToolSpec;
 use crate::runtime::Runtime;
-use crate::tools::tools_for;
+use crate::tools::calls::tools_for;
+pub use crate::tools::mcp_token::McpScope;
+use crate::tools::memory::ToolSpec;
 
 /// Finds the scope of one request from what the transport attached to it (the HTTP server puts
 /// the verified token's scope in the request's extensions); `None` refuses the request.
@@ -191,7 +191,7 @@ impl Runtime {
     /// signed by `key`: from then on an agent whose provider runs its own tool loop
     /// (`claude-code`) gets it, with a fresh token for its conversation, on every call. The
     /// first call wins (a runtime has one server).
-    pub fn serve_mcp_at(&self, url: String, key: crate::mcp_token::McpTokenKey) {
+    pub fn serve_mcp_at(&self, url: String, key: crate::tools::mcp_token::McpTokenKey) {
         let _ = self.shared.mcp_endpoint.set((url, key));
     }
 

@@ -8,11 +8,11 @@ use legio_core::ConversationKey;
 use tokio::sync::oneshot;
 
 use crate::error::RuntimeError;
-use crate::follow::{Ended, Follower};
-use crate::host_calls::HostToolResult;
 use crate::progress::ProgressSink;
 use crate::reply::Posted;
 use crate::runtime::Runtime;
+use crate::tools::follow::{Ended, Follower};
+use crate::tools::host_calls::HostToolResult;
 
 impl Runtime {
     /// Hands `results` to the calls waiting here and follows the turn that made the first of

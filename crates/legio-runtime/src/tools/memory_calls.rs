@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::tool_arguments::{offered, read};
+use crate::tools::arguments::{offered, read};
 
 /// List the directives in force (standing instructions from the orchestrator): id, author and the start of each.
 #[derive(Deserialize, JsonSchema)]

@@ -21,8 +21,8 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::error::RuntimeError;
-use crate::memory::ToolSpec;
-use crate::outcome::ToolOutcome;
+use crate::tools::memory::ToolSpec;
+use crate::tools::outcome::ToolOutcome;
 use legio_config::{McpServerSpec, McpTransport, MCP_TOOL_PREFIX};
 
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
@@ -434,7 +434,7 @@ fn outcome(result: CallToolResult) -> ToolOutcome {
 #[cfg(test)]
 mod tests {
     use super::{outcome, plain};
-    use crate::outcome::ToolOutcome;
+    use crate::tools::outcome::ToolOutcome;
     use rmcp::model::{CallToolResult, Content};
 
     #[test]

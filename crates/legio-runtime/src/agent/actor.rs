@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use legio_core::{crash_cleanup, stop_session, AgentName, BoundaryReason, ConversationKey};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
+use crate::agent::turn::{self, end_event, record_end, TurnState};
 use crate::error::RuntimeError;
 use crate::messages::{AgentMsg, ConversationMsg};
 use crate::metrics as m;
 use crate::shared::Shared;
 use crate::status::Activity;
-use crate::turn::{self, end_event, record_end, TurnState};
 
 pub(crate) struct AgentActor {
     pub(crate) shared: Arc<Shared>,
@@ -93,9 +93,13 @@ impl Actor for AgentActor {
                 // Between turns, outside the session: no boundary, no checkpoint, no idle reset.
                 let board = &self.shared.board;
                 board.set(&self.conversation, &self.agent, Activity::Working);
-                let answer =
-                    crate::heartbeat::run(&self.shared, &self.conversation, &self.agent, text)
-                        .await;
+                let answer = crate::agent::heartbeat::run(
+                    &self.shared,
+                    &self.conversation,
+                    &self.agent,
+                    text,
+                )
+                .await;
                 board.set(&self.conversation, &self.agent, Activity::Idle);
                 let _ = reply.send(answer);
             }

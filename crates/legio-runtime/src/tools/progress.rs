@@ -1,13 +1,13 @@
 //! Progress of a step's tool calls, for a person following a turn (`legio chat`'s status lines,
 //! the server's `tool_call` / `tool_done` / `tool_failed` events): each call when the model makes
 //! it, then how it ended. Kept out of the tool loop (turn.rs calls these two functions) and the
-//! tools (tools.rs), which do not know who listens.
+//! tools (tools/calls.rs), which do not know who listens.
 
 use legio_core::AgentName;
 use legio_llm::ToolCallPart;
 
 use crate::progress::{Progress, ProgressSink};
-use crate::tools::ToolOutcome;
+use crate::tools::calls::ToolOutcome;
 
 /// `ToolCalled` for each of `calls`, in order.
 pub(crate) fn called(progress: Option<&ProgressSink>, agent: &AgentName, calls: &[ToolCallPart]) {

@@ -87,7 +87,7 @@ async fn summarize(
     job: &CompactionJob,
 ) -> Result<String, Failure> {
     let window = summarizer.capabilities().context_window;
-    let budget = crate::fit::summarizer_budget(shared, summarizer_name, window);
+    let budget = crate::agent::fit::summarizer_budget(shared, summarizer_name, window);
     let split = split_for_summarizer(&job.items, job.previous.as_ref(), budget);
     let count = split.parts.len();
     let mut partials = Vec::with_capacity(count);

@@ -25,21 +25,21 @@ use legio_ops::{
     WindowTally,
 };
 
+use crate::agent::compact::compact;
+use crate::agent::dispatch::Route;
+use crate::agent::fit;
+use crate::agent::taken_in::{taken_in, Taken};
 use crate::clock::{fresh_uuid, now};
-use crate::compact::compact;
-use crate::dispatch::Route;
 use crate::error::RuntimeError;
-use crate::fit;
-use crate::memory::ToolSpec;
 use crate::messages::TurnRequest;
 use crate::metrics as m;
 use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, Reply, TurnErrorKind};
 use crate::shared::Shared;
 use crate::status::Activity;
-use crate::taken_in::{taken_in, Taken};
-use crate::tool_progress;
-use crate::tools::{run_calls, tools_for, CallContext, HostCalls, ToolOutcome};
+use crate::tools::calls::{run_calls, tools_for, CallContext, HostCalls, ToolOutcome};
+use crate::tools::memory::ToolSpec;
+use crate::tools::progress as tool_progress;
 
 /// Whose turn it is: the shared state, the conversation, the agent, and the route to its
 /// conversation's supervisor (through which `dispatch` sends turns to specialists).
@@ -385,7 +385,7 @@ fn mcp_access(agent: &Agent, setup: &Setup) -> Option<legio_llm::McpAccess> {
         return None;
     }
     let (url, key) = agent.shared.mcp_endpoint.get()?;
-    let scope = crate::mcp_token::McpScope {
+    let scope = crate::tools::mcp_token::McpScope {
         conversation: agent.conversation.clone(),
         agent: agent.name.clone(),
     };
@@ -394,7 +394,7 @@ fn mcp_access(agent: &Agent, setup: &Setup) -> Option<legio_llm::McpAccess> {
     Some(legio_llm::McpAccess {
         url: url.clone(),
         bearer: key.issue(&scope, ttl),
-        tools: crate::tools::tools_for(&agent.shared, &setup.spec)
+        tools: crate::tools::calls::tools_for(&agent.shared, &setup.spec)
             .into_iter()
             .map(|t| t.name)
             .collect(),
@@ -869,7 +869,7 @@ mod tests {
     //! The turn without an actor: plain function calls on a shared state over an in-memory log.
 
     use super::*;
-    use crate::dispatch::Sent;
+    use crate::agent::dispatch::Sent;
     use crate::messages::ConversationMsg;
     use legio_core::{DeliveryMode, History};
     use legio_llm::{ScriptedConfig, ScriptedProvider};

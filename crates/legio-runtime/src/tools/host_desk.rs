@@ -7,7 +7,7 @@
 //! result is recorded like any tool result (the model's message holds the calls, the results
 //! message replies to it, each result names its call id), and the turn goes on.
 //!
-//! This is the seam in the tool loop: a call whose result arrives later. tools.rs asks
+//! This is the seam in the tool loop: a call whose result arrives later. tools/calls.rs asks
 //! [`HostToolDesk::wait_for`] for each call of the step that names a host tool, before any call
 //! runs, then awaits each receiver as the call's outcome.
 
@@ -19,16 +19,16 @@ use legio_core::{ConversationKey, Seq};
 use tokio::sync::oneshot;
 
 use crate::error::{NotWaiting, RuntimeError};
-use crate::follow::{Follower, Follows};
-use crate::host_calls::HostToolResult;
-use crate::memory::ToolSpec;
-use crate::outcome::ToolOutcome;
-use crate::registry::{check_tool, ToolRegistry, ToolRegistryError};
+use crate::tools::follow::{Follower, Follows};
+use crate::tools::host_calls::HostToolResult;
+use crate::tools::memory::ToolSpec;
+use crate::tools::outcome::ToolOutcome;
+use crate::tools::registry::{check_tool, ToolRegistry, ToolRegistryError};
 
 type PendingKey = (ConversationKey, String);
 
 /// The host tools declared per conversation, as this process has read them from the log
-/// (declared_tools.rs keeps them current), the calls waiting for the host's results, and who
+/// (tools/declared.rs keeps them current), the calls waiting for the host's results, and who
 /// follows the turns that made them (follow.rs).
 #[derive(Default)]
 pub(crate) struct HostToolDesk {

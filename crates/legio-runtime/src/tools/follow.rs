@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use legio_core::{ConversationKey, MessageId};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::host_calls::HostToolCall;
 use crate::progress::{Progress, ProgressSink};
 use crate::reply::Posted;
+use crate::tools::host_calls::HostToolCall;
 
 /// How a followed turn ended for its follower.
 #[derive(Debug)]
@@ -314,7 +314,7 @@ impl Pass {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host_calls::HostToolCall;
+    use crate::tools::host_calls::HostToolCall;
     use legio_core::AgentName;
 
     fn required(id: &str) -> Progress {

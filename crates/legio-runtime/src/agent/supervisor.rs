@@ -14,13 +14,13 @@ use ractor::{Actor, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 use rand::Rng;
 use tokio::sync::oneshot;
 
-use crate::agent::AgentActor;
+use crate::agent::actor::AgentActor;
+use crate::agent::restart::{RestartDecision, RestartTracker};
 use crate::clock::now;
 use crate::error::RuntimeError;
 use crate::messages::{AgentMsg, ConversationMsg, Job, RootMsg};
 use crate::metrics as m;
 use crate::reply::{AgentReply, TurnErrorKind};
-use crate::restart::{RestartDecision, RestartTracker};
 use crate::shared::Shared;
 use crate::status::Activity;
 

@@ -8,10 +8,10 @@
 use std::collections::HashMap;
 
 use crate::error::RuntimeError;
-use crate::mcp_client::McpClients;
-use crate::registry::ToolRegistry;
 use crate::runtime::Runtime;
-use crate::tools::offered_tools;
+use crate::tools::calls::offered_tools;
+use crate::tools::mcp_client::McpClients;
+use crate::tools::registry::ToolRegistry;
 use legio_config::RuntimeConfig;
 use legio_core::ConversationKey;
 use legio_ops::{tool_row, tools_header, Table};

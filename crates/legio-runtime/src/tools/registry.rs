@@ -1,5 +1,5 @@
 //! The host's tools ([`ToolRegistry`]) and the names of the built-in ones: vocabulary shared by
-//! the runtime's state and the tool calls (tools.rs), in a module that depends on neither.
+//! the runtime's state and the tool calls (tools/calls.rs), in a module that depends on neither.
 
 use std::fmt;
 use std::future::Future;
@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::memory::{MemoryTools, ToolSpec};
-pub use crate::registry_error::ToolRegistryError;
+use crate::tools::memory::{MemoryTools, ToolSpec};
+pub use crate::tools::registry_error::ToolRegistryError;
 
 /// The built-in tool that reads the conversation as the calling agent may see it.
 pub const GET_HISTORY: &str = "get_history";

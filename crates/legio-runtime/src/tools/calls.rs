@@ -4,7 +4,7 @@
 //! (the conversation as the agent may see it), the orchestrator's `dispatch` (a message to named
 //! specialists, their replies as the result), its memory tools ([`MemoryTools::tools_for`], scoped
 //! by who calls), the host's tools ([`ToolRegistry`], registered through the embedding API), and
-//! on turns a host posts with tools it runs over an API, those (host_tools.rs: their calls are
+//! on turns a host posts with tools it runs over an API, those (tools/host_desk.rs: their calls are
 //! announced and wait for the host's results instead of running here); and the tools of the
 //! `[mcp.NAME]` servers that name the agent (`mcp__NAME__T`, mcp_client.rs).
 //!
@@ -25,17 +25,17 @@ use legio_llm::ToolCallPart;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
+use crate::agent::dispatch::{gather, Route};
 use crate::clock::{fresh_uuid, now};
-use crate::dispatch::{gather, Route};
-use crate::host_calls::HostToolCall;
-use crate::mcp_client::McpClients;
-use crate::memory::{MemoryTools, ToolSpec};
 use crate::messages::{Job, TurnRequest};
-pub(crate) use crate::outcome::ToolOutcome;
 use crate::progress::{Progress, ProgressSink};
-use crate::registry::ToolRegistry;
-use crate::registry::{DISPATCH, GET_HISTORY};
 use crate::shared::Shared;
+use crate::tools::host_calls::HostToolCall;
+use crate::tools::mcp_client::McpClients;
+use crate::tools::memory::{MemoryTools, ToolSpec};
+pub(crate) use crate::tools::outcome::ToolOutcome;
+use crate::tools::registry::ToolRegistry;
+use crate::tools::registry::{DISPATCH, GET_HISTORY};
 use legio_config::{AgentSpec, Role, RuntimeConfig};
 
 /// How many messages `get_history` returns unless asked otherwise, and at most.
@@ -145,7 +145,7 @@ pub(crate) struct CallContext {
     /// The message holding the calls (a dispatched message replies to it).
     pub(crate) call_message: MessageId,
     pub(crate) deadline: Instant,
-    /// The tools the host runs on this turn, and where their calls are announced (host_tools.rs).
+    /// The tools the host runs on this turn, and where their calls are announced (tools/host_desk.rs).
     pub(crate) host: Option<HostCalls>,
 }
 

@@ -27,7 +27,7 @@ use thiserror::Error;
 
 use crate::clock::now;
 use crate::error::RuntimeError;
-use crate::memory_calls::{definitions, Call};
+use crate::tools::memory_calls::{definitions, Call};
 use legio_config::{AgentSpec, Role};
 use legio_ops::{fold_memory, one_line as cut, short_time as when};
 

@@ -10,7 +10,7 @@
 //! termination hands the queue to a fresh supervisor. So a post reaches either the old
 //! supervisor before it retires or a new one after, never a supervisor that is stopping.
 //! Once a conversation runs nothing here (retired with nothing queued), the root tells the
-//! cluster's ownership layer, which may release its lease (cluster/ownership.rs).
+//! cluster's ownership layer, which may release its lease (placement/ownership.rs).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,9 +18,9 @@ use std::sync::Arc;
 use legio_core::ConversationKey;
 use ractor::{Actor, ActorCell, ActorId, ActorProcessingErr, ActorRef, SupervisionEvent};
 
+use crate::agent::supervisor::ConversationSupervisor;
 use crate::messages::{ConversationMsg, RootMsg};
 use crate::shared::Shared;
-use crate::supervisor::ConversationSupervisor;
 
 pub(crate) struct RootSupervisor {
     pub(crate) shared: Arc<Shared>,

@@ -1,11 +1,11 @@
 //! The host tools' vocabulary: a model's call of a tool the host runs ([`HostToolCall`]), the
 //! host's result of it ([`HostToolResult`]) and a message posted with such tools
-//! ([`HostTurn`]). Used by the host desk (host_tools.rs), the turn's followers (follow.rs), the
-//! progress a turn reports (progress.rs) and the tool loop (tools.rs).
+//! ([`HostTurn`]). Used by the host desk (tools/host_desk.rs), the turn's followers (follow.rs), the
+//! progress a turn reports (progress.rs) and the tool loop (tools/calls.rs).
 
 use legio_core::{AgentName, Participant};
 
-use crate::memory::ToolSpec;
+use crate::tools::memory::ToolSpec;
 
 /// A call of a host tool a model made, for the host to run.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
