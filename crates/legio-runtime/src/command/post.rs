@@ -63,6 +63,8 @@ impl Command for Post {
         _here: Here,
         progress: Option<ProgressSink>,
     ) -> Result<Posted, RuntimeError> {
+        // Checked where it was posted; the tools again against this process's own.
+        check_host_tools(&self.tools, &runtime.shared.tools)?;
         self.check(runtime)?;
         let (audience, targets, unknown_mentions) = match &self.to {
             Some(to) => only(&self.sender, to),
@@ -90,11 +92,10 @@ impl Command for Post {
 }
 
 impl Post {
-    /// What refuses the message before anything is stored: a tool the host declared wrong
-    /// (checked against this process's own tools), a stopped runtime, an empty message, a
-    /// sender not in the roster.
+    /// What refuses the message before anything is stored (besides its tools, which the
+    /// posting checks as it is given them): a stopped runtime, an empty message, a sender not
+    /// in the roster.
     pub(crate) fn check(&self, runtime: &Runtime) -> Result<(), RuntimeError> {
-        check_host_tools(&self.tools, &runtime.shared.tools)?;
         runtime.check_running()?;
         if self.text.trim().is_empty() {
             return Err(RuntimeError::EmptyMessage);

@@ -1,8 +1,8 @@
-//! A host's results for the calls of its tools a turn waits on: handed to the waiting calls
-//! ([`Runtime::submit_tool_results`]), or handed and the turn followed from then on
-//! ([`Runtime::follow_tool_results`], follow.rs). Calls wait only where their turn runs: on a
-//! cluster, on the node that holds the conversation, so results that reach another node go
-//! there (the commands `SubmitResults` and `FollowResults`).
+//! Following a turn that waits on a host's tool calls, where the calls wait: results handed to
+//! them and their turn followed from then on ([`Runtime::follow_here`], behind
+//! [`Runtime::follow_tool_results`] and the `FollowResults` command; follow.rs keeps the
+//! followers), and a keyed post's retry that follows the turn its first attempt paused on
+//! ([`Runtime::follow_paused`]). The entries are in api/host_tools.rs.
 
 use legio_core::ConversationKey;
 use tokio::sync::oneshot;
