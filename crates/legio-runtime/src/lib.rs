@@ -5,6 +5,7 @@ mod agent;
 mod api;
 mod clock;
 mod command;
+mod conversation;
 mod error;
 mod keyed;
 mod messages;

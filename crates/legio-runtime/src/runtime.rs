@@ -17,7 +17,6 @@ use tokio::sync::oneshot;
 
 use crate::agent::dispatch::{gather, RootRoute};
 use crate::error::RuntimeError;
-use crate::keyed::KeyedPosts;
 use crate::messages::{ConversationMsg, Job, RootMsg};
 use crate::names::IntoName;
 use crate::placement::Cluster;
@@ -39,8 +38,6 @@ pub struct Runtime {
     /// The log's last seq when this runtime opened: sessions open at or before it were opened by
     /// an earlier process.
     pub(crate) started_at: Seq,
-    /// The keyed messages this node has read, per conversation (keyed.rs).
-    pub(crate) keyed: Arc<KeyedPosts>,
     /// False for the handle the cluster's routing serves forwarded posts with (its drop stops
     /// nothing).
     pub(crate) primary: bool,
@@ -66,7 +63,6 @@ impl Runtime {
             stopped: Arc::clone(&self.stopped),
             cluster: self.cluster.clone(),
             started_at: self.started_at,
-            keyed: Arc::clone(&self.keyed),
             primary: false,
         }
     }
@@ -109,7 +105,6 @@ impl Runtime {
         let interval = self.shared.config.runtime.reap_interval;
         let idle = self.shared.config.runtime.idle_timeout;
         let root = self.root.clone();
-        let shared = Arc::clone(&self.shared);
         let cluster = self.cluster.clone();
         let task = tokio::spawn(async move {
             let mut ticker = tokio::time::interval(interval);
@@ -117,8 +112,6 @@ impl Runtime {
             loop {
                 ticker.tick().await;
                 let reaped = reap(&root, idle).await;
-                shared.prune_dispatch_tails();
-                shared.host_desk.forget_unused(idle);
                 release_unused(cluster.as_deref(), &root, idle);
                 if let Some(cluster) = &cluster {
                     cluster.ownership.forget_reads(idle).await;
@@ -233,12 +226,12 @@ impl Runtime {
 
     /// What each agent of `conversation` is doing on this node.
     pub(crate) fn board_here(&self, conversation: &ConversationKey) -> Vec<(AgentName, Activity)> {
-        let board = &self.shared.board;
+        let board = &self.shared.conversations;
         self.shared
             .config
             .agents
             .iter()
-            .map(|spec| (spec.name.clone(), board.get(conversation, &spec.name)))
+            .map(|spec| (spec.name.clone(), board.activity(conversation, &spec.name)))
             .collect()
     }
 
@@ -250,12 +243,11 @@ impl Runtime {
     }
 
     /// Like [`Runtime::reap_idle`] with an explicit idle threshold. A conversation supervisor
-    /// left with no agent retires (soon after, through the root), and the runtime forgets the
-    /// dispatch tails of conversations with no post in flight: a conversation nobody talks to
-    /// costs nothing in memory (see `docs/runtime-semantics.md`).
+    /// left with no agent retires (soon after, through the root) and lets its conversation's
+    /// entry go (conversation/): a conversation nobody talks to costs nothing in memory (see
+    /// `docs/runtime-semantics.md`).
     pub async fn reap_idle_older_than(&self, idle: Duration) -> Result<usize, RuntimeError> {
         let reaped = reap(&self.root, idle).await;
-        self.shared.prune_dispatch_tails();
         release_unused(self.cluster.as_deref(), &self.root, idle);
         reaped
     }
@@ -264,6 +256,14 @@ impl Runtime {
     /// whose agents were reaped a moment ago and that are about to retire).
     pub async fn live_conversations(&self) -> usize {
         self.supervisors().await.len()
+    }
+
+    /// How many conversations hold in-memory state in this process (one entry each: their
+    /// dispatch order, keyed ids, declared host tools, waiting calls, followers, activities).
+    /// An entry goes as a whole once its conversation's supervisor retired and no request is on
+    /// it, so with every conversation retired this is 0.
+    pub fn conversations_in_memory(&self) -> usize {
+        self.shared.conversations.len()
     }
 
     async fn supervisors(&self) -> Vec<ActorRef<ConversationMsg>> {

@@ -1,5 +1,5 @@
-//! What every actor of a runtime shares: the log, the configuration, the providers, the status
-//! board. Holds configuration only; no conversation state lives here.
+//! What every actor of a runtime shares: the log, the configuration, the providers, the tools,
+//! and the conversation table (conversation/), where every conversation's in-memory state is.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -12,9 +12,9 @@ use legio_store::EventLog;
 use tokio::sync::oneshot;
 
 use crate::clock::now;
+use crate::conversation::{lock, Conversations, Use};
 use crate::error::RuntimeError;
 use crate::placement::AppendGate;
-use crate::status::StatusBoard;
 use crate::tools::memory::MemoryTools;
 use crate::tools::registry::ToolRegistry;
 use legio_config::{AgentSpec, RuntimeConfig};
@@ -23,7 +23,8 @@ pub(crate) struct Shared {
     pub(crate) log: Arc<dyn EventLog>,
     pub(crate) config: RuntimeConfig,
     pub(crate) providers: HashMap<String, Arc<dyn Provider>>,
-    pub(crate) board: StatusBoard,
+    /// Every conversation's in-memory state, one entry each (conversation/).
+    pub(crate) conversations: Conversations,
     /// The memory tools' executor (its cached projection of `legio:memory`).
     pub(crate) memory: Arc<MemoryTools>,
     /// The host's tools, offered to every agent whose provider takes tools.
@@ -40,19 +41,17 @@ pub(crate) struct Shared {
     pub(crate) prompts: std::sync::Mutex<HashMap<std::path::PathBuf, CachedPrompt>>,
     /// Each provider's token calibration (fit.rs), learned as turns go.
     pub(crate) calibrations: crate::agent::calibrations::Calibrations,
-    /// Per conversation, the signal of the last message appended for dispatch: set once its
-    /// turns are sent (see [`Shared::append_for_dispatch`]).
-    pub(crate) dispatch_tails: std::sync::Mutex<HashMap<ConversationKey, oneshot::Receiver<()>>>,
     /// On a cluster, the ownership layer: asked before every append whether this node still
     /// owns the conversations, told when the log refused an append as fenced.
     pub(crate) gate: Option<Arc<dyn AppendGate>>,
 }
 
 /// Held while the turns for a message are sent; dropping it lets the conversation's next message
-/// send its turns.
+/// send its turns. Its use keeps the conversation's entry, where the next message finds the tail.
 #[derive(Debug)]
 pub(crate) struct DispatchTicket {
     _done: oneshot::Sender<()>,
+    _conversation: Use,
 }
 
 #[derive(Clone)]
@@ -136,13 +135,16 @@ impl Shared {
         submit: impl FnOnce() -> Result<T, E>,
     ) -> Result<(T, Option<oneshot::Receiver<()>>, DispatchTicket), E> {
         let (done, signal) = oneshot::channel();
-        let mut tails = self
-            .dispatch_tails
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let entry = self.conversations.enter(conversation);
+        let mut tail = lock(&entry.dispatch_tail);
         let submitted = submit()?;
-        let previous = tails.insert(conversation.clone(), signal);
-        Ok((submitted, previous, DispatchTicket { _done: done }))
+        let previous = tail.replace(signal);
+        drop(tail);
+        let ticket = DispatchTicket {
+            _done: done,
+            _conversation: entry,
+        };
+        Ok((submitted, previous, ticket))
     }
 
     /// Waits for the previous tail. An error means the earlier post gave up (its append failed
@@ -151,21 +153,6 @@ impl Shared {
         if let Some(previous) = previous {
             let _ = previous.await;
         }
-    }
-
-    /// Forgets the dispatch tails of conversations whose last post has sent its turns (their
-    /// ticket is dropped), so that conversations no longer posted to cost nothing here.
-    pub(crate) fn prune_dispatch_tails(&self) {
-        let mut tails = self
-            .dispatch_tails
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        tails.retain(|_, signal| {
-            matches!(
-                signal.try_recv(),
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty)
-            )
-        });
     }
 
     /// Appends and waits until durable (awaiting the committer, never blocking a worker).
@@ -285,7 +272,12 @@ impl Shared {
         let activities: Vec<(&AgentName, &str)> = self
             .config
             .specialists()
-            .map(|a| (&a.name, self.board.get(conversation, &a.name).as_str()))
+            .map(|a| {
+                (
+                    &a.name,
+                    self.conversations.activity(conversation, &a.name).as_str(),
+                )
+            })
             .collect();
         legio_ops::status_block(activities)
     }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use legio_core::{Event, History, Participant};
+use legio_core::{Event, History, IdempotencyKey, Participant};
 use legio_runtime::Runtime;
 
 use super::Legion;
@@ -29,17 +29,39 @@ async fn until_all_retired(rt: &Runtime) {
     }
 }
 
+/// Polls until `done` holds, with a deadline.
+async fn until(done: impl Fn() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reaped_conversations_keep_no_supervisor_and_come_back_on_the_next_post() {
     let legion = Legion::new(RESUMABLE, "").await;
     let rt = legion.rt();
     for i in 0..20 {
-        let posted = rt.post(format!("retire:{i}").as_str(), "@ann hello").await;
+        // Half of them keyed: their keyed ids are conversation state too.
+        let key = (i % 2 == 0).then(|| IdempotencyKey::new(&format!("k-{i}")).unwrap());
+        let posting = rt.posting(format!("retire:{i}").as_str(), "@ann hello");
+        let posted = posting.key(key).send().await;
         assert!(posted.unwrap().replies[0].error().is_none());
     }
     assert_eq!(rt.live_conversations().await, 20);
+    assert_eq!(
+        rt.conversations_in_memory(),
+        20,
+        "one entry per conversation"
+    );
     assert_eq!(rt.reap_idle_older_than(Duration::ZERO).await.unwrap(), 20);
     until_all_retired(rt).await;
+    until(
+        || rt.conversations_in_memory() == 0,
+        "entries gone with their supervisors",
+    )
+    .await;
     // A conversation with no agent (a reset of an agent never started) retires at the next reap.
     rt.reset("retire:never", "bob").await.unwrap();
     assert_eq!(rt.live_conversations().await, 1);

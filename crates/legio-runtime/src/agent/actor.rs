@@ -91,8 +91,8 @@ impl Actor for AgentActor {
             }
             AgentMsg::Heartbeat { text, reply } => {
                 // Between turns, outside the session: no boundary, no checkpoint, no idle reset.
-                let board = &self.shared.board;
-                board.set(&self.conversation, &self.agent, Activity::Working);
+                let board = &self.shared.conversations;
+                board.set_activity(&self.conversation, &self.agent, Activity::Working);
                 let answer = crate::agent::heartbeat::run(
                     &self.shared,
                     &self.conversation,
@@ -100,7 +100,7 @@ impl Actor for AgentActor {
                     text,
                 )
                 .await;
-                board.set(&self.conversation, &self.agent, Activity::Idle);
+                board.set_activity(&self.conversation, &self.agent, Activity::Idle);
                 let _ = reply.send(answer);
             }
             AgentMsg::ReapIfIdle { idle, reply } => {

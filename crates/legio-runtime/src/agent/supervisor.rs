@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use crate::agent::actor::AgentActor;
 use crate::agent::restart::{RestartDecision, RestartTracker};
 use crate::clock::now;
+use crate::conversation::Use;
 use crate::error::RuntimeError;
 use crate::messages::{AgentMsg, ConversationMsg, Job, RootMsg};
 use crate::metrics as m;
@@ -48,6 +49,8 @@ pub(crate) struct ConversationState {
     by_actor: HashMap<ActorId, AgentName>,
     restarts: HashMap<AgentName, RestartTracker>,
     shutting_down: bool,
+    /// Its conversation's entry (conversation/), kept for the supervisor's life.
+    _entry: Use,
 }
 
 impl Actor for ConversationSupervisor {
@@ -65,6 +68,7 @@ impl Actor for ConversationSupervisor {
             by_actor: HashMap::new(),
             restarts: HashMap::new(),
             shutting_down: false,
+            _entry: self.shared.conversations.enter(&self.conversation),
         })
     }
 
@@ -299,8 +303,8 @@ impl ConversationSupervisor {
             Ok(Some(s)) if s.failed.is_some() => {
                 let reason = s.failed.map(|f| f.reason).unwrap_or_default();
                 self.shared
-                    .board
-                    .set(&self.conversation, agent, Activity::Failed);
+                    .conversations
+                    .set_activity(&self.conversation, agent, Activity::Failed);
                 state.slots.insert(agent.clone(), Slot::Failed(reason));
                 return;
             }
@@ -324,8 +328,8 @@ impl ConversationSupervisor {
                 state.by_actor.insert(actor_ref.get_id(), agent.clone());
                 state.slots.insert(agent.clone(), Slot::Live(actor_ref));
                 self.shared
-                    .board
-                    .set(&self.conversation, agent, Activity::Idle);
+                    .conversations
+                    .set_activity(&self.conversation, agent, Activity::Idle);
             }
             Err(e) => {
                 tracing::warn!(conversation = %self.conversation, agent = %agent, error = %e, "agent actor failed to start");
@@ -359,9 +363,11 @@ impl ConversationSupervisor {
         match decision {
             RestartDecision::Restart(delay) => {
                 metrics::counter!(m::RESTARTS).increment(1);
-                self.shared
-                    .board
-                    .set(&self.conversation, agent, Activity::Restarting);
+                self.shared.conversations.set_activity(
+                    &self.conversation,
+                    agent,
+                    Activity::Restarting,
+                );
                 state.slots.insert(agent.clone(), Slot::Restarting(queued));
                 let name = agent.clone();
                 ractor::time::send_after(delay, myself.get_cell(), move || {
@@ -372,8 +378,8 @@ impl ConversationSupervisor {
                 tracing::error!(conversation = %self.conversation, agent = %agent, restarts, "agent failed past its restart intensity");
                 metrics::counter!(m::FAILED_AGENTS).increment(1);
                 self.shared
-                    .board
-                    .set(&self.conversation, agent, Activity::Failed);
+                    .conversations
+                    .set_activity(&self.conversation, agent, Activity::Failed);
                 let _ = self
                     .shared
                     .append(vec![Event::AgentFailed(AgentFailed {
@@ -467,8 +473,8 @@ impl ConversationSupervisor {
                     _ => Vec::new(),
                 };
                 self.shared
-                    .board
-                    .set(&self.conversation, &agent, Activity::Idle);
+                    .conversations
+                    .set_activity(&self.conversation, &agent, Activity::Idle);
                 let result = self.shared.record_reset(&self.conversation, &agent).await;
                 let _ = reply.send(result);
                 for (job, reply) in queued {

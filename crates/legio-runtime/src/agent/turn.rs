@@ -95,8 +95,8 @@ struct Setup {
 /// recorded as `TurnFailed` if the log still takes writes). Reports progress and metrics.
 pub(crate) async fn run(agent: &Agent, state: &mut TurnState, request: TurnRequest) -> AgentReply {
     let started = Instant::now();
-    let board = &agent.shared.board;
-    board.set(&agent.conversation, &agent.name, Activity::Working);
+    let board = &agent.shared.conversations;
+    board.set_activity(&agent.conversation, &agent.name, Activity::Working);
     if let Some(progress) = &request.progress {
         let _ = progress.send(Progress::AgentStarted {
             agent: agent.name.clone(),
@@ -114,7 +114,7 @@ pub(crate) async fn run(agent: &Agent, state: &mut TurnState, request: TurnReque
     let name = agent.name.to_string();
     metrics::counter!(m::TURNS, "agent" => name.clone(), "outcome" => outcome).increment(1);
     metrics::histogram!(m::TURN_LATENCY, "agent" => name).record(started.elapsed().as_secs_f64());
-    board.set(&agent.conversation, &agent.name, Activity::Idle);
+    board.set_activity(&agent.conversation, &agent.name, Activity::Idle);
     reply
 }
 
@@ -896,18 +896,18 @@ mod tests {
         let log: Arc<dyn EventLog> = Arc::new(MemoryLog::new());
         let memory = Arc::new(crate::MemoryTools::new(Arc::clone(&log), &config.agents));
         let provider: Arc<dyn Provider> = Arc::new(provider);
+        let conversations = crate::conversation::Conversations::default();
         Arc::new(Shared {
             log,
             config,
             providers: [("local".to_owned(), provider)].into(),
-            board: Default::default(),
+            conversations: conversations.clone(),
             memory,
             tools: Default::default(),
-            host_desk: Default::default(),
+            host_desk: crate::tools::host_desk::HostToolDesk::new(conversations),
             mcp: Default::default(),
             mcp_endpoint: Default::default(),
             prompts: Default::default(),
-            dispatch_tails: Default::default(),
             calibrations: Default::default(),
             gate: None,
         })

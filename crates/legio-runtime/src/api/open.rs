@@ -16,7 +16,6 @@ use crate::error::RuntimeError;
 use crate::placement::{AppendGate, Cluster, RequestHandler};
 use crate::runtime::Runtime;
 use crate::shared::Shared;
-use crate::status::StatusBoard;
 use crate::tools::memory::MemoryTools;
 use crate::tools::registry::ToolRegistry;
 
@@ -160,18 +159,18 @@ impl Runtime {
         providers.extend(overrides);
         let memory = Arc::new(MemoryTools::new(Arc::clone(&log), &config.agents));
         let mcp = Arc::new(crate::tools::mcp_client::McpClients::start(&config.mcp).await?);
+        let conversations = crate::conversation::Conversations::default();
         let shared = Arc::new(Shared {
             log,
             config,
             providers,
-            board: StatusBoard::default(),
+            conversations: conversations.clone(),
             memory,
             tools,
-            host_desk: Default::default(),
+            host_desk: crate::tools::host_desk::HostToolDesk::new(conversations),
             mcp,
             mcp_endpoint: Default::default(),
             prompts: Default::default(),
-            dispatch_tails: Default::default(),
             calibrations: Default::default(),
             gate: cluster
                 .as_ref()
@@ -196,7 +195,6 @@ impl Runtime {
             stopped: Default::default(),
             cluster: cluster.map(Arc::new),
             started_at,
-            keyed: Arc::default(),
             primary: true,
         };
         runtime.start_reaper();

@@ -141,7 +141,7 @@ async fn post_here(
     let conversation = message.conversation.clone();
     let mut gate = None;
     if let Some(k) = &key {
-        let entered = runtime.keyed.enter(shared, &conversation).await?;
+        let entered = crate::keyed::enter(shared, &conversation).await?;
         let id = MessageId::keyed(&conversation, k);
         (message.id, turns.id) = (id, id);
         if let Some(seq) = entered.find(message.id) {
@@ -204,7 +204,7 @@ async fn send_turns(
     ticket: DispatchTicket,
 ) -> Posted {
     let host_tools = host_tools.filter(|_| progress.is_some());
-    let follows = &runtime.shared.host_desk.follows;
+    let follows = &runtime.shared.conversations;
     let turn = (key, turns.id);
     let relay = Relay::for_turn(follows, turn, host_tools.is_some(), progress);
     let request = TurnRequest {

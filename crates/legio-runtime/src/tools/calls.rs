@@ -23,7 +23,6 @@ use legio_core::{
 };
 use legio_llm::ToolCallPart;
 use serde_json::{json, Value};
-use tokio::sync::oneshot;
 
 use crate::agent::dispatch::{gather, Route};
 use crate::clock::{fresh_uuid, now};
@@ -31,6 +30,7 @@ use crate::messages::{Job, TurnRequest};
 use crate::progress::{Progress, ProgressSink};
 use crate::shared::Shared;
 use crate::tools::host_calls::HostToolCall;
+use crate::tools::host_desk::Waiting;
 use crate::tools::mcp_client::McpClients;
 use crate::tools::memory::{MemoryTools, ToolSpec};
 pub(crate) use crate::tools::outcome::ToolOutcome;
@@ -170,7 +170,7 @@ pub(crate) async fn run_calls(ctx: &CallContext, calls: &[ToolCallPart]) -> Vec<
             .iter()
             .zip(waiting.iter_mut())
             .map(|(call, waiting)| match waiting.take() {
-                Some(receiver) => tokio::spawn(wait_for_host(ctx, &call.id, receiver)),
+                Some(waiting) => tokio::spawn(wait_for_host(ctx, waiting)),
                 None => tokio::spawn(prepare_call(ctx, &call.name, &call.arguments)),
             })
             .collect(),
@@ -196,11 +196,9 @@ pub(crate) async fn run_calls(ctx: &CallContext, calls: &[ToolCallPart]) -> Vec<
 }
 
 /// Registers the step's calls of host tools (before any call runs, so a quick host finds them)
-/// and announces them in one `ToolCallsRequired`: a receiver per host call, in the calls' order.
-fn announce_host_calls(
-    ctx: &CallContext,
-    calls: &[ToolCallPart],
-) -> Vec<Option<oneshot::Receiver<ToolOutcome>>> {
+/// and announces them in one `ToolCallsRequired`: a waiting call per host call, in the calls'
+/// order.
+fn announce_host_calls(ctx: &CallContext, calls: &[ToolCallPart]) -> Vec<Option<Waiting>> {
     let Some(host) = &ctx.host else {
         return calls.iter().map(|_| None).collect();
     };
@@ -232,28 +230,13 @@ fn announce_host_calls(
 /// A host tool's call: the host's result, or an interrupted error result after
 /// `runtime.host_tool_timeout_seconds`. The call is forgotten however it ends (also when the
 /// turn's deadline aborts it).
-fn wait_for_host(
-    ctx: &CallContext,
-    call_id: &str,
-    receiver: oneshot::Receiver<ToolOutcome>,
-) -> CallFuture {
-    struct Forget(Arc<Shared>, ConversationKey, String);
-    impl Drop for Forget {
-        fn drop(&mut self) {
-            self.0.host_desk.forget(&self.1, &self.2);
-        }
-    }
-    let forget = Forget(
-        Arc::clone(&ctx.shared),
-        ctx.conversation.clone(),
-        call_id.to_owned(),
-    );
+fn wait_for_host(ctx: &CallContext, mut call: Waiting) -> CallFuture {
+    let shared = Arc::clone(&ctx.shared);
     let timeout = ctx.shared.config.runtime.host_tool_timeout;
     Box::pin(async move {
-        let forget = forget;
-        let answered = tokio::time::timeout(timeout, receiver).await;
+        let answered = tokio::time::timeout(timeout, &mut call.outcome).await;
         if answered.is_err() {
-            forget.0.host_desk.timed_out(&forget.1, &forget.2);
+            shared.host_desk.timed_out(&call);
         }
         match answered {
             Ok(Ok(outcome)) => outcome,

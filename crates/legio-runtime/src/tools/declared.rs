@@ -2,11 +2,12 @@
 //! declaration is a `ToolsDeclared` event in the conversation, so it outlives the process and every
 //! node of a cluster reads the same one. The last declaration wins; an empty list clears them.
 //!
-//! This process keeps what it has read in the host desk (tools/host_desk.rs), per conversation, with
-//! the seq it has read up to. On one machine every declaration goes through this process, so a
-//! conversation's events are read once, on first use (a `ToolsDeclared` appended around the
-//! runtime, through `Runtime::log()`, is seen only by a process that reads the conversation
-//! afresh: after a restart, or once the reaper forgot it). On a cluster a declaration routes to the
+//! This process keeps what it has read in the conversation's entry (conversation/, through the
+//! host desk, tools/host_desk.rs), with the seq it has read up to, while something uses the
+//! conversation (its supervisor, a request). On one machine every declaration goes through this
+//! process, so a conversation's events are read once per life of its entry (a `ToolsDeclared`
+//! appended around the runtime, through `Runtime::log()`, is seen only by a process that reads the
+//! conversation afresh: after a restart, or once its entry went). On a cluster a declaration routes to the
 //! conversation's owner like a post, and so does the question: the node holding the conversation
 //! answers it from its own copy, reading the events past that seq (another node may have declared
 //! before it took the conversation over); a node that asks keeps nothing.
@@ -23,6 +24,8 @@ impl Runtime {
         &self,
         key: &ConversationKey,
     ) -> Result<Vec<ToolSpec>, RuntimeError> {
+        // Kept for the read: what it notes stays while something else uses the conversation.
+        let _read = self.shared.conversations.enter(key);
         self.read_declarations(key).await?;
         Ok(self.shared.host_desk.declared(key))
     }

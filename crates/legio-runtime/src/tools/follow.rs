@@ -7,119 +7,71 @@
 //!
 //! A turn with host tools sends its progress to a [`Relay`], a task that passes each step on to
 //! the turn's follower of the moment; on its way it notes the calls a `ToolCallsRequired`
-//! announces (in [`Follows`]), so that the results of those calls can name the turn to follow.
+//! announces (in the conversation's entry: conversation/), so that the results of those calls can
+//! name the turn to follow.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use legio_core::{ConversationKey, MessageId};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::conversation::{lock as lock_part, Conversation, Conversations, FollowedTurn, Use};
+pub(crate) use crate::conversation::{Ended, Follower};
 use crate::progress::{Progress, ProgressSink};
 use crate::reply::Posted;
 use crate::tools::host_calls::HostToolCall;
 
-/// How a followed turn ended for its follower.
-#[derive(Debug)]
-pub(crate) enum Ended {
-    /// The turn's replies.
-    Replies(Posted),
-    /// Later results took the turn over: it goes on, followed by their request.
-    TakenOver,
+type Target = Arc<Mutex<FollowedTurn>>;
+
+/// Whether the turn that announced the call `id` in the conversation is still followed here.
+pub(crate) fn knows(conversation: &Conversation, id: &str) -> bool {
+    lock_part(&conversation.follows).contains_key(id)
 }
 
-/// Where a turn's progress goes, and who gets its end (none: the turn's caller, who gets the
-/// replies from its post). A follower whose `end` is dropped unsent lost the turn: its runtime
-/// stopped, or its caller gave the post up.
-pub(crate) struct Follower {
-    pub(crate) progress: ProgressSink,
-    pub(crate) end: Option<oneshot::Sender<Ended>>,
+/// Gives the turn that announced the call `id` to `follower`: the follower it had is told
+/// (`Ended::TakenOver`), and the new one gets, first, the turn's announced calls that
+/// `still_waiting` says wait for a result (announced to the old follower, which will not show
+/// them now). `false` when no turn here announced that call, or it ended.
+pub(crate) fn take_over(
+    conversation: &Conversation,
+    id: &str,
+    follower: Follower,
+    still_waiting: impl Fn(&str) -> bool,
+) -> bool {
+    let target = lock_part(&conversation.follows).get(id).cloned();
+    match target {
+        Some(target) => hand_over(&target, follower, still_waiting),
+        None => false,
+    }
 }
 
-/// A turn as its relay and its calls share it: its follower of the moment, the host calls it
-/// announced (to announce those still waiting again to a follower that takes it over), and
-/// whether it ended (then nobody may take it over).
-struct Turn {
-    /// The message the turn answers: a keyed post's retry follows its first attempt's turn.
+/// Gives the conversation's turn that answers `message` and waits on calls it announced
+/// (`still_waiting` says which still wait: a keyed post's first attempt, paused on them) to
+/// `follower`, as [`take_over`] does. A turn whose calls were all answered runs on for the
+/// request that answered them, and is not taken from it.
+pub(crate) fn take_over_message(
+    conversation: &Conversation,
     message: MessageId,
     follower: Follower,
-    announced: Vec<HostToolCall>,
-    ended: bool,
-}
-
-type Target = Arc<Mutex<Turn>>;
-
-/// A waiting call: its conversation and its id.
-type CallKey = (ConversationKey, String);
-
-/// The turns whose host calls were announced, by call (a relay notes its turn's calls as it
-/// passes their `ToolCallsRequired` on, and forgets them when its turn ends).
-#[derive(Clone, Default)]
-pub(crate) struct Follows(Arc<Mutex<HashMap<CallKey, Target>>>);
-
-impl Follows {
-    fn lock(&self) -> MutexGuard<'_, HashMap<CallKey, Target>> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Whether the turn that announced the call `id` in `conversation` is still followed here.
-    pub(crate) fn knows(&self, conversation: &ConversationKey, id: &str) -> bool {
-        self.lock()
-            .contains_key(&(conversation.clone(), id.to_owned()))
-    }
-
-    /// Gives the turn that announced the call `id` to `follower`: the follower it had is told
-    /// (`Ended::TakenOver`), and the new one gets, first, the turn's announced calls that
-    /// `still_waiting` says wait for a result (announced to the old follower, which will not
-    /// show them now). `false` when no turn here announced that call, or it ended.
-    pub(crate) fn take_over(
-        &self,
-        conversation: &ConversationKey,
-        id: &str,
-        follower: Follower,
-        still_waiting: impl Fn(&str) -> bool,
-    ) -> bool {
-        let target = self
-            .lock()
-            .get(&(conversation.clone(), id.to_owned()))
-            .cloned();
-        match target {
-            Some(target) => hand_over(&target, follower, still_waiting),
-            None => false,
-        }
-    }
-
-    /// Gives the turn of `conversation` that answers `message` and waits on calls it announced
-    /// (`still_waiting` says which still wait: a keyed post's first attempt, paused on them) to
-    /// `follower`, as [`Follows::take_over`] does. A turn whose calls were all answered runs on
-    /// for the request that answered them, and is not taken from it.
-    pub(crate) fn take_over_message(
-        &self,
-        conversation: &ConversationKey,
-        message: MessageId,
-        follower: Follower,
-        still_waiting: impl Fn(&str) -> bool,
-    ) -> bool {
-        // The map's lock is let go before a turn's is taken: a relay takes them the other way.
-        let targets: Vec<Target> = self
-            .lock()
-            .iter()
-            .filter(|((c, _), _)| c == conversation)
-            .map(|(_, t)| Arc::clone(t))
-            .collect();
-        let target = targets.into_iter().find(|t| {
-            let turn = lock(t);
-            let paused = turn.announced.iter().any(|c| still_waiting(&c.id));
-            turn.message == message && !turn.ended && paused
-        });
-        match target {
-            Some(target) => hand_over(&target, follower, still_waiting),
-            None => false,
-        }
+    still_waiting: impl Fn(&str) -> bool,
+) -> bool {
+    // The map's lock is let go before a turn's is taken: a relay takes them the other way.
+    let targets: Vec<Target> = lock_part(&conversation.follows)
+        .values()
+        .map(Arc::clone)
+        .collect();
+    let target = targets.into_iter().find(|t| {
+        let turn = lock(t);
+        let paused = turn.announced.iter().any(|c| still_waiting(&c.id));
+        turn.message == message && !turn.ended && paused
+    });
+    match target {
+        Some(target) => hand_over(&target, follower, still_waiting),
+        None => false,
     }
 }
 
-/// Gives the turn to `follower` (see [`Follows::take_over`]); `false` when it ended.
+/// Gives the turn to `follower` (see [`take_over`]); `false` when it ended.
 fn hand_over(target: &Target, follower: Follower, still_waiting: impl Fn(&str) -> bool) -> bool {
     {
         let mut turn = lock(target);
@@ -153,7 +105,7 @@ fn calls_by_agent<'a>(calls: impl Iterator<Item = &'a HostToolCall>) -> Vec<Prog
         .collect()
 }
 
-fn lock(target: &Target) -> MutexGuard<'_, Turn> {
+fn lock(target: &Target) -> MutexGuard<'_, FollowedTurn> {
     target.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -168,15 +120,10 @@ pub(crate) struct Relay {
 impl Relay {
     /// Starts the relay of a turn in `conversation`, answering `message`, whose caller follows it
     /// through `progress`.
-    fn start(
-        follows: &Follows,
-        conversation: &ConversationKey,
-        message: MessageId,
-        progress: ProgressSink,
-    ) -> Self {
+    fn start(conversation: Use, message: MessageId, progress: ProgressSink) -> Self {
         let (sink, steps) = mpsc::unbounded_channel();
         let (finish, finished) = oneshot::channel();
-        let target = Arc::new(Mutex::new(Turn {
+        let target = Arc::new(Mutex::new(FollowedTurn {
             message,
             follower: Follower {
                 progress,
@@ -186,8 +133,7 @@ impl Relay {
             ended: false,
         }));
         let pass = Pass {
-            follows: follows.clone(),
-            conversation: conversation.clone(),
+            conversation,
             target,
             noted: Vec::new(),
         };
@@ -203,13 +149,13 @@ impl Relay {
     /// results, so its progress goes through a relay task; any other turn's goes straight to
     /// its caller.
     pub(crate) fn for_turn(
-        follows: &Follows,
+        table: &Conversations,
         (conversation, message): (&ConversationKey, MessageId),
         host_tools: bool,
         progress: Option<ProgressSink>,
     ) -> Option<Self> {
         match progress {
-            Some(sink) if host_tools => Some(Self::start(follows, conversation, message, sink)),
+            Some(sink) if host_tools => Some(Self::start(table.enter(conversation), message, sink)),
             progress => progress.map(Self::direct),
         }
     }
@@ -235,12 +181,12 @@ impl Relay {
     }
 }
 
-/// A relay's task: its turn, and the calls it noted.
+/// A relay's task: its turn, and the calls it noted (its use keeps the conversation's entry,
+/// where they are noted, while it runs).
 struct Pass {
-    follows: Follows,
-    conversation: ConversationKey,
+    conversation: Use,
     target: Target,
-    noted: Vec<CallKey>,
+    noted: Vec<String>,
 }
 
 impl Pass {
@@ -286,11 +232,10 @@ impl Pass {
     fn pass(&mut self, step: Progress) {
         let mut turn = lock(&self.target);
         if let Progress::ToolCallsRequired { calls, .. } = &step {
-            let mut follows = self.follows.lock();
+            let mut follows = lock_part(&self.conversation.follows);
             for call in calls {
-                let key = (self.conversation.clone(), call.id.clone());
-                follows.insert(key.clone(), Arc::clone(&self.target));
-                self.noted.push(key);
+                follows.insert(call.id.clone(), Arc::clone(&self.target));
+                self.noted.push(call.id.clone());
             }
             turn.announced.extend(calls.iter().cloned());
         }
@@ -299,7 +244,7 @@ impl Pass {
 
     /// Forgets the calls this turn announced (unless a later turn reused an id).
     fn forget(&mut self) {
-        let mut follows = self.follows.lock();
+        let mut follows = lock_part(&self.conversation.follows);
         for key in self.noted.drain(..) {
             if follows
                 .get(&key)
@@ -347,25 +292,25 @@ mod tests {
     /// once ended.
     #[tokio::test]
     async fn followers_take_a_turn_over_by_its_calls_and_the_last_gets_its_end() {
-        let follows = Follows::default();
-        let c = ConversationKey::new("f:1").unwrap();
+        let table = Conversations::default();
+        let c = table.enter(&ConversationKey::new("f:1").unwrap());
         let (caller, mut caller_rx) = mpsc::unbounded_channel();
-        let relay = Relay::start(&follows, &c, MessageId(uuid::Uuid::nil()), caller);
+        let relay = Relay::start(c.clone(), MessageId(uuid::Uuid::nil()), caller);
         let none = |_: &str| false;
         assert!(
-            !follows.take_over(&c, "call-1", follower().0, none),
+            !take_over(&c, "call-1", follower().0, none),
             "not announced yet"
         );
         relay.sink.send(delta("before")).unwrap();
         relay.sink.send(required("call-1")).unwrap();
         relay.sink.send(required("call-2")).unwrap();
-        until(|| follows.knows(&c, "call-2")).await;
+        until(|| knows(&c, "call-2")).await;
         let (first, mut first_rx, first_end) = follower();
-        assert!(follows.take_over(&c, "call-1", first, |id| id == "call-2"));
+        assert!(take_over(&c, "call-1", first, |id| id == "call-2"));
         relay.sink.send(delta("after")).unwrap();
         until(|| first_rx.len() >= 2).await;
         let (second, mut second_rx, second_end) = follower();
-        assert!(follows.take_over(&c, "call-2", second, none));
+        assert!(take_over(&c, "call-2", second, none));
         assert!(matches!(first_end.await, Ok(Ended::TakenOver)));
         relay.sink.send(delta("last")).unwrap();
         let posted = Posted {
@@ -385,14 +330,11 @@ mod tests {
             other => panic!("the last follower got {other:?}"),
         }
         assert!(
-            !follows.take_over(&c, "call-2", follower().0, none),
+            !take_over(&c, "call-2", follower().0, none),
             "an ended turn is taken over by nobody"
         );
         for call in ["call-1", "call-2"] {
-            assert!(
-                !follows.knows(&c, call),
-                "{call} forgotten when the turn ended"
-            );
+            assert!(!knows(&c, call), "{call} forgotten when the turn ended");
         }
     }
 
@@ -400,28 +342,28 @@ mod tests {
     /// calls still wait: answered, the turn runs on for the request that answered them.
     #[tokio::test]
     async fn a_retry_takes_over_only_a_turn_still_paused() {
-        let follows = Follows::default();
-        let c = ConversationKey::new("f:2").unwrap();
+        let table = Conversations::default();
+        let c = table.enter(&ConversationKey::new("f:2").unwrap());
         let (message, other) = (
             MessageId(uuid::Uuid::from_u128(1)),
             MessageId(uuid::Uuid::nil()),
         );
         let (caller, _caller_rx) = mpsc::unbounded_channel();
-        let relay = Relay::start(&follows, &c, message, caller);
+        let relay = Relay::start(c.clone(), message, caller);
         relay.sink.send(required("call-1")).unwrap();
-        until(|| follows.knows(&c, "call-1")).await;
+        until(|| knows(&c, "call-1")).await;
         let waiting = |id: &str| id == "call-1";
         let answered = |_: &str| false;
         assert!(
-            !follows.take_over_message(&c, message, follower().0, answered),
+            !take_over_message(&c, message, follower().0, answered),
             "answered"
         );
         assert!(
-            !follows.take_over_message(&c, other, follower().0, waiting),
+            !take_over_message(&c, other, follower().0, waiting),
             "another message"
         );
         let (retry, mut retry_rx, _end) = follower();
-        assert!(follows.take_over_message(&c, message, retry, waiting));
+        assert!(take_over_message(&c, message, retry, waiting));
         assert_eq!(drain(&mut retry_rx), [required("call-1")], "shown the call");
     }
 

@@ -11,45 +11,46 @@
 //! [`HostToolDesk::wait_for`] for each call of the step that names a host tool, before any call
 //! runs, then awaits each receiver as the call's outcome.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use legio_core::{ConversationKey, Seq};
 use tokio::sync::oneshot;
 
+use crate::conversation::{lock, Conversations, Declared, Use};
 use crate::error::{NotWaiting, RuntimeError};
-use crate::tools::follow::{Follower, Follows};
+use crate::tools::follow::{self, Follower};
 use crate::tools::host_calls::HostToolResult;
 use crate::tools::memory::ToolSpec;
 use crate::tools::outcome::ToolOutcome;
 use crate::tools::registry::{check_tool, ToolRegistry, ToolRegistryError};
 
-type PendingKey = (ConversationKey, String);
-
-/// The host tools declared per conversation, as this process has read them from the log
-/// (tools/declared.rs keeps them current), the calls waiting for the host's results, and who
-/// follows the turns that made them (follow.rs).
-#[derive(Default)]
+/// The host tools declared per conversation and the calls waiting for the host's results, each
+/// kept in its conversation's entry (conversation/), and the latest calls that timed out.
 pub(crate) struct HostToolDesk {
-    declared: Mutex<HashMap<ConversationKey, Declared>>,
-    pending: Mutex<HashMap<PendingKey, oneshot::Sender<ToolOutcome>>>,
+    conversations: Conversations,
     /// The latest calls that waited past the host tool timeout (at most [`TIMED_OUT_KEPT`]), so
-    /// that a late result is told so rather than "no such call".
-    timed_out: Mutex<std::collections::VecDeque<PendingKey>>,
-    pub(crate) follows: Follows,
+    /// that a late result is told so rather than "no such call". Kept here, not in an entry: a
+    /// timed-out call outlives its turn, and its conversation's entry with it.
+    timed_out: Mutex<VecDeque<(ConversationKey, String)>>,
 }
 
 /// How many timed-out calls the desk remembers.
 const TIMED_OUT_KEPT: usize = 256;
 
-/// A conversation's declared tools as of a seq: those of its last `ToolsDeclared` event at or
-/// before `through` (none when it has none); `used`: when it was last noted or read.
-#[derive(Debug)]
-struct Declared {
-    tools: Vec<ToolSpec>,
-    through: Seq,
-    used: Instant,
+/// A host call registered as waiting: the host's outcome arrives on `outcome`. Its use keeps
+/// the conversation's entry, where it waits; dropped, the call is forgotten (answered, timed
+/// out or cut by the turn's end).
+pub(crate) struct Waiting {
+    conversation: Use,
+    call_id: String,
+    pub(crate) outcome: oneshot::Receiver<ToolOutcome>,
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        lock(&self.conversation.waiting).remove(&self.call_id);
+    }
 }
 
 impl std::fmt::Debug for HostToolDesk {
@@ -77,13 +78,22 @@ pub(crate) fn check_host_tools(
 }
 
 impl HostToolDesk {
+    /// The desk of the conversations in `conversations`.
+    pub(crate) fn new(conversations: Conversations) -> Self {
+        Self {
+            conversations,
+            timed_out: Mutex::default(),
+        }
+    }
+
     /// Notes what the conversation's events in `(from, through]` declare: `Some(tools)`, the
     /// last declaration among them (or one just made at `through`), `None` when they declare
     /// nothing. `from`: where the read started (`None`: at the beginning, or a declaration just
-    /// made, which holds whatever came before); a read that started past an entry since
-    /// forgotten notes nothing (it missed what came before). A note older
-    /// than what is known is ignored, so concurrent readers and declarers never take the desk
-    /// back.
+    /// made, which holds whatever came before); a read that started past what is kept now (its
+    /// entry gone since, or new) notes nothing (it missed what came before). A note older than
+    /// what is known is ignored, so concurrent readers and declarers never take the desk back.
+    /// Kept only while something uses the conversation (its supervisor, a request): a later use
+    /// reads the conversation's declarations from the log again.
     pub(crate) fn note(
         &self,
         conversation: &ConversationKey,
@@ -91,80 +101,67 @@ impl HostToolDesk {
         through: Seq,
         from: Option<Seq>,
     ) {
-        let mut declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
-        if tools.is_none() && from.is_some() && !declared.contains_key(conversation) {
+        let Some(entry) = self.conversations.get(conversation) else {
+            return;
+        };
+        let mut declared = lock(&entry.declared);
+        if tools.is_none() && from.is_some() && declared.is_none() {
             return;
         }
-        let entry = declared
-            .entry(conversation.clone())
-            .or_insert_with(|| Declared {
-                tools: Vec::new(),
-                through: Seq::ZERO,
-                used: Instant::now(),
-            });
-        entry.used = Instant::now();
-        if through < entry.through {
+        let known = declared.get_or_insert_with(|| Declared {
+            tools: Vec::new(),
+            through: Seq::ZERO,
+        });
+        if through < known.through {
             return;
         }
-        entry.through = through;
+        known.through = through;
         if let Some(tools) = tools {
-            entry.tools = tools;
+            known.tools = tools;
         }
     }
 
-    /// How far this process has read the conversation's declarations (`None`: not at all); a
-    /// use of them.
+    /// How far this process has read the conversation's declarations (`None`: not at all, or
+    /// not since its entry went).
     pub(crate) fn read_through(&self, conversation: &ConversationKey) -> Option<Seq> {
-        let mut declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = declared.get_mut(conversation)?;
-        entry.used = Instant::now();
-        Some(entry.through)
+        let entry = self.conversations.get(conversation)?;
+        let through = lock(&entry.declared).as_ref()?.through;
+        Some(through)
     }
 
     /// The conversation's declared tools, as last read.
     pub(crate) fn declared(&self, conversation: &ConversationKey) -> Vec<ToolSpec> {
-        let declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = self.conversations.get(conversation) else {
+            return Vec::new();
+        };
+        let declared = lock(&entry.declared);
         declared
-            .get(conversation)
+            .as_ref()
             .map(|d| d.tools.clone())
             .unwrap_or_default()
     }
 
-    /// Forgets what was read of the conversations not used for `idle` (the reaper calls it), so
-    /// that conversations no longer posted to cost nothing here: a later use reads the
-    /// conversation's declarations from the log again.
-    pub(crate) fn forget_unused(&self, idle: std::time::Duration) {
-        let mut declared = self.declared.lock().unwrap_or_else(|p| p.into_inner());
-        declared.retain(|_, d| d.used.elapsed() < idle);
+    /// Registers a call that waits for the host.
+    pub(crate) fn wait_for(&self, conversation: &ConversationKey, call_id: &str) -> Waiting {
+        let (tx, outcome) = oneshot::channel();
+        let conversation = self.conversations.enter(conversation);
+        lock(&conversation.waiting).insert(call_id.to_owned(), tx);
+        Waiting {
+            conversation,
+            call_id: call_id.to_owned(),
+            outcome,
+        }
     }
 
-    /// Registers a call that waits for the host: its outcome arrives on the receiver.
-    pub(crate) fn wait_for(
-        &self,
-        conversation: &ConversationKey,
-        call_id: &str,
-    ) -> oneshot::Receiver<ToolOutcome> {
-        let (tx, rx) = oneshot::channel();
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending.insert((conversation.clone(), call_id.to_owned()), tx);
-        rx
-    }
-
-    /// Forgets a call (answered, timed out or cut by the turn's end).
-    pub(crate) fn forget(&self, conversation: &ConversationKey, call_id: &str) {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        pending.remove(&(conversation.clone(), call_id.to_owned()));
-    }
-
-    /// Notes that `call_id` waited past the host tool timeout, and forgets it at once: a result
+    /// Notes that `call` waited past the host tool timeout, and forgets it at once: a result
     /// handed over from now on is refused as late rather than taken and lost.
-    pub(crate) fn timed_out(&self, conversation: &ConversationKey, call_id: &str) {
-        self.forget(conversation, call_id);
-        let mut kept = self.timed_out.lock().unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn timed_out(&self, call: &Waiting) {
+        lock(&call.conversation.waiting).remove(&call.call_id);
+        let mut kept = lock(&self.timed_out);
         if kept.len() == TIMED_OUT_KEPT {
             kept.pop_front();
         }
-        kept.push_back((conversation.clone(), call_id.to_owned()));
+        kept.push_back((call.conversation.key().clone(), call.call_id.clone()));
     }
 
     /// The refusal of a result for `call_id` (see [`not_waiting`]), told whether it timed out.
@@ -175,13 +172,15 @@ impl HostToolDesk {
         call_id: &str,
         why: NotWaiting,
     ) -> RuntimeError {
-        let key = (conversation.clone(), call_id.to_owned());
-        let kept = self.timed_out.lock().unwrap_or_else(|p| p.into_inner());
+        let kept = lock(&self.timed_out);
+        let timed_out = kept
+            .iter()
+            .any(|(c, id)| c == conversation && id == call_id);
         let why = match why {
-            NotWaiting::Unknown if kept.contains(&key) => NotWaiting::TimedOut,
+            NotWaiting::Unknown if timed_out => NotWaiting::TimedOut,
             why => why,
         };
-        not_waiting(pending, conversation, call_id, why)
+        not_waiting(pending, call_id, why)
     }
 
     /// Hands the host's results to the waiting calls: all or none (every id must be waiting,
@@ -191,10 +190,12 @@ impl HostToolDesk {
         conversation: &ConversationKey,
         results: Vec<HostToolResult>,
     ) -> Result<(), RuntimeError> {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        check_waiting(&pending, conversation, &results, |_| true)
+        let entry = self.conversations.get(conversation);
+        let nothing = Mutex::default();
+        let mut pending = lock(entry.as_ref().map_or(&nothing, |e| &e.waiting));
+        check_waiting(&pending, &results, |_| true)
             .map_err(|(id, why)| self.refusal(&pending, conversation, &id, why))?;
-        hand_over(&mut pending, conversation, results);
+        hand_over(&mut pending, results);
         Ok(())
     }
 
@@ -207,10 +208,12 @@ impl HostToolDesk {
         message: legio_core::MessageId,
         follower: Follower,
     ) -> bool {
-        let pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let still_waiting = |id: &str| pending.contains_key(&(conversation.clone(), id.to_owned()));
-        self.follows
-            .take_over_message(conversation, message, follower, still_waiting)
+        let Some(entry) = self.conversations.get(conversation) else {
+            return false;
+        };
+        let pending = lock(&entry.waiting);
+        let still_waiting = |id: &str| pending.contains_key(id);
+        follow::take_over_message(&entry, message, follower, still_waiting)
     }
 
     /// As [`HostToolDesk::submit`], and `follower` takes over the turn that made the first
@@ -224,41 +227,38 @@ impl HostToolDesk {
         results: Vec<HostToolResult>,
         follower: Follower,
     ) -> Result<(), RuntimeError> {
-        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
-        let known = |id: &str| self.follows.knows(conversation, id);
-        check_waiting(&pending, conversation, &results, known)
+        let Some(entry) = self.conversations.get(conversation) else {
+            let why = results
+                .first()
+                .map_or(NotWaiting::NoResults, |_| NotWaiting::Unknown);
+            let id = results.first().map_or("", |r| r.call_id.as_str());
+            return Err(self.refusal(&Pending::new(), conversation, id, why));
+        };
+        let mut pending = lock(&entry.waiting);
+        let known = |id: &str| follow::knows(&entry, id);
+        check_waiting(&pending, &results, known)
             .map_err(|(id, why)| self.refusal(&pending, conversation, &id, why))?;
         let Some(first) = results.first() else {
-            return Err(not_waiting(
-                &pending,
-                conversation,
-                "",
-                NotWaiting::NoResults,
-            ));
+            return Err(not_waiting(&pending, "", NotWaiting::NoResults));
         };
-        let still_waiting = |id: &str| {
-            pending.contains_key(&(conversation.clone(), id.to_owned()))
-                && !results.iter().any(|r| r.call_id == id)
-        };
-        if !self
-            .follows
-            .take_over(conversation, &first.call_id, follower, still_waiting)
-        {
+        let still_waiting =
+            |id: &str| pending.contains_key(id) && !results.iter().any(|r| r.call_id == id);
+        if !follow::take_over(&entry, &first.call_id, follower, still_waiting) {
             let why = NotWaiting::Unknown;
             return Err(self.refusal(&pending, conversation, &first.call_id, why));
         }
-        hand_over(&mut pending, conversation, results);
+        hand_over(&mut pending, results);
         Ok(())
     }
 }
 
-type Pending = HashMap<PendingKey, oneshot::Sender<ToolOutcome>>;
+/// A conversation's waiting calls, by call id.
+type Pending = HashMap<String, oneshot::Sender<ToolOutcome>>;
 
 /// Checks that every result answers a waiting call of `conversation` that `known` knows, each
 /// once, and that there is one: else the call id at fault and why.
 fn check_waiting(
     pending: &Pending,
-    conversation: &ConversationKey,
     results: &[HostToolResult],
     known: impl Fn(&str) -> bool,
 ) -> Result<(), (String, NotWaiting)> {
@@ -266,29 +266,19 @@ fn check_waiting(
         return Err((String::new(), NotWaiting::NoResults));
     }
     for (i, result) in results.iter().enumerate() {
-        let key = (conversation.clone(), result.call_id.clone());
         if results[..i].iter().any(|r| r.call_id == result.call_id) {
             return Err((result.call_id.clone(), NotWaiting::Twice));
         }
-        if !pending.contains_key(&key) || !known(&result.call_id) {
+        if !pending.contains_key(&result.call_id) || !known(&result.call_id) {
             return Err((result.call_id.clone(), NotWaiting::Unknown));
         }
     }
     Ok(())
 }
 
-/// The refusal of a result for `call_id`, naming the calls that wait in `conversation`.
-fn not_waiting(
-    pending: &Pending,
-    conversation: &ConversationKey,
-    call_id: &str,
-    why: NotWaiting,
-) -> RuntimeError {
-    let mut waiting: Vec<String> = pending
-        .keys()
-        .filter(|(c, _)| c == conversation)
-        .map(|(_, id)| id.clone())
-        .collect();
+/// The refusal of a result for `call_id`, naming the calls that wait in its conversation.
+fn not_waiting(pending: &Pending, call_id: &str, why: NotWaiting) -> RuntimeError {
+    let mut waiting: Vec<String> = pending.keys().cloned().collect();
     waiting.sort();
     RuntimeError::NoPendingToolCall {
         call_id: call_id.to_owned(),
@@ -298,10 +288,9 @@ fn not_waiting(
 }
 
 /// Hands each result to its waiting call (checked by `check_waiting`).
-fn hand_over(pending: &mut Pending, conversation: &ConversationKey, results: Vec<HostToolResult>) {
+fn hand_over(pending: &mut Pending, results: Vec<HostToolResult>) {
     for result in results {
-        let key = (conversation.clone(), result.call_id);
-        if let Some(tx) = pending.remove(&key) {
+        if let Some(tx) = pending.remove(&result.call_id) {
             let outcome = if result.is_error {
                 ToolOutcome::Failed(result.content)
             } else {
@@ -341,12 +330,20 @@ mod tests {
     }
 
     /// The desk keeps the latest declaration by seq whatever order notes arrive in, moves its
-    /// seq on reads that declare nothing, and forgets conversations unused for the idle time.
+    /// seq on reads that declare nothing, keeps it only while the conversation is in use, and
+    /// after that notes only a whole read.
     #[test]
-    fn the_desk_keeps_the_latest_declaration_and_forgets_unused_ones() {
-        let desk = HostToolDesk::default();
+    fn the_desk_keeps_the_latest_declaration_while_the_conversation_is_used() {
+        let table = Conversations::default();
+        let desk = HostToolDesk::new(table.clone());
         let c = ConversationKey::new("d:1").unwrap();
-        assert_eq!(desk.read_through(&c), None);
+        desk.note(&c, Some(vec![spec("b")]), Seq(7), None);
+        assert_eq!(
+            desk.read_through(&c),
+            None,
+            "nothing uses d:1: nothing kept"
+        );
+        let used = table.enter(&c);
         desk.note(&c, Some(vec![spec("b")]), Seq(7), None);
         desk.note(&c, Some(vec![spec("a")]), Seq(5), Some(Seq(3)));
         assert_eq!(names(&desk.declared(&c)), ["b"], "an older note is ignored");
@@ -355,15 +352,54 @@ mod tests {
         assert_eq!(names(&desk.declared(&c)), ["b"], "nothing new declared");
         desk.note(&c, Some(Vec::new()), Seq(12), Some(Seq::ZERO));
         assert!(desk.declared(&c).is_empty(), "cleared");
-        desk.forget_unused(std::time::Duration::from_secs(60));
-        assert_eq!(desk.read_through(&c), Some(Seq(12)), "used just now");
-        desk.forget_unused(std::time::Duration::ZERO);
-        assert_eq!(desk.read_through(&c), None, "forgotten: read again");
+        drop(used);
+        let used = table.enter(&c);
+        assert_eq!(
+            desk.read_through(&c),
+            None,
+            "gone with its entry: read again"
+        );
         // A read that started past the forgotten entry missed what came before: nothing noted.
         desk.note(&c, None, Seq(15), Some(Seq(12)));
         assert_eq!(desk.read_through(&c), None, "a partial read notes nothing");
         desk.note(&c, None, Seq(15), None);
         assert_eq!(desk.read_through(&c), Some(Seq(15)), "a whole read does");
+        drop(used);
+    }
+
+    /// A waiting call takes its result, once; a call forgotten (its waiting dropped) or timed
+    /// out is refused, the latter as late; a result for a conversation nobody uses is refused.
+    #[test]
+    fn results_go_to_waiting_calls_once_and_late_ones_are_told_so() {
+        let table = Conversations::default();
+        let desk = HostToolDesk::new(table.clone());
+        let c = ConversationKey::new("d:2").unwrap();
+        let result = |id: &str| HostToolResult {
+            call_id: id.into(),
+            content: "ok".into(),
+            is_error: false,
+        };
+        let refused = |r: Result<(), RuntimeError>| match r {
+            Err(RuntimeError::NoPendingToolCall { why, waiting, .. }) => (why, waiting),
+            other => panic!("not refused: {other:?}"),
+        };
+        let (why, _) = refused(desk.submit(&c, vec![result("x")]));
+        assert_eq!(why, NotWaiting::Unknown, "no entry");
+        let mut one = desk.wait_for(&c, "one");
+        let two = desk.wait_for(&c, "two");
+        let (why, waiting) = refused(desk.submit(&c, vec![result("one"), result("one")]));
+        assert_eq!(
+            (why, waiting),
+            (NotWaiting::Twice, vec!["one".into(), "two".into()])
+        );
+        desk.submit(&c, vec![result("one")]).unwrap();
+        assert!(matches!(one.outcome.try_recv(), Ok(ToolOutcome::Done(t)) if t == "ok"));
+        desk.timed_out(&two);
+        drop(two);
+        let (why, _) = refused(desk.submit(&c, vec![result("two")]));
+        assert_eq!(why, NotWaiting::TimedOut);
+        drop(one);
+        assert_eq!(table.len(), 0, "the calls' uses were the entry's last");
     }
 
     #[test]
