@@ -263,14 +263,32 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) if output::is_closed(&e) => ExitCode::from(output::STDOUT_CLOSED),
         Err(e) if live && is_locked(&e) => {
-            eprintln!("legio: {e:#}; if `legio serve` holds it, ask the server instead: legio --server http://ADDRESS (e.g. http://127.0.0.1:7878) replay|inspect|context|verify|reset|heartbeat");
+            eprintln!("legio: {}; if `legio serve` holds it, ask the server instead: legio --server http://ADDRESS (e.g. http://127.0.0.1:7878) replay|inspect|context|verify|reset|heartbeat", one_line(&e));
             ExitCode::from(1)
         }
         Err(e) => {
-            eprintln!("legio: {e:#}");
+            eprintln!("legio: {}", one_line(&e));
             ExitCode::from(1)
         }
     }
+}
+
+/// `error` and its causes on one line, each cause once: an error that says its source in its
+/// own message (legio's errors do, so that a message read alone is whole) is not followed by
+/// that source again.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// Refuses `--nats` with a command that does not read the log and `--server` with one that has
@@ -337,4 +355,30 @@ fn runtime_locked(cause: &(dyn std::error::Error + 'static)) -> bool {
 #[cfg(not(feature = "runtime"))]
 fn runtime_locked(_cause: &(dyn std::error::Error + 'static)) -> bool {
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+    use legio_store::{ErrorSource, IoCause, StoreError};
+
+    /// A store error says its source in its message and keeps it as its source: the line says
+    /// it once, after the context.
+    #[test]
+    fn a_cause_said_in_its_errors_message_is_not_said_again() {
+        let full = std::io::Error::from_raw_os_error(28); // ENOSPC on Linux
+        let store = StoreError::Io {
+            during: "committing",
+            kind: full.kind(),
+            cause: IoCause::DiskFull,
+            source: ErrorSource::new(full),
+        };
+        let said = store.to_string();
+        assert!(
+            std::error::Error::source(&store).is_some(),
+            "the source is kept"
+        );
+        let error = anyhow::Error::new(store).context("opening the log");
+        assert_eq!(one_line(&error), format!("opening the log: {said}"));
+    }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use legio_config::{ConfigError, UnknownAgent};
 use legio_core::{MentionError, NameError};
 use legio_ops::OpsError;
-use legio_store::{IoCause, StoreError};
+use legio_store::{ErrorSource, IoCause, StoreError};
 use strum::{EnumString, IntoStaticStr};
 use thiserror::Error;
 
@@ -102,20 +102,22 @@ pub enum RuntimeError {
     #[error("the runtime is shut down")]
     ShutDown,
     /// Work on a blocking thread or a task was cancelled (the runtime is stopping).
-    #[error("{what} was cancelled: {reason}")]
+    #[error("{what} was cancelled: {source}")]
     Cancelled {
         /// What was cancelled (`a log read`, `opening the log`).
         what: &'static str,
-        /// Why, as the task runtime said.
-        reason: String,
+        /// Why: the task runtime's error (a task that panicked or was cut), or words.
+        #[source]
+        source: ErrorSource,
     },
     /// A supervisor could not be started.
-    #[error("cannot start {what}: {reason}")]
+    #[error("cannot start {what}: {source}")]
     SupervisorStart {
         /// Which supervisor.
         what: String,
-        /// Why.
-        reason: String,
+        /// Why: the actor system's error.
+        #[source]
+        source: ErrorSource,
     },
     /// The provider an agent names is not available (neither built nor supplied by the host).
     #[error("provider {provider:?} of agent {agent} is not available; configure [providers.{provider}] or supply it to the runtime builder")]
@@ -126,7 +128,7 @@ pub enum RuntimeError {
         provider: String,
     },
     /// An agent's prompt file cannot be read.
-    #[error("cannot read the prompt of {agent} at {}: {reason}", path.display())]
+    #[error("cannot read the prompt of {agent} at {}: {source}", path.display())]
     PromptUnreadable {
         /// The agent.
         agent: String,
@@ -134,8 +136,9 @@ pub enum RuntimeError {
         path: PathBuf,
         /// The operating system's kind of the failure.
         kind: std::io::ErrorKind,
-        /// The error.
-        reason: String,
+        /// The operating system's error, as it was.
+        #[source]
+        source: ErrorSource,
     },
     /// The log lacks a record the runtime's state points at (a damaged log: run `legio verify`).
     #[error("{what} at seq {seq} is not in the log; run `legio verify`")]
@@ -147,7 +150,7 @@ pub enum RuntimeError {
     },
     /// The conversation's last tool declaration in the log does not read (a hand-made or
     /// damaged log); declaring the tools again replaces it.
-    #[error("the tool declaration at seq {seq} of {conversation} does not read: tool {tool}'s schema is not JSON ({reason}); declare the conversation's tools again to replace it")]
+    #[error("the tool declaration at seq {seq} of {conversation} does not read: tool {tool}'s schema is not JSON ({source}); declare the conversation's tools again to replace it")]
     BadDeclaration {
         /// The conversation.
         conversation: String,
@@ -155,16 +158,18 @@ pub enum RuntimeError {
         seq: legio_core::Seq,
         /// The tool.
         tool: String,
-        /// Why its schema does not parse.
-        reason: String,
+        /// Why its schema does not parse: the JSON parser's error.
+        #[source]
+        source: ErrorSource,
     },
     /// An `[mcp.NAME]` server cannot be started or did not list its tools when the runtime opened.
-    #[error("cannot start the MCP server [mcp.{server}]: {reason}; check its command or url")]
+    #[error("cannot start the MCP server [mcp.{server}]: {source}; check its command or url")]
     McpUnavailable {
         /// The `[mcp.NAME]` table's name.
         server: String,
-        /// What went wrong.
-        reason: String,
+        /// What went wrong: the MCP client's or the operating system's error, or words.
+        #[source]
+        source: ErrorSource,
     },
     /// The agent's actor is restarting; the request can be retried.
     #[error("{agent} is restarting; try again")]

@@ -34,6 +34,7 @@ pub use legio_ops::{
     InspectKind, OpsError, PreparedTurn, ReportItem, Table, TurnInputs, TurnPreview, MAX_DELTA,
     NO_SESSION,
 };
+pub use legio_store::ErrorSource;
 pub use names::IntoName;
 pub use progress::{Progress, ProgressSink};
 pub use reply::{AgentReply, Posted, Reply, TurnError, TurnErrorKind};

@@ -130,7 +130,7 @@ impl ConversationMsg {
             ConversationMsg::Reset { reply, .. } => {
                 let _ = reply.send(Err(RuntimeError::SupervisorStart {
                     what: "a conversation supervisor".to_owned(),
-                    reason: reason.to_owned(),
+                    source: legio_store::ErrorSource::new(reason.to_owned()),
                 }));
             }
             _ => {}

@@ -314,7 +314,7 @@ impl Runtime {
             .await
             .map_err(|e| RuntimeError::Cancelled {
                 what: "flushing the log",
-                reason: e.to_string(),
+                source: legio_store::ErrorSource::new(e),
             })??;
         Ok(())
     }

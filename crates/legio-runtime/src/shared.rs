@@ -93,7 +93,7 @@ impl Shared {
             .await
             .map_err(|e| RuntimeError::Cancelled {
                 what: "a log read",
-                reason: e.to_string(),
+                source: legio_store::ErrorSource::new(e),
             })?
             .map_err(RuntimeError::from)
     }
@@ -219,7 +219,7 @@ impl Shared {
             agent: spec.name.to_string(),
             path: spec.prompt.clone(),
             kind: e.kind(),
-            reason: e.to_string(),
+            source: legio_store::ErrorSource::new(e),
         };
         let meta = std::fs::metadata(&spec.prompt).map_err(unreadable)?;
         let (modified, len) = (meta.modified().ok(), meta.len());

@@ -328,7 +328,7 @@ mod tests {
                 during: "committing",
                 kind,
                 cause,
-                reason: "what the system said".into(),
+                source: legio_store::ErrorSource::new("what the system said"),
             })
             .into()
         };
@@ -366,7 +366,7 @@ mod tests {
         // The cluster out of reach (appending, or taking a lease) is a 503 to retry.
         let cluster = || StoreError::Cluster {
             during: "appending",
-            reason: "gave up after 6 attempts".into(),
+            source: legio_store::ErrorSource::new("gave up after 6 attempts"),
         };
         let unreachable: ApiError = RuntimeError::Store(cluster()).into();
         let no_lease: ApiError = RuntimeError::Lease(cluster().into()).into();

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::error::{Result, StoreError};
+use crate::error_source::ErrorSource;
 use crate::sled_backend::LOCK_GRACE;
 
 /// A copied database folder, removed on drop.
@@ -86,12 +87,12 @@ pub(crate) fn copy_database(original: &Path, snapshots: Snapshots) -> Result<Cop
         during: "copying the database for a read-only open",
         kind: e.kind(),
         cause: crate::error::IoCause::of(e.raw_os_error(), e.kind()),
-        reason: format!(
+        source: ErrorSource::new(format!(
             "{} to {} ({e}); a read-only open works on a copy: it needs as much free space in \
              the temporary folder (TMPDIR) as the database takes",
             original.display(),
             copy.path.display()
-        ),
+        )),
     })?;
     drop(lock);
     Ok(copy)

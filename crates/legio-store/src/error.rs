@@ -6,6 +6,8 @@ use std::path::PathBuf;
 use legio_core::Seq;
 use thiserror::Error;
 
+use crate::error_source::ErrorSource;
+
 /// What can go wrong in the event log. `Clone` so that one commit failure can be reported to every
 /// writer of the group.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -121,12 +123,13 @@ pub enum StoreError {
         reason: String,
     },
     /// The cluster answered a request with an error or not in time.
-    #[error("NATS JetStream failure during {during}: {reason}")]
+    #[error("NATS JetStream failure during {during}: {source}")]
     Cluster {
         /// What the log was doing.
         during: &'static str,
-        /// What the cluster or client said.
-        reason: String,
+        /// What the cluster or client said, as it was.
+        #[source]
+        source: ErrorSource,
     },
     /// A server was reached, but it runs without JetStream.
     #[error("the NATS server at {server} runs without JetStream, which legio's log needs; start it with -js (or a `jetstream {{}}` block in its configuration), or point store.nats.servers (or --nats) at servers that have it (scripts/nats-cluster.sh starts such a cluster)")]
@@ -150,7 +153,7 @@ pub enum StoreError {
         reason: String,
     },
     /// A filesystem or database failure.
-    #[error("storage failure during {during} ({what}): {reason}", what = cause.describe())]
+    #[error("storage failure during {during} ({what}): {source}", what = cause.describe())]
     Io {
         /// What the store was doing.
         during: &'static str,
@@ -161,8 +164,9 @@ pub enum StoreError {
         /// What the failure came from, told from the operating system's error number
         /// (`ENOSPC`, `EMFILE`, ...) or kind, never from its text.
         cause: IoCause,
-        /// The underlying error.
-        reason: String,
+        /// The underlying error, as it was.
+        #[source]
+        source: ErrorSource,
     },
 }
 
@@ -222,7 +226,10 @@ fn at_seq(seq: Option<Seq>) -> String {
 }
 
 /// An underlying failure, with its `io::ErrorKind` when it has one.
-pub(crate) trait Cause: std::fmt::Display {
+pub(crate) trait Cause: std::fmt::Display + Sized {
+    /// The failure, kept as the error's source.
+    fn into_source(self) -> ErrorSource;
+
     /// The kind, `Other` unless the operating system said.
     fn kind(&self) -> std::io::ErrorKind {
         std::io::ErrorKind::Other
@@ -235,6 +242,10 @@ pub(crate) trait Cause: std::fmt::Display {
 }
 
 impl Cause for std::io::Error {
+    fn into_source(self) -> ErrorSource {
+        ErrorSource::new(self)
+    }
+
     fn kind(&self) -> std::io::ErrorKind {
         std::io::Error::kind(self)
     }
@@ -245,6 +256,10 @@ impl Cause for std::io::Error {
 }
 
 impl Cause for sled::Error {
+    fn into_source(self) -> ErrorSource {
+        ErrorSource::new(self)
+    }
+
     fn kind(&self) -> std::io::ErrorKind {
         match self {
             sled::Error::Io(e) => e.kind(),
@@ -260,9 +275,23 @@ impl Cause for sled::Error {
     }
 }
 
-impl Cause for &str {}
-impl Cause for String {}
-impl Cause for bincode::error::EncodeError {}
+impl Cause for &str {
+    fn into_source(self) -> ErrorSource {
+        ErrorSource::new(self)
+    }
+}
+
+impl Cause for String {
+    fn into_source(self) -> ErrorSource {
+        ErrorSource::new(self)
+    }
+}
+
+impl Cause for bincode::error::EncodeError {
+    fn into_source(self) -> ErrorSource {
+        ErrorSource::new(self.to_string())
+    }
+}
 
 impl StoreError {
     pub(crate) fn io(during: &'static str, err: impl Cause) -> Self {
@@ -270,7 +299,7 @@ impl StoreError {
             during,
             kind: err.kind(),
             cause: IoCause::of(err.raw_os_error(), err.kind()),
-            reason: err.to_string(),
+            source: err.into_source(),
         }
     }
 
@@ -292,10 +321,15 @@ impl StoreError {
 }
 
 impl StoreError {
-    pub(crate) fn cluster(during: &'static str, err: impl std::fmt::Display) -> Self {
+    /// A cluster failure during `during`, keeping what the client said (its error, or words)
+    /// as the source.
+    pub(crate) fn cluster(
+        during: &'static str,
+        err: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
         Self::Cluster {
             during,
-            reason: err.to_string(),
+            source: ErrorSource::new(err),
         }
     }
 }
@@ -316,6 +350,13 @@ mod tests {
         assert_eq!(
             StoreError::io("opening", sled).io_kind(),
             Some(ErrorKind::PermissionDenied)
+        );
+        let source = std::error::Error::source(&full).and_then(|s| s.downcast_ref::<ErrorSource>());
+        let kept = source.and_then(|s| s.get().downcast_ref::<std::io::Error>());
+        assert_eq!(
+            kept.map(|e| e.kind()),
+            Some(ErrorKind::StorageFull),
+            "the source, as it was"
         );
         let other = StoreError::io("closing", "the committer thread panicked");
         assert_eq!(other.io_kind(), Some(ErrorKind::Other));

@@ -329,7 +329,10 @@ fn open_with_lock_grace(
                                 during,
                                 kind,
                                 cause,
-                                reason: format!("{} ({text})", path.display()),
+                                source: crate::ErrorSource::new(format!(
+                                    "{} ({text})",
+                                    path.display()
+                                )),
                             },
                             damaged => damaged,
                         },

@@ -516,7 +516,7 @@ async fn prepare_hop(
     .await
     .map_err(|e| RuntimeError::Cancelled {
         what: "preparing the turn",
-        reason: e.to_string(),
+        source: legio_store::ErrorSource::new(e),
     })??;
     *tally = lent;
     Ok((prepared, window, job))

@@ -105,7 +105,7 @@ impl RuntimeBuilder {
                     .await
                     .map_err(|e| RuntimeError::Cancelled {
                         what: "opening the log",
-                        reason: e.to_string(),
+                        source: legio_store::ErrorSource::new(e),
                     })??
             }
         };
@@ -185,7 +185,7 @@ impl Runtime {
                 .await
                 .map_err(|e| RuntimeError::SupervisorStart {
                     what: "the root supervisor".to_owned(),
-                    reason: e.to_string(),
+                    source: legio_store::ErrorSource::new(e),
                 })?;
         let runtime = Self {
             shared,

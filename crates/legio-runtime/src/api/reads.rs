@@ -76,7 +76,7 @@ impl Runtime {
         .await
         .map_err(|e| RuntimeError::Cancelled {
             what: "previewing the context",
-            reason: e.to_string(),
+            source: legio_store::ErrorSource::new(e),
         })?
     }
 

@@ -47,10 +47,10 @@ pub(crate) fn claim_node_id(leases: &Leases, node: &str) -> Result<Lease, Runtim
                 holder,
                 revision,
             },
-            Err(LeaseError::Store(StoreError::Cluster { during, reason }))
+            Err(LeaseError::Store(StoreError::Cluster { during, source }))
                 if started.elapsed() < CLAIM_FOR =>
             {
-                tracing::info!(node, during, %reason, "claiming the node's presence lease failed; trying again");
+                tracing::info!(node, during, %source, "claiming the node's presence lease failed; trying again");
                 std::thread::sleep(POLL);
                 continue;
             }

@@ -100,7 +100,7 @@ async fn blocking<T: Send + 'static>(
         .await
         .map_err(|e| RuntimeError::Cancelled {
             what,
-            reason: e.to_string(),
+            source: legio_store::ErrorSource::new(e),
         })
 }
 

@@ -73,7 +73,7 @@ fn specs_of(seq: Seq, declared: &ToolsDeclared) -> Result<Vec<ToolSpec>, Runtime
                     conversation: declared.conversation.to_string(),
                     seq,
                     tool: tool.name.clone(),
-                    reason: e.to_string(),
+                    source: legio_store::ErrorSource::new(e),
                 }
             })?;
             Ok(ToolSpec {

@@ -242,7 +242,7 @@ impl McpClients {
         for spec in specs {
             let failed = |reason: String| RuntimeError::McpUnavailable {
                 server: spec.name.clone(),
-                reason,
+                source: legio_store::ErrorSource::new(reason),
             };
             let client = connect(spec).await.map_err(failed)?;
             let tools = list_tools(spec, &client).await.map_err(failed)?;

@@ -208,7 +208,7 @@ pub async fn serve_mcp_stdio(runtime: Arc<Runtime>, scope: McpScope) -> Result<(
     use rmcp::ServiceExt;
     let failed = |reason: String| RuntimeError::Cancelled {
         what: "the MCP stdio session",
-        reason,
+        source: legio_store::ErrorSource::new(reason),
     };
     let running = McpService::fixed(runtime, scope)
         .serve(rmcp::transport::stdio())

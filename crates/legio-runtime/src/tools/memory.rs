@@ -162,7 +162,7 @@ impl MemoryTools {
         .await
         .map_err(|e| RuntimeError::Cancelled {
             what: "reading memory",
-            reason: e.to_string(),
+            source: legio_store::ErrorSource::new(e),
         })?;
         *state = moved;
         Ok(result?)

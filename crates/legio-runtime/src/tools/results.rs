@@ -71,7 +71,9 @@ fn followed(
         }),
         Err(_) => Err(RuntimeError::Cancelled {
             what: "following the turn",
-            reason: "its caller gave the post up, or the runtime is stopping".into(),
+            source: legio_store::ErrorSource::new(
+                "its caller gave the post up, or the runtime is stopping",
+            ),
         }),
     }
 }

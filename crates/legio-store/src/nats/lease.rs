@@ -144,7 +144,10 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn cluster(during: &'static str, err: impl std::fmt::Display) -> LeaseError {
+fn cluster(
+    during: &'static str,
+    err: impl Into<Box<dyn std::error::Error + Send + Sync>>,
+) -> LeaseError {
     LeaseError::Store(StoreError::cluster(during, err))
 }
 
@@ -391,11 +394,11 @@ impl Leases {
         let mut backoff = Backoff::new(self.retry_for);
         loop {
             match self.list_once() {
-                Err(LeaseError::Store(StoreError::Cluster { during, reason })) => {
+                Err(LeaseError::Store(StoreError::Cluster { during, source })) => {
                     let Some(pause) = backoff.next() else {
-                        return Err(LeaseError::Store(StoreError::Cluster { during, reason }));
+                        return Err(LeaseError::Store(StoreError::Cluster { during, source }));
                     };
-                    tracing::debug!(during, %reason, "listing the leases failed, retrying");
+                    tracing::debug!(during, %source, "listing the leases failed, retrying");
                     std::thread::sleep(pause);
                 }
                 other => return other,
@@ -444,11 +447,11 @@ async fn latest_retried(
     let mut backoff = Backoff::new(retry_for);
     loop {
         match latest(store, key).await {
-            Err(LeaseError::Store(StoreError::Cluster { during, reason })) => {
+            Err(LeaseError::Store(StoreError::Cluster { during, source })) => {
                 let Some(pause) = backoff.next() else {
-                    return Err(LeaseError::Store(StoreError::Cluster { during, reason }));
+                    return Err(LeaseError::Store(StoreError::Cluster { during, source }));
                 };
-                tracing::debug!(during, %reason, "reading a lease failed, retrying");
+                tracing::debug!(during, %source, "reading a lease failed, retrying");
                 tokio::time::sleep(pause).await;
             }
             other => return other,

@@ -508,12 +508,12 @@ impl Inner {
         let mut backoff = Backoff::new(self.options.append_deadline);
         loop {
             match read().await {
-                Err(StoreError::Cluster { during, reason }) => match backoff.next() {
+                Err(StoreError::Cluster { during, source }) => match backoff.next() {
                     Some(pause) => {
-                        tracing::debug!(during, %reason, "a read failed, retrying");
+                        tracing::debug!(during, %source, "a read failed, retrying");
                         tokio::time::sleep(pause).await;
                     }
-                    None => return Err(StoreError::Cluster { during, reason }),
+                    None => return Err(StoreError::Cluster { during, source }),
                 },
                 other => return other,
             }

@@ -121,27 +121,27 @@ impl Publisher {
                 Attempt::Done(outcome) => return Ok(outcome),
                 Attempt::Fail(error) => return Err(error),
                 Attempt::Retry(reason) if abandoned() => {
-                    return Err(StoreError::Cluster {
-                        during: "appending",
-                        reason: format!(
+                    return Err(StoreError::cluster(
+                        "appending",
+                        format!(
                             "stopped after {attempt} attempt{} in {:.1} s: this node stood \
                              down from the conversation (it could not renew its lease); the \
                              append may or may not be stored: {reason}",
                             if attempt == 1 { "" } else { "s" },
                             backoff.elapsed().as_secs_f64()
                         ),
-                    })
+                    ))
                 }
                 Attempt::Retry(reason) => {
                     let Some(pause) = backoff.next() else {
-                        return Err(StoreError::Cluster {
-                            during: "appending",
-                            reason: format!(
+                        return Err(StoreError::cluster(
+                            "appending",
+                            format!(
                                 "gave up after {attempt} attempts in {:.1} s (is a majority of \
                                  the stream's servers up and reachable?): {reason}",
                                 backoff.elapsed().as_secs_f64()
                             ),
-                        });
+                        ));
                     };
                     tracing::debug!(attempt, %reason, "append failed, retrying");
                     tokio::time::sleep(pause).await;
@@ -224,13 +224,13 @@ impl Publisher {
             Ok(Response::Ok(ack)) if ack.count == count as u64 => {
                 Attempt::Done(Outcome::Stored { last: ack.seq })
             }
-            Ok(Response::Ok(ack)) => Attempt::Fail(StoreError::Cluster {
-                during: "appending",
-                reason: format!(
+            Ok(Response::Ok(ack)) => Attempt::Fail(StoreError::cluster(
+                "appending",
+                format!(
                     "the cluster acknowledged a batch of {} messages for one of {count}",
                     ack.count
                 ),
-            }),
+            )),
             Ok(Response::Err { error }) => match error.error_code() {
                 ErrorCode(WRONG_LAST_SEQUENCE) => Attempt::Done(Outcome::WrongLast),
                 ErrorCode(code) if PERMANENT_BATCH_ERRORS.contains(&code) => {

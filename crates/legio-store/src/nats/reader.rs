@@ -284,7 +284,7 @@ mod tests {
                 None => assert!(got.is_ok(), "case {i}: {got:?}"),
                 Some(seq) => {
                     let reason = match got {
-                        Err(StoreError::Cluster { reason, .. }) => reason,
+                        Err(StoreError::Cluster { source, .. }) => source.to_string(),
                         other => panic!("case {i}: {other:?}"),
                     };
                     assert!(

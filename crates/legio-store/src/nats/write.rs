@@ -429,14 +429,14 @@ async fn fence(
     inner.forget(&own);
     if refused.is_empty() && !own.is_empty() {
         tracing::warn!(conversations = ?own, "append refused: an earlier append of this log was stored late");
-        return StoreError::Cluster {
-            during: "appending",
-            reason: format!(
+        return StoreError::cluster(
+            "appending",
+            format!(
                 "an earlier append to {} whose outcome was unknown was stored after all; \
                  nothing of this append was stored: append again",
                 own[0]
             ),
-        };
+        );
     }
     if refused.is_empty() {
         refused = conversations.to_vec();
