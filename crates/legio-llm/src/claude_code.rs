@@ -12,17 +12,26 @@
 //! the CLI gets it as `--mcp-config` (JSON text, the server named `legio`, the bearer token in
 //! its headers) and `--allowedTools mcp__legio__T,...`: it calls the agent's own legio tools
 //! (`dispatch`, `get_history`, memory) over MCP, and legio records those calls.
+//!
+//! The child dies with legio (child.rs): its own process group, killed whole when a turn is
+//! dropped or stopped, `PR_SET_PDEATHSIG(SIGKILL)` on Linux, and before a process's first turn
+//! the CLIs a killed legio process left running are killed, so an orphan never finishes a turn
+//! legio did not record. What legio keeps for that lives in the state directory (state.rs).
+
+mod child;
+mod state;
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use legio_core::{estimate_tokens, History, TokenUsage};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::time::timeout;
 
 use crate::http::{cut, metric, BuildError};
@@ -32,6 +41,7 @@ use crate::provider::{
 };
 use crate::render::bootstrap_block;
 use crate::settings::ClaudeCodeSettings;
+use child::Running;
 
 /// What the CLI says (on stderr or in its result) when `--resume` names a session it does not
 /// have, compared in lower case: "No conversation found with session ID: <id>".
@@ -50,6 +60,9 @@ const STDERR_GRACE: Duration = Duration::from_millis(500);
 pub struct ClaudeCode {
     name: String,
     settings: ClaudeCodeSettings,
+    /// Whether the state directory was searched for children a killed legio left (once, before
+    /// this provider's first turn).
+    reaped: AtomicBool,
 }
 
 impl ClaudeCode {
@@ -80,9 +93,15 @@ impl ClaudeCode {
         if settings.read_timeout.is_zero() {
             return Err(invalid("read_timeout must be greater than 0"));
         }
+        if settings.state_dir.as_os_str().is_empty() {
+            return Err(invalid(
+                "state_dir is empty; remove it to keep the CLI's state beside the database",
+            ));
+        }
         Ok(Self {
             name: name.to_owned(),
             settings,
+            reaped: AtomicBool::new(false),
         })
     }
 
@@ -91,7 +110,10 @@ impl ClaudeCode {
         &self.settings
     }
 
-    fn spawn(&self, args: &[String]) -> Result<Child, ProviderError> {
+    async fn spawn(&self, args: &[String]) -> Result<Running, ProviderError> {
+        if !self.reaped.swap(true, Ordering::SeqCst) {
+            child::reap_orphans(&self.settings.state_dir);
+        }
         let mut command = Command::new(&self.settings.executable);
         command
             .args(args)
@@ -99,10 +121,9 @@ impl ClaudeCode {
             .env_remove("CLAUDECODE")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // The runtime's turn timeout drops the call's future: the child must die with it.
-            .kill_on_drop(true);
-        command.spawn().map_err(|e| {
+            .stderr(Stdio::piped());
+        // The runtime's turn timeout drops the call's future: the child's group dies with it.
+        Running::spawn(command, &self.settings.state_dir).await.map_err(|e| {
             let path = self.settings.executable.display();
             let why = match e.kind() {
                 ErrorKind::NotFound => "not found".to_owned(),
@@ -120,7 +141,8 @@ impl ClaudeCode {
         let args = arguments(&self.settings, &request);
         let prompt = bootstrap_block(&request.plan, request.status.as_deref());
         tracing::debug!(provider = %self.name, resume = ?request.resume, prompt_bytes = prompt.len(), "running the Claude Code CLI");
-        let mut child = self.spawn(&args)?;
+        let mut running = self.spawn(&args).await?;
+        let child = &mut running.child;
 
         // Write the prompt and close stdin, without waiting for it: the child may answer (or
         // fail) before it has read everything, and a full pipe must not block the reader.
@@ -147,7 +169,7 @@ impl ClaudeCode {
             None => Err(Fault::Read("no stdout pipe".into())),
         };
         let exit = match read {
-            Ok(()) => match timeout(self.settings.read_timeout, child.wait()).await {
+            Ok(()) => match timeout(self.settings.read_timeout, running.wait()).await {
                 Ok(Ok(status)) => Ok(status),
                 Ok(Err(e)) => Err(Fault::Read(format!("cannot wait for the process: {e}"))),
                 Err(_) => Err(Fault::NoExit),
@@ -155,8 +177,8 @@ impl ClaudeCode {
             Err(fault) => Err(fault),
         };
         if exit.is_err() {
-            let _ = child.start_kill();
-            let _ = timeout(STDERR_GRACE, child.wait()).await;
+            running.kill_group();
+            let _ = timeout(STDERR_GRACE, running.wait()).await;
         }
         writer.abort();
         if let Some(mut reader) = stderr_reader {

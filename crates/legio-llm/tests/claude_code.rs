@@ -1,6 +1,8 @@
 //! The `claude-code` provider against a fake CLI (tests/fixtures/fake-claude) that speaks the same
 //! stream-json lines: arguments, prompt on stdin, session ids and resume, usage, deltas, and
-//! every fault mapped to the right error.
+//! every fault mapped to the right error; the child's process group killed with the turn, with
+//! a killed legio process (this test binary run again as a helper and killed with SIGKILL), and
+//! what such a process left behind reaped by the next one.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -130,6 +132,27 @@ impl Fake {
             ],
             context_window: 200_000,
             read_timeout: Duration::from_secs(20),
+            state_dir: self.state_dir(),
+        }
+    }
+
+    /// The provider's state directory (inside the fake's folder).
+    fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// The pid the fake recorded in file `name` (`pid`, `grandchild`), once it is there.
+    async fn pid(&self, name: &str) -> i32 {
+        let path = self.dir.path().join(name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                if let Ok(pid) = text.trim().parse() {
+                    return pid;
+                }
+            }
+            assert!(Instant::now() < deadline, "the fake wrote no {name}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -347,8 +370,10 @@ async fn a_silent_run_fails_after_read_timeout_and_is_stopped() {
     let provider = ClaudeCode::new("claude", settings).unwrap();
     let message = failed(provider.call(request(bootstrap_plan(), None)).await);
     assert!(message.contains("read_timeout"), "{message}");
-    let pid = std::fs::read_to_string(fake.dir.path().join("pid")).unwrap();
-    assert!(gone_soon(pid.trim()).await, "the fake {pid} still runs");
+    for name in ["pid", "grandchild"] {
+        let pid = fake.pid(name).await;
+        assert!(gone_soon(pid).await, "the fake's {name} {pid} still runs");
+    }
 }
 
 #[tokio::test]
@@ -455,31 +480,194 @@ async fn partial_deltas_are_forwarded_once() {
 }
 
 #[tokio::test]
-async fn dropping_the_call_kills_the_child() {
+async fn dropping_the_call_kills_the_childs_whole_group() {
     let fake = Fake::new();
     let provider = fake.provider("hang");
     let call = provider.call(request(bootstrap_plan(), None));
-    assert!(tokio::time::timeout(Duration::from_millis(1500), call)
+    let cut = async {
+        fake.pid("pid").await;
+    };
+    tokio::select! {
+        _ = call => panic!("the fake answered"),
+        () = cut => {}
+    }
+    // The call's future is dropped here, as the runtime's turn timeout drops it.
+    for name in ["pid", "grandchild"] {
+        let pid = fake.pid(name).await;
+        assert!(gone_soon(pid).await, "the fake's {name} {pid} still runs");
+    }
+    assert_eq!(pid_files(&fake), 0, "the pid file is removed with the turn");
+}
+
+/// The environment variable that makes [`helper_runs_one_turn`] run (the fake's folder).
+const HELPER: &str = "LEGIO_CLAUDE_CODE_TEST_HELPER";
+
+/// Not a test on its own: the legio-side process of the tests below, which run this binary
+/// again with only this test and [`HELPER`] set. It runs one turn with the fake in the mode of
+/// `LEGIO_CLAUDE_CODE_TEST_MODE`, resuming `LEGIO_CLAUDE_CODE_TEST_RESUME` if set, and prints
+/// the reply's session as `helper-session: ID`.
+#[tokio::test]
+async fn helper_runs_one_turn() {
+    let Some(dir) = std::env::var_os(HELPER) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let mode = std::env::var("LEGIO_CLAUDE_CODE_TEST_MODE").unwrap();
+    let resume = std::env::var("LEGIO_CLAUDE_CODE_TEST_RESUME").ok();
+    let settings = ClaudeCodeSettings {
+        executable: fake_cli(),
+        extra_args: vec![
+            "--fake-dir".into(),
+            dir.display().to_string(),
+            "--fake-mode".into(),
+            mode,
+        ],
+        read_timeout: Duration::from_secs(600),
+        state_dir: dir.join("state"),
+        ..ClaudeCodeSettings::default()
+    };
+    let provider = ClaudeCode::new("claude", settings).unwrap();
+    let plan = if resume.is_some() {
+        delta_plan()
+    } else {
+        bootstrap_plan()
+    };
+    let reply = provider
+        .call(request(plan, resume.as_deref()))
         .await
-        .is_err());
-    let pid = std::fs::read_to_string(fake.dir.path().join("pid")).unwrap();
-    assert!(gone_soon(pid.trim()).await, "the fake {pid} still runs");
+        .unwrap();
+    println!("helper-session: {}", reply.provider_session.unwrap());
+}
+
+/// Runs [`helper_runs_one_turn`] in a new process for `fake` in `mode`.
+fn helper(fake: &Fake, mode: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "helper_runs_one_turn", "--nocapture"])
+        .env(HELPER, fake.dir.path())
+        .env("LEGIO_CLAUDE_CODE_TEST_MODE", mode)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+/// The pid files of running CLIs in the fake's state directory.
+fn pid_files(fake: &Fake) -> usize {
+    std::fs::read_dir(fake.state_dir().join("children"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_killed_legio_process_leaves_no_cli_running() {
+    let fake = Fake::new();
+    let mut legio = helper(&fake, "hang").spawn().unwrap();
+    let cli = fake.pid("pid").await;
+    let grandchild = fake.pid("grandchild").await;
+    assert_eq!(pid_files(&fake), 1, "the running CLI has a pid file");
+    legio.kill().unwrap(); // SIGKILL: no destructor runs.
+    legio.wait().unwrap();
+    assert!(
+        gone_soon(cli).await,
+        "the CLI {cli} outlived the legio process that started it"
+    );
+
+    // The CLI's own child has no parent-death signal; the next legio process's first turn
+    // kills it, by its pid file.
+    assert!(
+        !gone_soon_within(grandchild, Duration::from_millis(200)).await,
+        "the CLI's child {grandchild} is expected to run until it is reaped"
+    );
+    let reply = fake
+        .provider("ok")
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap();
+    assert_eq!(reply.text, "Hello from call 2.");
+    assert!(
+        gone_soon(grandchild).await,
+        "the CLI's child {grandchild} was not reaped by the next process"
+    );
+    assert_eq!(pid_files(&fake), 0);
+}
+
+#[tokio::test]
+async fn a_pid_file_of_a_live_owner_or_a_reused_pid_is_left_alone() {
+    // A process that merely has the recorded pid (a different start time) is not killed, nor
+    // is a child of an owner that still runs.
+    use std::os::unix::process::CommandExt;
+    let fake = Fake::new();
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("300")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = bystander.id() as i32;
+    let start = start_time(pid);
+    let children = fake.state_dir().join("children");
+    std::fs::create_dir_all(&children).unwrap();
+    let dead_owner = {
+        let mut done = std::process::Command::new("true").spawn().unwrap();
+        done.wait().unwrap();
+        done.id()
+    };
+    std::fs::write(
+        children.join(pid.to_string()),
+        format!("{pid} {} {dead_owner} 1\n", start + 1),
+    )
+    .unwrap();
+    std::fs::write(
+        children.join("other"),
+        format!(
+            "{pid} {start} {} {}\n",
+            std::process::id(),
+            start_time(std::process::id() as i32)
+        ),
+    )
+    .unwrap();
+    fake.provider("ok")
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap();
+    assert!(
+        !gone_soon_within(pid, Duration::from_millis(300)).await,
+        "a process that only shares the recorded pid was killed"
+    );
+    assert!(
+        !children.join(pid.to_string()).exists(),
+        "the dead owner's pid file is removed"
+    );
+    assert!(children.join("other").exists(), "a live owner's is kept");
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}
+
+/// Process `pid`'s start time (`/proc/PID/stat`'s field 22).
+fn start_time(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = stat.rsplit_once(") ").unwrap().1;
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
 }
 
 /// Whether process `pid` is gone (or a zombie) within a generous deadline.
-async fn gone_soon(pid: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
+async fn gone_soon(pid: i32) -> bool {
+    gone_soon_within(pid, Duration::from_secs(10)).await
+}
+
+/// Whether process `pid` is gone (or a zombie) within `wait`.
+async fn gone_soon_within(pid: i32, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => return true,
             // The state follows the parenthesised command name.
             Ok(stat) if stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z')) => {
                 return true
             }
+            Ok(_) if Instant::now() >= deadline => return false,
             Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
-    false
 }
 
 #[test]
