@@ -9,9 +9,11 @@
 //! only the final text. It takes none of ours as tool definitions (`Capabilities::tools` is
 //! false; a request's `tools` are ignored) and never returns tool calls for the runtime to run.
 //! When the request carries legio's MCP endpoint ([`McpAccess`], set while `legio serve` runs),
-//! the CLI gets it as `--mcp-config` (JSON text, the server named `legio`, the bearer token in
-//! its headers) and `--allowedTools mcp__legio__T,...`: it calls the agent's own legio tools
-//! (`dispatch`, `get_history`, memory) over MCP, and legio records those calls.
+//! the CLI gets it as `--mcp-config FILE` (the server named `legio`, the bearer token in its
+//! headers; the file has mode 0600 in the state directory and is removed after the turn, so the
+//! token is never in the CLI's argv, which any local user can read) and
+//! `--allowedTools mcp__legio__T,...`: it calls the agent's own legio tools (`dispatch`,
+//! `get_history`, memory) over MCP, and legio records those calls.
 //!
 //! The child dies with legio (child.rs): its own process group, killed whole when a turn is
 //! dropped or stopped, `PR_SET_PDEATHSIG(SIGKILL)` on Linux, and before a process's first turn
@@ -23,6 +25,7 @@ mod state;
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,6 +45,7 @@ use crate::provider::{
 use crate::render::bootstrap_block;
 use crate::settings::ClaudeCodeSettings;
 use child::Running;
+use state::McpConfigFile;
 
 /// What the CLI says (on stderr or in its result) when `--resume` names a session it does not
 /// have, compared in lower case: "No conversation found with session ID: <id>".
@@ -111,9 +115,6 @@ impl ClaudeCode {
     }
 
     async fn spawn(&self, args: &[String]) -> Result<Running, ProviderError> {
-        if !self.reaped.swap(true, Ordering::SeqCst) {
-            child::reap_orphans(&self.settings.state_dir);
-        }
         let mut command = Command::new(&self.settings.executable);
         command
             .args(args)
@@ -138,7 +139,31 @@ impl ClaudeCode {
     }
 
     async fn run(&self, request: ProviderRequest) -> Result<ProviderReply, ProviderError> {
-        let args = arguments(&self.settings, &request);
+        let state_dir = &self.settings.state_dir;
+        if !self.reaped.swap(true, Ordering::SeqCst) {
+            child::reap_orphans(state_dir);
+            state::remove_stale_mcp_files(state_dir, child::is_running);
+        }
+        // Declared before the child, so dropped after it: the file outlives the CLI's group.
+        let mcp_file = match &request.mcp {
+            Some(mcp) => Some(
+                McpConfigFile::write(state_dir, child::this_process(), &mcp_config(mcp)).map_err(
+                    |e| {
+                        self.failed(format!(
+                            "cannot write the MCP configuration under {}: {e}; check providers.{}.state_dir",
+                            state_dir.display(),
+                            self.name
+                        ))
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let args = arguments(
+            &self.settings,
+            &request,
+            mcp_file.as_ref().map(McpConfigFile::path),
+        );
         let prompt = bootstrap_block(&request.plan, request.status.as_deref());
         tracing::debug!(provider = %self.name, resume = ?request.resume, prompt_bytes = prompt.len(), "running the Claude Code CLI");
         let mut running = self.spawn(&args).await?;
@@ -330,9 +355,15 @@ impl Provider for ClaudeCode {
 }
 
 /// The CLI's arguments for `request`: the configured extra arguments, print mode with stream-json
-/// output (which the CLI only allows with `--verbose`), the model, the session to resume, and the
-/// agent's system prompt appended to Claude Code's own. The prompt itself goes to stdin.
-pub fn arguments(settings: &ClaudeCodeSettings, request: &ProviderRequest) -> Vec<String> {
+/// output (which the CLI only allows with `--verbose`), the model, the session to resume, the
+/// agent's system prompt appended to Claude Code's own, and with the request's MCP endpoint
+/// `--mcp-config mcp_config` (the file holding [`mcp_config`]'s text) and the tools to allow.
+/// The prompt itself goes to stdin.
+pub fn arguments(
+    settings: &ClaudeCodeSettings,
+    request: &ProviderRequest,
+    mcp_config: Option<&Path>,
+) -> Vec<String> {
     let mut args = settings.extra_args.clone();
     args.extend(
         ["-p", "--output-format", "stream-json", "--verbose"]
@@ -351,8 +382,8 @@ pub fn arguments(settings: &ClaudeCodeSettings, request: &ProviderRequest) -> Ve
         args.push("--append-system-prompt".into());
         args.push(request.system_prompt.clone());
     }
-    if let Some(mcp) = &request.mcp {
-        args.extend(mcp_arguments(mcp));
+    if let (Some(mcp), Some(file)) = (&request.mcp, mcp_config) {
+        args.extend(mcp_arguments(mcp, file));
     }
     args
 }
@@ -360,20 +391,25 @@ pub fn arguments(settings: &ClaudeCodeSettings, request: &ProviderRequest) -> Ve
 /// The server name legio's endpoint has in `--mcp-config`: its tools are `mcp__legio__T`.
 pub const MCP_SERVER_NAME: &str = "legio";
 
-/// `--mcp-config` (JSON text) naming legio's endpoint with its bearer token, and
-/// `--allowedTools` allowing exactly the agent's tools there.
-fn mcp_arguments(mcp: &McpAccess) -> Vec<String> {
-    let config = serde_json::json!({"mcpServers": {MCP_SERVER_NAME: {
+/// The `--mcp-config` text naming legio's endpoint with its bearer token (a secret: it goes in
+/// a file, never on the command line).
+pub fn mcp_config(mcp: &McpAccess) -> String {
+    serde_json::json!({"mcpServers": {MCP_SERVER_NAME: {
         "type": "http",
         "url": mcp.url,
         "headers": {"Authorization": format!("Bearer {}", mcp.bearer)},
-    }}});
+    }}})
+    .to_string()
+}
+
+/// `--mcp-config FILE` and `--allowedTools` allowing exactly the agent's tools there.
+fn mcp_arguments(mcp: &McpAccess, file: &Path) -> Vec<String> {
     let allowed: Vec<String> = mcp
         .tools
         .iter()
         .map(|t| format!("mcp__{MCP_SERVER_NAME}__{t}"))
         .collect();
-    let mut args = vec!["--mcp-config".to_owned(), config.to_string()];
+    let mut args = vec!["--mcp-config".to_owned(), file.display().to_string()];
     if !allowed.is_empty() {
         args.push("--allowedTools".to_owned());
         args.push(allowed.join(","));

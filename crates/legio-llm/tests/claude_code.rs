@@ -713,7 +713,7 @@ fn arguments_put_extra_args_first_and_skip_an_empty_system_prompt() {
     let mut req = request(delta_plan(), Some("abc"));
     req.system_prompt = String::new();
     assert_eq!(
-        arguments(&settings, &req),
+        arguments(&settings, &req, None),
         [
             "--permission-mode",
             "plan",
@@ -727,29 +727,54 @@ fn arguments_put_extra_args_first_and_skip_an_empty_system_prompt() {
     );
 }
 
-#[test]
-fn an_mcp_endpoint_becomes_mcp_config_and_allowed_tools() {
+#[tokio::test]
+async fn an_mcp_endpoint_becomes_a_private_mcp_config_file_and_allowed_tools() {
+    let fake = Fake::new();
     let mut req = request(delta_plan(), None);
-    req.system_prompt = String::new();
+    req.plan.mode = DeliveryMode::Bootstrap;
     req.mcp = Some(legio_llm::McpAccess {
         url: "http://127.0.0.1:7878/mcp".into(),
         bearer: "lgm1.tok".into(),
         tools: vec!["get_history".into(), "dispatch".into()],
     });
-    let args = arguments(&ClaudeCodeSettings::default(), &req);
     assert!(
         !format!("{:?}", req.mcp).contains("lgm1.tok"),
         "the token stays out of Debug"
     );
+    fake.provider("ok").call(req).await.unwrap();
+
+    // The token is nowhere on the command line (any local user reads /proc/PID/cmdline).
+    let args = fake.argv(1);
+    assert!(!args.iter().any(|a| a.contains("lgm1.tok")), "{args:?}");
     let at = args.iter().position(|a| a == "--mcp-config").unwrap();
-    let config: serde_json::Value = serde_json::from_str(&args[at + 1]).unwrap();
+    let file = PathBuf::from(&args[at + 1]);
+    assert!(file.starts_with(fake.state_dir().join("mcp")), "{file:?}");
+    assert_eq!(args[at + 2], "--allowedTools");
+    assert_eq!(args[at + 3], "mcp__legio__get_history,mcp__legio__dispatch");
+    // The file the CLI read: the endpoint with the token, readable by this user alone.
+    let seen = std::fs::read_to_string(fake.dir.path().join("call-1.mcp-config")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&seen).unwrap();
     assert_eq!(
         config,
         serde_json::json!({"mcpServers": {"legio": {"type": "http",
             "url": "http://127.0.0.1:7878/mcp",
             "headers": {"Authorization": "Bearer lgm1.tok"}}}})
     );
-    assert_eq!(args[at + 2], "--allowedTools");
-    assert_eq!(args[at + 3], "mcp__legio__get_history,mcp__legio__dispatch");
-    assert_eq!(args.len(), at + 4);
+    let mode = std::fs::read_to_string(fake.dir.path().join("call-1.mcp-mode")).unwrap();
+    assert_eq!(mode.trim(), "600");
+    assert!(!file.exists(), "the file is removed after the turn");
+}
+
+#[test]
+fn without_a_file_there_is_no_mcp_config() {
+    let mut req = request(delta_plan(), None);
+    req.mcp = Some(legio_llm::McpAccess {
+        url: "http://127.0.0.1:7878/mcp".into(),
+        bearer: "lgm1.tok".into(),
+        tools: vec!["dispatch".into()],
+    });
+    let args = arguments(&ClaudeCodeSettings::default(), &req, None);
+    assert!(!args.iter().any(|a| a.contains("mcp")), "{args:?}");
+    let config = legio_llm::claude_code::mcp_config(req.mcp.as_ref().unwrap());
+    assert!(config.contains("Bearer lgm1.tok"), "{config}");
 }

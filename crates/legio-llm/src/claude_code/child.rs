@@ -195,7 +195,7 @@ fn stat_fields(pid: i32) -> Option<Stat> {
 }
 
 /// This process's pid and start time.
-fn this_process() -> (i32, u64) {
+pub(crate) fn this_process() -> (i32, u64) {
     let pid = std::process::id() as i32;
     (pid, start_time(pid).unwrap_or(0))
 }
@@ -233,7 +233,7 @@ fn parse_record(text: &str) -> Option<Record> {
 }
 
 /// Whether process `pid` runs with start time `start` (is the same process as recorded).
-fn is_running(pid: i32, start: u64) -> bool {
+pub(crate) fn is_running(pid: i32, start: u64) -> bool {
     start_time(pid) == Some(start)
 }
 
