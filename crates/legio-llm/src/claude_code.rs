@@ -18,7 +18,9 @@
 //! The child dies with legio (child.rs): its own process group, killed whole when a turn is
 //! dropped or stopped, `PR_SET_PDEATHSIG(SIGKILL)` on Linux, and before a process's first turn
 //! the CLIs a killed legio process left running are killed, so an orphan never finishes a turn
-//! legio did not record. What legio keeps for that lives in the state directory (state.rs).
+//! legio did not record. What legio keeps for that lives in the state directory (state.rs),
+//! which also holds the CLI's working directory, one per agent and conversation: the CLI keys
+//! its sessions by directory, so `--resume` works wherever legio was started.
 
 mod child;
 mod state;
@@ -114,10 +116,11 @@ impl ClaudeCode {
         &self.settings
     }
 
-    async fn spawn(&self, args: &[String]) -> Result<Running, ProviderError> {
+    async fn spawn(&self, args: &[String], work_dir: &Path) -> Result<Running, ProviderError> {
         let mut command = Command::new(&self.settings.executable);
         command
             .args(args)
+            .current_dir(work_dir)
             // Set inside a Claude Code session; the CLI refuses to start nested when it sees it.
             .env_remove("CLAUDECODE")
             .stdin(Stdio::piped())
@@ -166,7 +169,16 @@ impl ClaudeCode {
         );
         let prompt = bootstrap_block(&request.plan, request.status.as_deref());
         tracing::debug!(provider = %self.name, resume = ?request.resume, prompt_bytes = prompt.len(), "running the Claude Code CLI");
-        let mut running = self.spawn(&args).await?;
+        // The CLI keys its sessions by working directory: a fixed one per agent and
+        // conversation, whatever directory legio runs in.
+        let work_dir = state::work_dir(state_dir, &request.conversation, &request.agent).map_err(|e| {
+            self.failed(format!(
+                "cannot make the CLI's working directory under {}: {e}; check providers.{}.state_dir",
+                state_dir.display(),
+                self.name
+            ))
+        })?;
+        let mut running = self.spawn(&args, &work_dir).await?;
         let child = &mut running.child;
 
         // Write the prompt and close stdin, without waiting for it: the child may answer (or

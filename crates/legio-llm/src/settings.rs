@@ -127,8 +127,9 @@ pub struct ClaudeCodeSettings {
     pub context_window: u64,
     /// How long to wait for the next output line before the run is treated as hung.
     pub read_timeout: Duration,
-    /// The folder legio keeps the CLI's state in (made with mode 0700): the pid files of running
-    /// CLIs. The configuration's default is beside the database (`<store.path>.claude-code`);
+    /// The folder legio keeps the CLI's state in (made with mode 0700): the CLI's working
+    /// directory per agent and conversation (`work/CONVERSATION/AGENT`), the pid files of
+    /// running CLIs, a turn's `--mcp-config` file. The configuration's default is beside the database (`<store.path>.claude-code`);
     /// [`Default`] has `legio-claude-code-UID` in the system's temporary folder.
     pub state_dir: PathBuf,
 }

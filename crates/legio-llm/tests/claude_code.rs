@@ -2,7 +2,8 @@
 //! stream-json lines: arguments, prompt on stdin, session ids and resume, usage, deltas, and
 //! every fault mapped to the right error; the child's process group killed with the turn, with
 //! a killed legio process (this test binary run again as a helper and killed with SIGKILL), and
-//! what such a process left behind reaped by the next one.
+//! what such a process left behind reaped by the next one; the MCP token in a private file, not
+//! argv; and a fixed working directory, so a session resumes from a process started elsewhere.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -589,6 +590,69 @@ async fn a_killed_legio_process_leaves_no_cli_running() {
         "the CLI's child {grandchild} was not reaped by the next process"
     );
     assert_eq!(pid_files(&fake), 0);
+}
+
+/// The session id a finished [`helper_runs_one_turn`] printed.
+fn helper_session(output: std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the helper failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("helper-session: "))
+        .unwrap_or_else(|| panic!("no session in {stdout}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_session_resumes_in_a_process_started_in_another_directory() {
+    // Like the real CLI, the fake keeps its sessions per working directory: two legio
+    // processes started in different directories must still run it in the same one.
+    let fake = Fake::new();
+    let (here, there) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let session = helper_session(
+        helper(&fake, "ok")
+            .current_dir(here.path())
+            .output()
+            .unwrap(),
+    );
+    let resumed = helper_session(
+        helper(&fake, "ok")
+            .current_dir(there.path())
+            .env("LEGIO_CLAUDE_CODE_TEST_RESUME", &session)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(resumed, session);
+    assert!(has_pair(&fake.argv(2), "--resume", &session));
+    let cwd = |n: usize| {
+        let text = std::fs::read_to_string(fake.dir.path().join(format!("call-{n}.cwd"))).unwrap();
+        PathBuf::from(text.trim_end())
+    };
+    let work = fake.state_dir().join("work");
+    let expected = work.join("t%3A1").join("vorenus");
+    assert_eq!(cwd(1), expected.canonicalize().unwrap());
+    assert_eq!(cwd(2), cwd(1));
+
+    // Another agent, or the same agent in another conversation, has a directory of its own.
+    let provider = fake.provider("ok");
+    let mut other_agent = request(bootstrap_plan(), None);
+    other_agent.agent = AgentName::new("pullo").unwrap();
+    provider.call(other_agent).await.unwrap();
+    let mut other_conversation = request(bootstrap_plan(), None);
+    other_conversation.conversation = ConversationKey::new("..").unwrap();
+    provider.call(other_conversation).await.unwrap();
+    assert_eq!(
+        cwd(3),
+        work.join("t%3A1").join("pullo").canonicalize().unwrap()
+    );
+    assert_eq!(
+        cwd(4),
+        work.join("%2E%2E").join("vorenus").canonicalize().unwrap()
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,7 @@
 //! The provider's state directory (`ClaudeCodeSettings::state_dir`), which legio controls and
-//! nobody else may read: `mcp/OWNER-START-RANDOM.json`, a turn's `--mcp-config` with its
+//! nobody else may read: `work/CONVERSATION/AGENT`, the CLI's working directory for an agent in
+//! a conversation (the CLI keys its sessions by directory, so `--resume` finds the session
+//! wherever legio was started); `mcp/OWNER-START-RANDOM.json`, a turn's `--mcp-config` with its
 //! bearer token (mode 0600, removed after the turn); `children/`, the pid files of running CLIs
 //! (child.rs). Folders are made with mode 0700.
 
@@ -8,12 +10,45 @@ use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use legio_core::{AgentName, ConversationKey};
+
+/// The folder of working directories under the state directory.
+const WORK: &str = "work";
 /// The folder of MCP configuration files under the state directory.
 const MCP: &str = "mcp";
 
 /// Makes `path` and its missing parents, each new one with mode 0700.
 pub(crate) fn private_dir(path: &Path) -> io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(path)
+}
+
+/// A name as one path component: ASCII letters, digits, `_` and `-` as they are, every other
+/// byte as `%XX` (so `.` and `..` cannot be a component, and two names never share one).
+fn component(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The CLI's working directory for `agent` in `conversation`, made if missing. Every CLI
+/// session of that agent there (one per legio session) lives in the same directory.
+pub(crate) fn work_dir(
+    state_dir: &Path,
+    conversation: &ConversationKey,
+    agent: &AgentName,
+) -> io::Result<PathBuf> {
+    let dir = state_dir
+        .join(WORK)
+        .join(component(conversation.as_str()))
+        .join(component(agent.as_str()));
+    private_dir(&dir)?;
+    Ok(dir)
 }
 
 /// A turn's `--mcp-config` file: written with mode 0600 and removed when dropped (when the
@@ -78,6 +113,15 @@ pub(crate) fn remove_stale_mcp_files(state_dir: &Path, is_running: impl Fn(i32, 
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn components_keep_plain_names_and_escape_the_rest() {
+        assert_eq!(component("vorenus"), "vorenus");
+        assert_eq!(component("telegram:42"), "telegram%3A42");
+        assert_eq!(component(".."), "%2E%2E");
+        assert_eq!(component("a%b"), "a%25b");
+        assert_ne!(component("a.b"), component("a_b"));
+    }
 
     #[test]
     fn a_config_file_is_private_removed_on_drop_and_a_dead_owners_is_stale() {
