@@ -1,6 +1,10 @@
 //! `claude-code`: the Claude Code CLI run as a subprocess in print mode with stream-json output.
-//! Session-stateful and resumable: the session id the CLI reports is the provider session, and a
-//! later turn passes it back with `--resume`, sending only the delta. The prompt (the plan as one
+//! Session-stateful and resumable: the provider session is the session id the CLI reports and
+//! the uuid of the turn's last assistant message (`SESSION@UUID`, [`ResumePoint`]); a later turn
+//! passes them back as `--resume SESSION --resume-session-at UUID`, sending only the delta. The
+//! CLI then sees its session exactly as it was at the end of the last turn the log recorded:
+//! what a turn cut by a crash left in the CLI's session file (it writes the prompt before it
+//! calls the model) is not shown to the model again beside legio's redelivery of it. The prompt (the plan as one
 //! bootstrap block) goes to the child's stdin; every stdout line is one JSON event; the reply and
 //! its usage come from the final `result` event. Same inner shape as the HTTP providers: client
 //! (the process), request mapping (arguments and prompt), response mapping (events), errors.
@@ -50,8 +54,12 @@ use child::Running;
 use state::McpConfigFile;
 
 /// What the CLI says (on stderr or in its result) when `--resume` names a session it does not
-/// have, compared in lower case: "No conversation found with session ID: <id>".
-const SESSION_NOT_FOUND: &str = "no conversation found";
+/// have ("No conversation found with session ID: <id>"), or `--resume-session-at` a message the
+/// session does not hold ("No message found with message.uuid of: <uuid>"), in lower case.
+const SESSION_NOT_FOUND: [&str; 2] = [
+    "no conversation found",
+    "no message found with message.uuid",
+];
 
 /// How many stderr lines are kept for error messages, and how much of them is shown.
 const STDERR_LINES: usize = 20;
@@ -270,10 +278,10 @@ impl ClaudeCode {
             if let Err(Fault::Invalid { line, .. }) = &exit {
                 evidence.push(line);
             }
-            if evidence
-                .iter()
-                .any(|text| text.to_lowercase().contains(SESSION_NOT_FOUND))
-            {
+            if evidence.iter().any(|text| {
+                let text = text.to_lowercase();
+                SESSION_NOT_FOUND.iter().any(|said| text.contains(said))
+            }) {
                 return Err(ProviderError::SessionLost {
                     session: session.clone(),
                 });
@@ -319,10 +327,14 @@ impl ClaudeCode {
             output: estimate_tokens(&text),
             ..TokenUsage::default()
         });
+        let point = ResumePoint {
+            session: session.to_owned(),
+            at: events.last_assistant.clone(),
+        };
         Ok(ProviderReply {
             text,
             usage: Some(usage),
-            provider_session: Some(session.to_owned()),
+            provider_session: Some(point.to_string()),
             tool_calls: Vec::new(),
         })
     }
@@ -386,9 +398,14 @@ pub fn arguments(
         args.push("--model".into());
         args.push(model.clone());
     }
-    if let Some(session) = &request.resume {
+    if let Some(resume) = &request.resume {
+        let point = ResumePoint::parse(resume);
         args.push("--resume".into());
-        args.push(session.clone());
+        args.push(point.session);
+        if let Some(at) = point.at {
+            args.push("--resume-session-at".into());
+            args.push(at);
+        }
     }
     if !request.system_prompt.is_empty() {
         args.push("--append-system-prompt".into());
@@ -398,6 +415,42 @@ pub fn arguments(
         args.extend(mcp_arguments(mcp, file));
     }
     args
+}
+
+/// Where a CLI session is resumed: its id, and the uuid of the last message of the last turn
+/// legio recorded (none for a session recorded before legio kept it, or a turn that reported
+/// no assistant message). As the provider session text: `SESSION@UUID`, or `SESSION`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// The CLI's session id (`--resume`).
+    pub session: String,
+    /// The message to resume at (`--resume-session-at`).
+    pub at: Option<String>,
+}
+
+impl ResumePoint {
+    /// Reads a provider session as recorded (`SESSION@UUID` or `SESSION`).
+    pub fn parse(provider_session: &str) -> Self {
+        match provider_session.split_once('@') {
+            Some((session, at)) if !at.is_empty() => Self {
+                session: session.to_owned(),
+                at: Some(at.to_owned()),
+            },
+            _ => Self {
+                session: provider_session.to_owned(),
+                at: None,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ResumePoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.at {
+            Some(at) => write!(f, "{}@{at}", self.session),
+            None => f.write_str(&self.session),
+        }
+    }
 }
 
 /// The server name legio's endpoint has in `--mcp-config`: its tools are `mcp__legio__T`.
@@ -449,6 +502,8 @@ struct Events {
     session: Option<String>,
     /// The last `result` event.
     result: Option<Value>,
+    /// The uuid of the last assistant message of the main thread (not a subagent's).
+    last_assistant: Option<String>,
     /// Whether partial text deltas (`stream_event`, with `--include-partial-messages` in
     /// `extra_args`) were seen: then whole assistant messages are not forwarded again.
     partial: bool,
@@ -480,7 +535,15 @@ impl Events {
                     self.session = Some(id.to_owned());
                 }
             }
-            Some("assistant") if !self.partial => {
+            Some("assistant") => {
+                let main_thread = event.get("parent_tool_use_id").is_none_or(Value::is_null);
+                if let (true, Some(uuid)) = (main_thread, event.get("uuid").and_then(Value::as_str))
+                {
+                    self.last_assistant = Some(uuid.to_owned());
+                }
+                if self.partial {
+                    return Ok(());
+                }
                 let blocks = event.pointer("/message/content").and_then(Value::as_array);
                 for block in blocks.into_iter().flatten() {
                     if block.get("type").and_then(Value::as_str) == Some("text") {

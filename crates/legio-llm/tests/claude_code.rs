@@ -210,7 +210,11 @@ async fn a_new_session_then_a_resumed_one_that_gets_only_the_delta() {
     let expected_prompt = bootstrap_block(&first.plan, first.status.as_deref());
     let reply = provider.call(first).await.unwrap();
     assert_eq!(reply.text, "Hello from call 1.");
-    assert_eq!(reply.provider_session.as_deref(), Some("fake-session-1"));
+    // The session and where it ends: the turn's last assistant message.
+    assert_eq!(
+        reply.provider_session.as_deref(),
+        Some("fake-session-1@fake-uuid-1")
+    );
     assert_eq!(
         reply.usage,
         Some(TokenUsage {
@@ -262,9 +266,16 @@ async fn a_new_session_then_a_resumed_one_that_gets_only_the_delta() {
     let expected_delta = bootstrap_block(&second.plan, None);
     let reply = provider.call(second).await.unwrap();
     assert_eq!(reply.text, "Hello from call 2.");
-    assert_eq!(reply.provider_session.as_deref(), Some("fake-session-1"));
+    assert_eq!(
+        reply.provider_session.as_deref(),
+        Some("fake-session-1@fake-uuid-2")
+    );
     let argv = fake.argv(2);
     assert!(has_pair(&argv, "--resume", "fake-session-1"), "{argv:?}");
+    assert!(
+        has_pair(&argv, "--resume-session-at", "fake-uuid-1"),
+        "{argv:?}"
+    );
     assert!(
         has_pair(&argv, "--append-system-prompt", SYSTEM),
         "{argv:?}"
@@ -286,13 +297,85 @@ async fn a_resume_that_reports_a_new_session_id_returns_the_new_one() {
         .call(request(bootstrap_plan(), None))
         .await
         .unwrap();
-    assert_eq!(first.provider_session.as_deref(), Some("fake-session-1"));
+    assert_eq!(
+        first.provider_session.as_deref(),
+        Some("fake-session-1@fake-uuid-1")
+    );
+    // A session recorded before legio kept where it ends: resumed at its end.
     let second = provider
         .call(request(delta_plan(), Some("fake-session-1")))
         .await
         .unwrap();
     assert!(has_pair(&fake.argv(2), "--resume", "fake-session-1"));
-    assert_eq!(second.provider_session.as_deref(), Some("fake-session-2"));
+    assert!(!fake.argv(2).iter().any(|a| a == "--resume-session-at"));
+    assert_eq!(
+        second.provider_session.as_deref(),
+        Some("fake-session-2@fake-uuid-2")
+    );
+}
+
+#[tokio::test]
+async fn a_turn_after_a_cut_one_resumes_where_the_last_recorded_turn_ended() {
+    // A turn the log never recorded (legio was killed during it) may have left the CLI's
+    // session longer; the next turn resumes at the recorded point, not at the file's end.
+    let fake = Fake::new();
+    let provider = fake.provider("ok");
+    let recorded = provider
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap()
+        .provider_session
+        .unwrap();
+    let _cut = provider
+        .call(request(delta_plan(), Some(&recorded)))
+        .await
+        .unwrap();
+    let reply = provider
+        .call(request(delta_plan(), Some(&recorded)))
+        .await
+        .unwrap();
+    let argv = fake.argv(3);
+    assert!(has_pair(&argv, "--resume", "fake-session-1"), "{argv:?}");
+    assert!(
+        has_pair(&argv, "--resume-session-at", "fake-uuid-1"),
+        "{argv:?}"
+    );
+    assert_eq!(
+        reply.provider_session.as_deref(),
+        Some("fake-session-1@fake-uuid-3")
+    );
+}
+
+#[tokio::test]
+async fn a_resume_point_the_session_does_not_hold_is_a_lost_session() {
+    let fake = Fake::new();
+    let provider = fake.provider("ok");
+    let recorded = provider
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap()
+        .provider_session
+        .unwrap();
+    let (session, _) = recorded.split_once('@').unwrap();
+    let gone = format!("{session}@no-such-uuid");
+    let result = provider.call(request(delta_plan(), Some(&gone))).await;
+    assert_eq!(result, Err(ProviderError::SessionLost { session: gone }));
+}
+
+#[test]
+fn a_resume_point_reads_back_what_it_writes() {
+    use legio_llm::claude_code::ResumePoint;
+    for text in ["abc@u-1", "abc"] {
+        assert_eq!(ResumePoint::parse(text).to_string(), text);
+    }
+    assert_eq!(
+        ResumePoint::parse("abc@u-1"),
+        ResumePoint {
+            session: "abc".into(),
+            at: Some("u-1".into())
+        }
+    );
+    assert_eq!(ResumePoint::parse("abc@").at, None);
 }
 
 #[tokio::test]
@@ -626,8 +709,10 @@ async fn a_session_resumes_in_a_process_started_in_another_directory() {
             .output()
             .unwrap(),
     );
-    assert_eq!(resumed, session);
-    assert!(has_pair(&fake.argv(2), "--resume", &session));
+    let (id, at) = session.split_once('@').unwrap();
+    assert_eq!(resumed, format!("{id}@fake-uuid-2"));
+    assert!(has_pair(&fake.argv(2), "--resume", id));
+    assert!(has_pair(&fake.argv(2), "--resume-session-at", at));
     let cwd = |n: usize| {
         let text = std::fs::read_to_string(fake.dir.path().join(format!("call-{n}.cwd"))).unwrap();
         PathBuf::from(text.trim_end())
