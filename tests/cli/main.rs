@@ -884,6 +884,7 @@ fn verify_is_read_only_and_salvage_rebuilds_a_damaged_log() {
 
 #[path = "../support/archive.rs"]
 mod archive;
+mod claude_code;
 mod mcp;
 
 #[test]

@@ -295,8 +295,14 @@ async fn an_orchestrator_on_claude_code_dispatches_through_the_mcp_endpoint() {
         "{}",
         argv[at + 1]
     );
-    let at = argv.iter().position(|a| a == "--mcp-config").unwrap();
-    let mcp: Value = serde_json::from_str(&argv[at + 1]).unwrap();
+    assert!(
+        !argv.iter().any(|a| a.contains("Bearer")),
+        "the token is not on the command line: {argv:?}"
+    );
+    assert!(argv.iter().any(|a| a == "--mcp-config"), "{argv:?}");
+    // The file the CLI was given (fake-claude keeps a copy; legio removed it after the turn).
+    let mcp = std::fs::read_to_string(fake_dir.join("call-1.mcp-config")).unwrap();
+    let mcp: Value = serde_json::from_str(&mcp).unwrap();
     assert!(
         mcp["mcpServers"]["legio"]["url"]
             .as_str()

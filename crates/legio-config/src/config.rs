@@ -507,7 +507,8 @@ impl RuntimeConfig {
         let runtime = runtime_settings(&parsed.runtime).map_err(&invalid)?;
         let mut providers = BTreeMap::new();
         for (name, p) in &parsed.providers {
-            let spec = crate::provider_settings::validate(name, p, &base).map_err(&invalid)?;
+            let spec = crate::provider_settings::validate(name, p, &base, &store.path)
+                .map_err(&invalid)?;
             providers.insert(name.clone(), spec);
         }
         let agents = parsed

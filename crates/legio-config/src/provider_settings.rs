@@ -37,6 +37,7 @@ pub(crate) struct ProviderSection {
     // claude-code
     executable: Option<PathBuf>,
     extra_args: Option<Vec<String>>,
+    state_dir: Option<PathBuf>,
 }
 
 impl ProviderSection {
@@ -67,6 +68,7 @@ impl ProviderSection {
         check(self.sender_labels.is_some(), "sender_labels");
         check(self.executable.is_some(), "executable");
         check(self.extra_args.is_some(), "extra_args");
+        check(self.state_dir.is_some(), "state_dir");
         keys
     }
 }
@@ -86,7 +88,13 @@ const HTTP_KEYS: &[&str] = &[
     "stream_tools",
     "sender_labels",
 ];
-const CLAUDE_CODE_KEYS: &[&str] = &["model", "read_timeout_seconds", "executable", "extra_args"];
+const CLAUDE_CODE_KEYS: &[&str] = &[
+    "model",
+    "read_timeout_seconds",
+    "executable",
+    "extra_args",
+    "state_dir",
+];
 
 fn seconds(
     name: &str,
@@ -104,11 +112,13 @@ fn seconds(
 }
 
 /// Validates the table of provider `name`; relative executable paths (with a `/`) resolve
-/// against `base`, the config file's folder.
+/// against `base`, the config file's folder; `store` is the database's folder (a `claude-code`
+/// provider keeps its state beside it by default).
 pub(crate) fn validate(
     name: &str,
     p: &ProviderSection,
     base: &Path,
+    store: &Path,
 ) -> Result<ProviderSettings, String> {
     let kind = p.kind.as_str();
     let allowed: &[&str] = match kind {
@@ -130,7 +140,7 @@ pub(crate) fn validate(
     }
     match kind {
         "scripted" => scripted(name, p),
-        "claude-code" => claude_code(name, p, base),
+        "claude-code" => claude_code(name, p, base, store),
         _ => {
             let s = http(name, p)?;
             Ok(match kind {
@@ -161,9 +171,15 @@ fn scripted(name: &str, p: &ProviderSection) -> Result<ProviderSettings, String>
     }))
 }
 
-/// A `claude-code` provider's settings; a relative executable path with a folder in it is
-/// read from the config file's folder.
-fn claude_code(name: &str, p: &ProviderSection, base: &Path) -> Result<ProviderSettings, String> {
+/// A `claude-code` provider's settings; a relative executable path with a folder in it, and a
+/// relative `state_dir`, are read from the config file's folder. The state directory defaults
+/// to `<store.path>.claude-code`, beside the database (as its MCP key file is).
+fn claude_code(
+    name: &str,
+    p: &ProviderSection,
+    base: &Path,
+    store: &Path,
+) -> Result<ProviderSettings, String> {
     let defaults = ClaudeCodeSettings::default();
     let executable = match &p.executable {
         Some(path) if path.components().count() > 1 && path.is_relative() => base.join(path),
@@ -181,6 +197,19 @@ fn claude_code(name: &str, p: &ProviderSection, base: &Path) -> Result<ProviderS
             p.read_timeout_seconds,
             defaults.read_timeout,
         )?,
+        state_dir: match &p.state_dir {
+            Some(path) if path.as_os_str().is_empty() => {
+                return Err(format!(
+                    "providers.{name}.state_dir is empty; remove it to keep the CLI's state beside the database"
+                ))
+            }
+            Some(path) => base.join(path),
+            None => {
+                let mut beside = store.as_os_str().to_owned();
+                beside.push(".claude-code");
+                PathBuf::from(beside)
+            }
+        },
     }))
 }
 
@@ -277,7 +306,12 @@ mod tests {
 
     fn parse(text: &str) -> Result<ProviderSettings, String> {
         let section: ProviderSection = toml::from_str(text).map_err(|e| e.to_string())?;
-        validate("p", &section, Path::new("/etc/legio"))
+        validate(
+            "p",
+            &section,
+            Path::new("/etc/legio"),
+            Path::new("/var/lib/legio/db"),
+        )
     }
 
     #[test]
@@ -320,6 +354,16 @@ mod tests {
             Path::new("claude"),
             "a bare name is looked up on PATH"
         );
+        assert_eq!(
+            c.state_dir,
+            Path::new("/var/lib/legio/db.claude-code"),
+            "beside the database by default"
+        );
+        let s = parse("kind = \"claude-code\"\nstate_dir = \"cc-state\"").unwrap();
+        let ProviderSettings::ClaudeCode(c) = s else {
+            panic!()
+        };
+        assert_eq!(c.state_dir, Path::new("/etc/legio/cc-state"));
     }
 
     /// The shipped config/legio.toml with every commented provider example uncommented: each
@@ -364,6 +408,7 @@ mod tests {
             ("kind = \"scripted\"\nbase_url = \"http://x/v1\"", "base_url does not apply"),
             ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nlatency_ms = 3", "latency_ms does not apply"),
             ("kind = \"claude-code\"\napi_key_env = \"K\"", "api_key_env does not apply"),
+            ("kind = \"claude-code\"\nstate_dir = \"\"", "state_dir is empty"),
             ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nread_timeout_seconds = -1", "read_timeout_seconds"),
             ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nmodle = \"m\"", "modle"),
             ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nstream_tools = false", "stream_tools applies only"),

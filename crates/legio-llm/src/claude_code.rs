@@ -1,6 +1,10 @@
 //! `claude-code`: the Claude Code CLI run as a subprocess in print mode with stream-json output.
-//! Session-stateful and resumable: the session id the CLI reports is the provider session, and a
-//! later turn passes it back with `--resume`, sending only the delta. The prompt (the plan as one
+//! Session-stateful and resumable: the provider session is the session id the CLI reports and
+//! the uuid of the turn's last assistant message (`SESSION@UUID`, [`ResumePoint`]); a later turn
+//! passes them back as `--resume SESSION --resume-session-at UUID`, sending only the delta. The
+//! CLI then sees its session exactly as it was at the end of the last turn the log recorded:
+//! what a turn cut by a crash left in the CLI's session file (it writes the prompt before it
+//! calls the model) is not shown to the model again beside legio's redelivery of it. The prompt (the plan as one
 //! bootstrap block) goes to the child's stdin; every stdout line is one JSON event; the reply and
 //! its usage come from the final `result` event. Same inner shape as the HTTP providers: client
 //! (the process), request mapping (arguments and prompt), response mapping (events), errors.
@@ -9,20 +13,34 @@
 //! only the final text. It takes none of ours as tool definitions (`Capabilities::tools` is
 //! false; a request's `tools` are ignored) and never returns tool calls for the runtime to run.
 //! When the request carries legio's MCP endpoint ([`McpAccess`], set while `legio serve` runs),
-//! the CLI gets it as `--mcp-config` (JSON text, the server named `legio`, the bearer token in
-//! its headers) and `--allowedTools mcp__legio__T,...`: it calls the agent's own legio tools
-//! (`dispatch`, `get_history`, memory) over MCP, and legio records those calls.
+//! the CLI gets it as `--mcp-config FILE` (the server named `legio`, the bearer token in its
+//! headers; the file has mode 0600 in the state directory and is removed after the turn, so the
+//! token is never in the CLI's argv, which any local user can read) and
+//! `--allowedTools mcp__legio__T,...`: it calls the agent's own legio tools (`dispatch`,
+//! `get_history`, memory) over MCP, and legio records those calls.
+//!
+//! The child dies with legio (child.rs): its own process group, killed whole when a turn is
+//! dropped or stopped, `PR_SET_PDEATHSIG(SIGKILL)` on Linux, and before a process's first turn
+//! the CLIs a killed legio process left running are killed, so an orphan never finishes a turn
+//! legio did not record. What legio keeps for that lives in the state directory (state.rs),
+//! which also holds the CLI's working directory, one per agent and conversation: the CLI keys
+//! its sessions by directory, so `--resume` works wherever legio was started.
+
+mod child;
+mod state;
 
 use std::collections::VecDeque;
 use std::io::ErrorKind;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use legio_core::{estimate_tokens, History, TokenUsage};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 use tokio::time::timeout;
 
 use crate::http::{cut, metric, BuildError};
@@ -32,10 +50,16 @@ use crate::provider::{
 };
 use crate::render::bootstrap_block;
 use crate::settings::ClaudeCodeSettings;
+use child::Running;
+use state::McpConfigFile;
 
 /// What the CLI says (on stderr or in its result) when `--resume` names a session it does not
-/// have, compared in lower case: "No conversation found with session ID: <id>".
-const SESSION_NOT_FOUND: &str = "no conversation found";
+/// have ("No conversation found with session ID: <id>"), or `--resume-session-at` a message the
+/// session does not hold ("No message found with message.uuid of: <uuid>"), in lower case.
+const SESSION_NOT_FOUND: [&str; 2] = [
+    "no conversation found",
+    "no message found with message.uuid",
+];
 
 /// How many stderr lines are kept for error messages, and how much of them is shown.
 const STDERR_LINES: usize = 20;
@@ -50,6 +74,9 @@ const STDERR_GRACE: Duration = Duration::from_millis(500);
 pub struct ClaudeCode {
     name: String,
     settings: ClaudeCodeSettings,
+    /// Whether the state directory was searched for children a killed legio left (once, before
+    /// this provider's first turn).
+    reaped: AtomicBool,
 }
 
 impl ClaudeCode {
@@ -80,9 +107,15 @@ impl ClaudeCode {
         if settings.read_timeout.is_zero() {
             return Err(invalid("read_timeout must be greater than 0"));
         }
+        if settings.state_dir.as_os_str().is_empty() {
+            return Err(invalid(
+                "state_dir is empty; remove it to keep the CLI's state beside the database",
+            ));
+        }
         Ok(Self {
             name: name.to_owned(),
             settings,
+            reaped: AtomicBool::new(false),
         })
     }
 
@@ -91,18 +124,18 @@ impl ClaudeCode {
         &self.settings
     }
 
-    fn spawn(&self, args: &[String]) -> Result<Child, ProviderError> {
+    async fn spawn(&self, args: &[String], work_dir: &Path) -> Result<Running, ProviderError> {
         let mut command = Command::new(&self.settings.executable);
         command
             .args(args)
+            .current_dir(work_dir)
             // Set inside a Claude Code session; the CLI refuses to start nested when it sees it.
             .env_remove("CLAUDECODE")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // The runtime's turn timeout drops the call's future: the child must die with it.
-            .kill_on_drop(true);
-        command.spawn().map_err(|e| {
+            .stderr(Stdio::piped());
+        // The runtime's turn timeout drops the call's future: the child's group dies with it.
+        Running::spawn(command, &self.settings.state_dir).await.map_err(|e| {
             let path = self.settings.executable.display();
             let why = match e.kind() {
                 ErrorKind::NotFound => "not found".to_owned(),
@@ -117,10 +150,44 @@ impl ClaudeCode {
     }
 
     async fn run(&self, request: ProviderRequest) -> Result<ProviderReply, ProviderError> {
-        let args = arguments(&self.settings, &request);
+        let state_dir = &self.settings.state_dir;
+        if !self.reaped.swap(true, Ordering::SeqCst) {
+            child::reap_orphans(state_dir);
+            state::remove_stale_mcp_files(state_dir, child::is_running);
+        }
+        // Declared before the child, so dropped after it: the file outlives the CLI's group.
+        let mcp_file = match &request.mcp {
+            Some(mcp) => Some(
+                McpConfigFile::write(state_dir, child::this_process(), &mcp_config(mcp)).map_err(
+                    |e| {
+                        self.failed(format!(
+                            "cannot write the MCP configuration under {}: {e}; check providers.{}.state_dir",
+                            state_dir.display(),
+                            self.name
+                        ))
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        let args = arguments(
+            &self.settings,
+            &request,
+            mcp_file.as_ref().map(McpConfigFile::path),
+        );
         let prompt = bootstrap_block(&request.plan, request.status.as_deref());
         tracing::debug!(provider = %self.name, resume = ?request.resume, prompt_bytes = prompt.len(), "running the Claude Code CLI");
-        let mut child = self.spawn(&args)?;
+        // The CLI keys its sessions by working directory: a fixed one per agent and
+        // conversation, whatever directory legio runs in.
+        let work_dir = state::work_dir(state_dir, &request.conversation, &request.agent).map_err(|e| {
+            self.failed(format!(
+                "cannot make the CLI's working directory under {}: {e}; check providers.{}.state_dir",
+                state_dir.display(),
+                self.name
+            ))
+        })?;
+        let mut running = self.spawn(&args, &work_dir).await?;
+        let child = &mut running.child;
 
         // Write the prompt and close stdin, without waiting for it: the child may answer (or
         // fail) before it has read everything, and a full pipe must not block the reader.
@@ -147,7 +214,7 @@ impl ClaudeCode {
             None => Err(Fault::Read("no stdout pipe".into())),
         };
         let exit = match read {
-            Ok(()) => match timeout(self.settings.read_timeout, child.wait()).await {
+            Ok(()) => match timeout(self.settings.read_timeout, running.wait()).await {
                 Ok(Ok(status)) => Ok(status),
                 Ok(Err(e)) => Err(Fault::Read(format!("cannot wait for the process: {e}"))),
                 Err(_) => Err(Fault::NoExit),
@@ -155,8 +222,8 @@ impl ClaudeCode {
             Err(fault) => Err(fault),
         };
         if exit.is_err() {
-            let _ = child.start_kill();
-            let _ = timeout(STDERR_GRACE, child.wait()).await;
+            running.kill_group();
+            let _ = timeout(STDERR_GRACE, running.wait()).await;
         }
         writer.abort();
         if let Some(mut reader) = stderr_reader {
@@ -211,10 +278,10 @@ impl ClaudeCode {
             if let Err(Fault::Invalid { line, .. }) = &exit {
                 evidence.push(line);
             }
-            if evidence
-                .iter()
-                .any(|text| text.to_lowercase().contains(SESSION_NOT_FOUND))
-            {
+            if evidence.iter().any(|text| {
+                let text = text.to_lowercase();
+                SESSION_NOT_FOUND.iter().any(|said| text.contains(said))
+            }) {
                 return Err(ProviderError::SessionLost {
                     session: session.clone(),
                 });
@@ -260,10 +327,14 @@ impl ClaudeCode {
             output: estimate_tokens(&text),
             ..TokenUsage::default()
         });
+        let point = ResumePoint {
+            session: session.to_owned(),
+            at: events.last_assistant.clone(),
+        };
         Ok(ProviderReply {
             text,
             usage: Some(usage),
-            provider_session: Some(session.to_owned()),
+            provider_session: Some(point.to_string()),
             tool_calls: Vec::new(),
         })
     }
@@ -308,9 +379,15 @@ impl Provider for ClaudeCode {
 }
 
 /// The CLI's arguments for `request`: the configured extra arguments, print mode with stream-json
-/// output (which the CLI only allows with `--verbose`), the model, the session to resume, and the
-/// agent's system prompt appended to Claude Code's own. The prompt itself goes to stdin.
-pub fn arguments(settings: &ClaudeCodeSettings, request: &ProviderRequest) -> Vec<String> {
+/// output (which the CLI only allows with `--verbose`), the model, the session to resume, the
+/// agent's system prompt appended to Claude Code's own, and with the request's MCP endpoint
+/// `--mcp-config mcp_config` (the file holding [`mcp_config`]'s text) and the tools to allow.
+/// The prompt itself goes to stdin.
+pub fn arguments(
+    settings: &ClaudeCodeSettings,
+    request: &ProviderRequest,
+    mcp_config: Option<&Path>,
+) -> Vec<String> {
     let mut args = settings.extra_args.clone();
     args.extend(
         ["-p", "--output-format", "stream-json", "--verbose"]
@@ -321,37 +398,83 @@ pub fn arguments(settings: &ClaudeCodeSettings, request: &ProviderRequest) -> Ve
         args.push("--model".into());
         args.push(model.clone());
     }
-    if let Some(session) = &request.resume {
+    if let Some(resume) = &request.resume {
+        let point = ResumePoint::parse(resume);
         args.push("--resume".into());
-        args.push(session.clone());
+        args.push(point.session);
+        if let Some(at) = point.at {
+            args.push("--resume-session-at".into());
+            args.push(at);
+        }
     }
     if !request.system_prompt.is_empty() {
         args.push("--append-system-prompt".into());
         args.push(request.system_prompt.clone());
     }
-    if let Some(mcp) = &request.mcp {
-        args.extend(mcp_arguments(mcp));
+    if let (Some(mcp), Some(file)) = (&request.mcp, mcp_config) {
+        args.extend(mcp_arguments(mcp, file));
     }
     args
+}
+
+/// Where a CLI session is resumed: its id, and the uuid of the last message of the last turn
+/// legio recorded (none for a session recorded before legio kept it, or a turn that reported
+/// no assistant message). As the provider session text: `SESSION@UUID`, or `SESSION`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResumePoint {
+    /// The CLI's session id (`--resume`).
+    pub session: String,
+    /// The message to resume at (`--resume-session-at`).
+    pub at: Option<String>,
+}
+
+impl ResumePoint {
+    /// Reads a provider session as recorded (`SESSION@UUID` or `SESSION`).
+    pub fn parse(provider_session: &str) -> Self {
+        match provider_session.split_once('@') {
+            Some((session, at)) if !at.is_empty() => Self {
+                session: session.to_owned(),
+                at: Some(at.to_owned()),
+            },
+            _ => Self {
+                session: provider_session.to_owned(),
+                at: None,
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for ResumePoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.at {
+            Some(at) => write!(f, "{}@{at}", self.session),
+            None => f.write_str(&self.session),
+        }
+    }
 }
 
 /// The server name legio's endpoint has in `--mcp-config`: its tools are `mcp__legio__T`.
 pub const MCP_SERVER_NAME: &str = "legio";
 
-/// `--mcp-config` (JSON text) naming legio's endpoint with its bearer token, and
-/// `--allowedTools` allowing exactly the agent's tools there.
-fn mcp_arguments(mcp: &McpAccess) -> Vec<String> {
-    let config = serde_json::json!({"mcpServers": {MCP_SERVER_NAME: {
+/// The `--mcp-config` text naming legio's endpoint with its bearer token (a secret: it goes in
+/// a file, never on the command line).
+pub fn mcp_config(mcp: &McpAccess) -> String {
+    serde_json::json!({"mcpServers": {MCP_SERVER_NAME: {
         "type": "http",
         "url": mcp.url,
         "headers": {"Authorization": format!("Bearer {}", mcp.bearer)},
-    }}});
+    }}})
+    .to_string()
+}
+
+/// `--mcp-config FILE` and `--allowedTools` allowing exactly the agent's tools there.
+fn mcp_arguments(mcp: &McpAccess, file: &Path) -> Vec<String> {
     let allowed: Vec<String> = mcp
         .tools
         .iter()
         .map(|t| format!("mcp__{MCP_SERVER_NAME}__{t}"))
         .collect();
-    let mut args = vec!["--mcp-config".to_owned(), config.to_string()];
+    let mut args = vec!["--mcp-config".to_owned(), file.display().to_string()];
     if !allowed.is_empty() {
         args.push("--allowedTools".to_owned());
         args.push(allowed.join(","));
@@ -379,6 +502,8 @@ struct Events {
     session: Option<String>,
     /// The last `result` event.
     result: Option<Value>,
+    /// The uuid of the last assistant message of the main thread (not a subagent's).
+    last_assistant: Option<String>,
     /// Whether partial text deltas (`stream_event`, with `--include-partial-messages` in
     /// `extra_args`) were seen: then whole assistant messages are not forwarded again.
     partial: bool,
@@ -410,7 +535,15 @@ impl Events {
                     self.session = Some(id.to_owned());
                 }
             }
-            Some("assistant") if !self.partial => {
+            Some("assistant") => {
+                let main_thread = event.get("parent_tool_use_id").is_none_or(Value::is_null);
+                if let (true, Some(uuid)) = (main_thread, event.get("uuid").and_then(Value::as_str))
+                {
+                    self.last_assistant = Some(uuid.to_owned());
+                }
+                if self.partial {
+                    return Ok(());
+                }
                 let blocks = event.pointer("/message/content").and_then(Value::as_array);
                 for block in blocks.into_iter().flatten() {
                     if block.get("type").and_then(Value::as_str) == Some("text") {

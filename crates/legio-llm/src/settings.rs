@@ -127,6 +127,24 @@ pub struct ClaudeCodeSettings {
     pub context_window: u64,
     /// How long to wait for the next output line before the run is treated as hung.
     pub read_timeout: Duration,
+    /// The folder legio keeps the CLI's state in (made with mode 0700): the CLI's working
+    /// directory per agent and conversation (`work/CONVERSATION/AGENT`), the pid files of
+    /// running CLIs, a turn's `--mcp-config` file. The configuration's default is beside the database (`<store.path>.claude-code`);
+    /// [`Default`] has `legio-claude-code-UID` in the system's temporary folder.
+    pub state_dir: PathBuf,
+}
+
+impl ClaudeCodeSettings {
+    /// The state directory used without a configuration: `legio-claude-code-UID` in the
+    /// system's temporary folder (one per user: it holds credentials while a turn runs).
+    pub fn default_state_dir() -> PathBuf {
+        // The owner of /proc/self is this process's user (Linux); elsewhere the login name.
+        let user = std::fs::metadata("/proc/self")
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m).to_string())
+            .or_else(|_| std::env::var("USER"))
+            .unwrap_or_else(|_| "user".to_owned());
+        std::env::temp_dir().join(format!("legio-claude-code-{user}"))
+    }
 }
 
 impl Default for ClaudeCodeSettings {
@@ -137,6 +155,7 @@ impl Default for ClaudeCodeSettings {
             extra_args: Vec::new(),
             context_window: 200_000,
             read_timeout: Duration::from_secs(600),
+            state_dir: Self::default_state_dir(),
         }
     }
 }

@@ -1,6 +1,9 @@
 //! The `claude-code` provider against a fake CLI (tests/fixtures/fake-claude) that speaks the same
 //! stream-json lines: arguments, prompt on stdin, session ids and resume, usage, deltas, and
-//! every fault mapped to the right error.
+//! every fault mapped to the right error; the child's process group killed with the turn, with
+//! a killed legio process (this test binary run again as a helper and killed with SIGKILL), and
+//! what such a process left behind reaped by the next one; the MCP token in a private file, not
+//! argv; and a fixed working directory, so a session resumes from a process started elsewhere.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -130,6 +133,27 @@ impl Fake {
             ],
             context_window: 200_000,
             read_timeout: Duration::from_secs(20),
+            state_dir: self.state_dir(),
+        }
+    }
+
+    /// The provider's state directory (inside the fake's folder).
+    fn state_dir(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+
+    /// The pid the fake recorded in file `name` (`pid`, `grandchild`), once it is there.
+    async fn pid(&self, name: &str) -> i32 {
+        let path = self.dir.path().join(name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path) {
+                if let Ok(pid) = text.trim().parse() {
+                    return pid;
+                }
+            }
+            assert!(Instant::now() < deadline, "the fake wrote no {name}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -186,7 +210,11 @@ async fn a_new_session_then_a_resumed_one_that_gets_only_the_delta() {
     let expected_prompt = bootstrap_block(&first.plan, first.status.as_deref());
     let reply = provider.call(first).await.unwrap();
     assert_eq!(reply.text, "Hello from call 1.");
-    assert_eq!(reply.provider_session.as_deref(), Some("fake-session-1"));
+    // The session and where it ends: the turn's last assistant message.
+    assert_eq!(
+        reply.provider_session.as_deref(),
+        Some("fake-session-1@fake-uuid-1")
+    );
     assert_eq!(
         reply.usage,
         Some(TokenUsage {
@@ -238,9 +266,16 @@ async fn a_new_session_then_a_resumed_one_that_gets_only_the_delta() {
     let expected_delta = bootstrap_block(&second.plan, None);
     let reply = provider.call(second).await.unwrap();
     assert_eq!(reply.text, "Hello from call 2.");
-    assert_eq!(reply.provider_session.as_deref(), Some("fake-session-1"));
+    assert_eq!(
+        reply.provider_session.as_deref(),
+        Some("fake-session-1@fake-uuid-2")
+    );
     let argv = fake.argv(2);
     assert!(has_pair(&argv, "--resume", "fake-session-1"), "{argv:?}");
+    assert!(
+        has_pair(&argv, "--resume-session-at", "fake-uuid-1"),
+        "{argv:?}"
+    );
     assert!(
         has_pair(&argv, "--append-system-prompt", SYSTEM),
         "{argv:?}"
@@ -262,13 +297,85 @@ async fn a_resume_that_reports_a_new_session_id_returns_the_new_one() {
         .call(request(bootstrap_plan(), None))
         .await
         .unwrap();
-    assert_eq!(first.provider_session.as_deref(), Some("fake-session-1"));
+    assert_eq!(
+        first.provider_session.as_deref(),
+        Some("fake-session-1@fake-uuid-1")
+    );
+    // A session recorded before legio kept where it ends: resumed at its end.
     let second = provider
         .call(request(delta_plan(), Some("fake-session-1")))
         .await
         .unwrap();
     assert!(has_pair(&fake.argv(2), "--resume", "fake-session-1"));
-    assert_eq!(second.provider_session.as_deref(), Some("fake-session-2"));
+    assert!(!fake.argv(2).iter().any(|a| a == "--resume-session-at"));
+    assert_eq!(
+        second.provider_session.as_deref(),
+        Some("fake-session-2@fake-uuid-2")
+    );
+}
+
+#[tokio::test]
+async fn a_turn_after_a_cut_one_resumes_where_the_last_recorded_turn_ended() {
+    // A turn the log never recorded (legio was killed during it) may have left the CLI's
+    // session longer; the next turn resumes at the recorded point, not at the file's end.
+    let fake = Fake::new();
+    let provider = fake.provider("ok");
+    let recorded = provider
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap()
+        .provider_session
+        .unwrap();
+    let _cut = provider
+        .call(request(delta_plan(), Some(&recorded)))
+        .await
+        .unwrap();
+    let reply = provider
+        .call(request(delta_plan(), Some(&recorded)))
+        .await
+        .unwrap();
+    let argv = fake.argv(3);
+    assert!(has_pair(&argv, "--resume", "fake-session-1"), "{argv:?}");
+    assert!(
+        has_pair(&argv, "--resume-session-at", "fake-uuid-1"),
+        "{argv:?}"
+    );
+    assert_eq!(
+        reply.provider_session.as_deref(),
+        Some("fake-session-1@fake-uuid-3")
+    );
+}
+
+#[tokio::test]
+async fn a_resume_point_the_session_does_not_hold_is_a_lost_session() {
+    let fake = Fake::new();
+    let provider = fake.provider("ok");
+    let recorded = provider
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap()
+        .provider_session
+        .unwrap();
+    let (session, _) = recorded.split_once('@').unwrap();
+    let gone = format!("{session}@no-such-uuid");
+    let result = provider.call(request(delta_plan(), Some(&gone))).await;
+    assert_eq!(result, Err(ProviderError::SessionLost { session: gone }));
+}
+
+#[test]
+fn a_resume_point_reads_back_what_it_writes() {
+    use legio_llm::claude_code::ResumePoint;
+    for text in ["abc@u-1", "abc"] {
+        assert_eq!(ResumePoint::parse(text).to_string(), text);
+    }
+    assert_eq!(
+        ResumePoint::parse("abc@u-1"),
+        ResumePoint {
+            session: "abc".into(),
+            at: Some("u-1".into())
+        }
+    );
+    assert_eq!(ResumePoint::parse("abc@").at, None);
 }
 
 #[tokio::test]
@@ -347,8 +454,10 @@ async fn a_silent_run_fails_after_read_timeout_and_is_stopped() {
     let provider = ClaudeCode::new("claude", settings).unwrap();
     let message = failed(provider.call(request(bootstrap_plan(), None)).await);
     assert!(message.contains("read_timeout"), "{message}");
-    let pid = std::fs::read_to_string(fake.dir.path().join("pid")).unwrap();
-    assert!(gone_soon(pid.trim()).await, "the fake {pid} still runs");
+    for name in ["pid", "grandchild"] {
+        let pid = fake.pid(name).await;
+        assert!(gone_soon(pid).await, "the fake's {name} {pid} still runs");
+    }
 }
 
 #[tokio::test]
@@ -455,31 +564,259 @@ async fn partial_deltas_are_forwarded_once() {
 }
 
 #[tokio::test]
-async fn dropping_the_call_kills_the_child() {
+async fn dropping_the_call_kills_the_childs_whole_group() {
     let fake = Fake::new();
     let provider = fake.provider("hang");
     let call = provider.call(request(bootstrap_plan(), None));
-    assert!(tokio::time::timeout(Duration::from_millis(1500), call)
+    let cut = async {
+        fake.pid("pid").await;
+    };
+    tokio::select! {
+        _ = call => panic!("the fake answered"),
+        () = cut => {}
+    }
+    // The call's future is dropped here, as the runtime's turn timeout drops it.
+    for name in ["pid", "grandchild"] {
+        let pid = fake.pid(name).await;
+        assert!(gone_soon(pid).await, "the fake's {name} {pid} still runs");
+    }
+    assert_eq!(pid_files(&fake), 0, "the pid file is removed with the turn");
+}
+
+/// The environment variable that makes [`helper_runs_one_turn`] run (the fake's folder).
+const HELPER: &str = "LEGIO_CLAUDE_CODE_TEST_HELPER";
+
+/// Not a test on its own: the legio-side process of the tests below, which run this binary
+/// again with only this test and [`HELPER`] set. It runs one turn with the fake in the mode of
+/// `LEGIO_CLAUDE_CODE_TEST_MODE`, resuming `LEGIO_CLAUDE_CODE_TEST_RESUME` if set, and prints
+/// the reply's session as `helper-session: ID`.
+#[tokio::test]
+async fn helper_runs_one_turn() {
+    let Some(dir) = std::env::var_os(HELPER) else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let mode = std::env::var("LEGIO_CLAUDE_CODE_TEST_MODE").unwrap();
+    let resume = std::env::var("LEGIO_CLAUDE_CODE_TEST_RESUME").ok();
+    let settings = ClaudeCodeSettings {
+        executable: fake_cli(),
+        extra_args: vec![
+            "--fake-dir".into(),
+            dir.display().to_string(),
+            "--fake-mode".into(),
+            mode,
+        ],
+        read_timeout: Duration::from_secs(600),
+        state_dir: dir.join("state"),
+        ..ClaudeCodeSettings::default()
+    };
+    let provider = ClaudeCode::new("claude", settings).unwrap();
+    let plan = if resume.is_some() {
+        delta_plan()
+    } else {
+        bootstrap_plan()
+    };
+    let reply = provider
+        .call(request(plan, resume.as_deref()))
         .await
-        .is_err());
-    let pid = std::fs::read_to_string(fake.dir.path().join("pid")).unwrap();
-    assert!(gone_soon(pid.trim()).await, "the fake {pid} still runs");
+        .unwrap();
+    println!("helper-session: {}", reply.provider_session.unwrap());
+}
+
+/// Runs [`helper_runs_one_turn`] in a new process for `fake` in `mode`.
+fn helper(fake: &Fake, mode: &str) -> std::process::Command {
+    let mut command = std::process::Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "helper_runs_one_turn", "--nocapture"])
+        .env(HELPER, fake.dir.path())
+        .env("LEGIO_CLAUDE_CODE_TEST_MODE", mode)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
+/// The pid files of running CLIs in the fake's state directory.
+fn pid_files(fake: &Fake) -> usize {
+    std::fs::read_dir(fake.state_dir().join("children"))
+        .map(|d| d.count())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_killed_legio_process_leaves_no_cli_running() {
+    let fake = Fake::new();
+    let mut legio = helper(&fake, "hang").spawn().unwrap();
+    let cli = fake.pid("pid").await;
+    let grandchild = fake.pid("grandchild").await;
+    assert_eq!(pid_files(&fake), 1, "the running CLI has a pid file");
+    legio.kill().unwrap(); // SIGKILL: no destructor runs.
+    legio.wait().unwrap();
+    assert!(
+        gone_soon(cli).await,
+        "the CLI {cli} outlived the legio process that started it"
+    );
+
+    // The CLI's own child has no parent-death signal; the next legio process's first turn
+    // kills it, by its pid file.
+    assert!(
+        !gone_soon_within(grandchild, Duration::from_millis(200)).await,
+        "the CLI's child {grandchild} is expected to run until it is reaped"
+    );
+    let reply = fake
+        .provider("ok")
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap();
+    assert_eq!(reply.text, "Hello from call 2.");
+    assert!(
+        gone_soon(grandchild).await,
+        "the CLI's child {grandchild} was not reaped by the next process"
+    );
+    assert_eq!(pid_files(&fake), 0);
+}
+
+/// The session id a finished [`helper_runs_one_turn`] printed.
+fn helper_session(output: std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the helper failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("helper-session: "))
+        .unwrap_or_else(|| panic!("no session in {stdout}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_session_resumes_in_a_process_started_in_another_directory() {
+    // Like the real CLI, the fake keeps its sessions per working directory: two legio
+    // processes started in different directories must still run it in the same one.
+    let fake = Fake::new();
+    let (here, there) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let session = helper_session(
+        helper(&fake, "ok")
+            .current_dir(here.path())
+            .output()
+            .unwrap(),
+    );
+    let resumed = helper_session(
+        helper(&fake, "ok")
+            .current_dir(there.path())
+            .env("LEGIO_CLAUDE_CODE_TEST_RESUME", &session)
+            .output()
+            .unwrap(),
+    );
+    let (id, at) = session.split_once('@').unwrap();
+    assert_eq!(resumed, format!("{id}@fake-uuid-2"));
+    assert!(has_pair(&fake.argv(2), "--resume", id));
+    assert!(has_pair(&fake.argv(2), "--resume-session-at", at));
+    let cwd = |n: usize| {
+        let text = std::fs::read_to_string(fake.dir.path().join(format!("call-{n}.cwd"))).unwrap();
+        PathBuf::from(text.trim_end())
+    };
+    let work = fake.state_dir().join("work");
+    let expected = work.join("t%3A1").join("vorenus");
+    assert_eq!(cwd(1), expected.canonicalize().unwrap());
+    assert_eq!(cwd(2), cwd(1));
+
+    // Another agent, or the same agent in another conversation, has a directory of its own.
+    let provider = fake.provider("ok");
+    let mut other_agent = request(bootstrap_plan(), None);
+    other_agent.agent = AgentName::new("pullo").unwrap();
+    provider.call(other_agent).await.unwrap();
+    let mut other_conversation = request(bootstrap_plan(), None);
+    other_conversation.conversation = ConversationKey::new("..").unwrap();
+    provider.call(other_conversation).await.unwrap();
+    assert_eq!(
+        cwd(3),
+        work.join("t%3A1").join("pullo").canonicalize().unwrap()
+    );
+    assert_eq!(
+        cwd(4),
+        work.join("%2E%2E").join("vorenus").canonicalize().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_pid_file_of_a_live_owner_or_a_reused_pid_is_left_alone() {
+    // A process that merely has the recorded pid (a different start time) is not killed, nor
+    // is a child of an owner that still runs.
+    use std::os::unix::process::CommandExt;
+    let fake = Fake::new();
+    let mut bystander = std::process::Command::new("sleep")
+        .arg("300")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = bystander.id() as i32;
+    let start = start_time(pid);
+    let children = fake.state_dir().join("children");
+    std::fs::create_dir_all(&children).unwrap();
+    let dead_owner = {
+        let mut done = std::process::Command::new("true").spawn().unwrap();
+        done.wait().unwrap();
+        done.id()
+    };
+    std::fs::write(
+        children.join(pid.to_string()),
+        format!("{pid} {} {dead_owner} 1\n", start + 1),
+    )
+    .unwrap();
+    std::fs::write(
+        children.join("other"),
+        format!(
+            "{pid} {start} {} {}\n",
+            std::process::id(),
+            start_time(std::process::id() as i32)
+        ),
+    )
+    .unwrap();
+    fake.provider("ok")
+        .call(request(bootstrap_plan(), None))
+        .await
+        .unwrap();
+    assert!(
+        !gone_soon_within(pid, Duration::from_millis(300)).await,
+        "a process that only shares the recorded pid was killed"
+    );
+    assert!(
+        !children.join(pid.to_string()).exists(),
+        "the dead owner's pid file is removed"
+    );
+    assert!(children.join("other").exists(), "a live owner's is kept");
+    bystander.kill().unwrap();
+    bystander.wait().unwrap();
+}
+
+/// Process `pid`'s start time (`/proc/PID/stat`'s field 22).
+fn start_time(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = stat.rsplit_once(") ").unwrap().1;
+    rest.split_whitespace().nth(19).unwrap().parse().unwrap()
 }
 
 /// Whether process `pid` is gone (or a zombie) within a generous deadline.
-async fn gone_soon(pid: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
+async fn gone_soon(pid: i32) -> bool {
+    gone_soon_within(pid, Duration::from_secs(10)).await
+}
+
+/// Whether process `pid` is gone (or a zombie) within `wait`.
+async fn gone_soon_within(pid: i32, wait: Duration) -> bool {
+    let deadline = Instant::now() + wait;
+    loop {
         match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
             Err(_) => return true,
             // The state follows the parenthesised command name.
             Ok(stat) if stat.rsplit(") ").next().is_some_and(|s| s.starts_with('Z')) => {
                 return true
             }
+            Ok(_) if Instant::now() >= deadline => return false,
             Ok(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
-    false
 }
 
 #[test]
@@ -525,7 +862,7 @@ fn arguments_put_extra_args_first_and_skip_an_empty_system_prompt() {
     let mut req = request(delta_plan(), Some("abc"));
     req.system_prompt = String::new();
     assert_eq!(
-        arguments(&settings, &req),
+        arguments(&settings, &req, None),
         [
             "--permission-mode",
             "plan",
@@ -539,29 +876,54 @@ fn arguments_put_extra_args_first_and_skip_an_empty_system_prompt() {
     );
 }
 
-#[test]
-fn an_mcp_endpoint_becomes_mcp_config_and_allowed_tools() {
+#[tokio::test]
+async fn an_mcp_endpoint_becomes_a_private_mcp_config_file_and_allowed_tools() {
+    let fake = Fake::new();
     let mut req = request(delta_plan(), None);
-    req.system_prompt = String::new();
+    req.plan.mode = DeliveryMode::Bootstrap;
     req.mcp = Some(legio_llm::McpAccess {
         url: "http://127.0.0.1:7878/mcp".into(),
         bearer: "lgm1.tok".into(),
         tools: vec!["get_history".into(), "dispatch".into()],
     });
-    let args = arguments(&ClaudeCodeSettings::default(), &req);
     assert!(
         !format!("{:?}", req.mcp).contains("lgm1.tok"),
         "the token stays out of Debug"
     );
+    fake.provider("ok").call(req).await.unwrap();
+
+    // The token is nowhere on the command line (any local user reads /proc/PID/cmdline).
+    let args = fake.argv(1);
+    assert!(!args.iter().any(|a| a.contains("lgm1.tok")), "{args:?}");
     let at = args.iter().position(|a| a == "--mcp-config").unwrap();
-    let config: serde_json::Value = serde_json::from_str(&args[at + 1]).unwrap();
+    let file = PathBuf::from(&args[at + 1]);
+    assert!(file.starts_with(fake.state_dir().join("mcp")), "{file:?}");
+    assert_eq!(args[at + 2], "--allowedTools");
+    assert_eq!(args[at + 3], "mcp__legio__get_history,mcp__legio__dispatch");
+    // The file the CLI read: the endpoint with the token, readable by this user alone.
+    let seen = std::fs::read_to_string(fake.dir.path().join("call-1.mcp-config")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&seen).unwrap();
     assert_eq!(
         config,
         serde_json::json!({"mcpServers": {"legio": {"type": "http",
             "url": "http://127.0.0.1:7878/mcp",
             "headers": {"Authorization": "Bearer lgm1.tok"}}}})
     );
-    assert_eq!(args[at + 2], "--allowedTools");
-    assert_eq!(args[at + 3], "mcp__legio__get_history,mcp__legio__dispatch");
-    assert_eq!(args.len(), at + 4);
+    let mode = std::fs::read_to_string(fake.dir.path().join("call-1.mcp-mode")).unwrap();
+    assert_eq!(mode.trim(), "600");
+    assert!(!file.exists(), "the file is removed after the turn");
+}
+
+#[test]
+fn without_a_file_there_is_no_mcp_config() {
+    let mut req = request(delta_plan(), None);
+    req.mcp = Some(legio_llm::McpAccess {
+        url: "http://127.0.0.1:7878/mcp".into(),
+        bearer: "lgm1.tok".into(),
+        tools: vec!["dispatch".into()],
+    });
+    let args = arguments(&ClaudeCodeSettings::default(), &req, None);
+    assert!(!args.iter().any(|a| a.contains("mcp")), "{args:?}");
+    let config = legio_llm::claude_code::mcp_config(req.mcp.as_ref().unwrap());
+    assert!(config.contains("Bearer lgm1.tok"), "{config}");
 }
