@@ -1,5 +1,8 @@
 //! The restart policy: exponential backoff with jitter, within an intensity limit (at most N
-//! restarts in a window). ractor's default is to stop; this is ours, written out.
+//! restarts in a window). ractor's default is to stop; this is ours. The pace is backon's
+//! exponential backoff, the one the store and the providers retry with; which step of it a
+//! failure takes is the number of restarts still in the window (old ones fall out), so the
+//! tracker counts and backon paces.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -44,8 +47,7 @@ impl RestartTracker {
             return RestartDecision::GiveUp { restarts: count };
         }
         self.restarts.push_back(now);
-        let exponential = settings.backoff.saturating_mul(1u32 << count.min(16));
-        let capped = exponential.min(settings.max_backoff);
+        let capped = pace(settings, count);
         // Jitter: between 50% and 100% of the backoff.
         RestartDecision::Restart(capped.mul_f64(0.5 + 0.5 * jitter.clamp(0.0, 1.0)))
     }
@@ -54,6 +56,25 @@ impl RestartTracker {
     pub fn clear(&mut self) {
         self.restarts.clear();
     }
+}
+
+/// The pause before restart number `count + 1` in the window: `backoff` doubled `count` times,
+/// at most `max_backoff`.
+fn pace(settings: &RestartSettings, count: u32) -> Duration {
+    use backon::BackoffBuilder;
+    let pauses = backon::ExponentialBuilder::new()
+        .with_min_delay(settings.backoff)
+        .with_max_delay(settings.max_backoff)
+        .with_factor(2.0)
+        .without_max_times()
+        .build();
+    let pause = pauses.take(count as usize + 1).last();
+    // backon doubles in f32 seconds (200 ms comes out as 199.99999 ms): the settings are whole
+    // milliseconds, and so are the pauses.
+    let pause = pause.map(|p| Duration::from_millis((p.as_secs_f64() * 1000.0).round() as u64));
+    pause
+        .unwrap_or(settings.max_backoff)
+        .min(settings.max_backoff)
 }
 
 #[cfg(test)]
