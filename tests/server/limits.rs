@@ -25,9 +25,9 @@ enum Sent {
 fn bytes_of(sent: Sent) -> String {
     match sent {
         Sent::Nothing => String::new(),
-        Sent::HalfAHead => "POST /sessions/t:slow/turns HTTP/1.1\r\nHost: x\r\nContent-Ty".into(),
+        Sent::HalfAHead => "POST /sessions/t:slow/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty".into(),
         Sent::HalfABody => format!(
-            "POST /sessions/t:slow/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"content\": \"x"
+            "POST /sessions/t:slow/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"content\": \"x"
         ),
     }
 }
@@ -96,8 +96,10 @@ async fn a_kept_alive_connection_is_closed_when_idle() {
     let mut stream = TcpStream::connect(&addr).await.unwrap();
     stream
         .write_all(
-            format!("GET /meta HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n")
-                .as_bytes(),
+            format!(
+                "GET /meta HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .await
         .unwrap();
