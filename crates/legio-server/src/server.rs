@@ -290,6 +290,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.settings.body_limit_bytes,
+            limits::refuse_declared_overlong,
+        ))
         .layer(RequestBodyTimeoutLayer::new(
             state.settings.limits.body_read_timeout,
         ))
