@@ -237,3 +237,61 @@ async fn the_older_token_keys_keep_their_meaning() {
     }
     h.stop().await;
 }
+
+/// One rule for `?token=` (issue 46: a correct one on /metrics was called "not valid"): it opens
+/// only `GET /dashboard` (traded for the cookie); anywhere else, right or wrong, it is refused
+/// with a message saying where it is taken and what to send instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_tokens_open_only_the_dashboard_and_say_so_elsewhere() {
+    let h = Harness::start_with(CONFIG, std::time::Duration::ZERO).await;
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let opened = no_redirects
+        .get(h.url("/dashboard?token=watcher"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), StatusCode::SEE_OTHER);
+    for (method, path, template, token) in [
+        ("get", "/metrics?token=watcher", "/metrics", "watcher"),
+        ("get", "/meta?token=host-all", "/meta", "host-all"),
+        (
+            "get",
+            "/dashboard.js?token=watcher",
+            "/dashboard.js",
+            "watcher",
+        ),
+        (
+            "post",
+            "/sessions/t:q/turns?token=host-all",
+            "/sessions/{id}/turns",
+            "host-all",
+        ),
+        ("get", "/metrics?token=wrong", "/metrics", "wrong"),
+    ] {
+        let request = match method {
+            "get" => h.client.get(h.url(path)),
+            _ => h.client.post(h.url(path)).json(&json!({"content": "hi"})),
+        };
+        let (status, body) = h.call(method, template, request).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("accepted only on GET /dashboard")
+                && message.contains("Authorization: Bearer"),
+            "{path} ({token}): {message}"
+        );
+    }
+    // The same token as a bearer opens the route.
+    let (status, _) = h
+        .call(
+            "get",
+            "/metrics",
+            h.client.get(h.url("/metrics")).bearer_auth("watcher"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    h.stop().await;
+}
