@@ -136,7 +136,7 @@ impl Connection {
         let body = body.map(|b| b.to_string()).unwrap_or_default();
         write!(
             self.stream,
-            "{method} {path} HTTP/1.1\r\nhost: legio\r\nauthorization: Bearer {TOKEN}\r\n\
+            "{method} {path} HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: Bearer {TOKEN}\r\n\
              content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()
         )

@@ -947,3 +947,70 @@ fn assert_in_openai_order(events: &[(String, String)]) -> Value {
     assert_eq!(numbers, (0..events.len() as u64).collect::<Vec<_>>());
     done
 }
+
+/// Keys that legio-core takes but nobody can address afterwards (`.` and `..` vanish from a URL
+/// path, `-x` reads as an option to the CLI) are refused at the API edge with the rule (issue
+/// 46), on the native paths and the door's `metadata.conversation`, and nothing is stored; a
+/// key that only contains a dot or a dash is fine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_that_cannot_be_addressed_are_refused_with_the_rule() {
+    let h = Harness::start().await;
+    let before = h.runtime.log().last_seq();
+    for key in [".", "..", "-x", "--help"] {
+        let url = "/v1/chat/completions";
+        let body = chat(
+            Some(key),
+            "legio",
+            json!([{"role": "user", "content": "hi"}]),
+        );
+        let (status, answer) = h.post_json(url, url, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{key}: {answer}");
+        assert_eq!(answer["error"]["code"], "bad_conversation_key");
+        assert_eq!(answer["error"]["param"], "metadata.conversation");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("may not be `.` or `..`") && message.contains("start with `-`"),
+            "{key}: {message}"
+        );
+    }
+    for (template, path, body) in [
+        (
+            "/sessions/{id}/turns",
+            "/sessions/-x/turns",
+            json!({"content": "hi"}),
+        ),
+        (
+            "/sessions/{id}/heartbeats",
+            "/sessions/-x/heartbeats",
+            json!({"agent": "a", "text": "hi"}),
+        ),
+    ] {
+        let (status, answer) = h.post_json(template, path, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {answer}");
+        assert_eq!(answer["error"]["code"], "bad_conversation_key", "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("start with `-`"),
+            "{answer}"
+        );
+    }
+    assert_eq!(
+        h.runtime.log().last_seq(),
+        before,
+        "a refused key stored something"
+    );
+    // Keys with a dot or a dash inside are addressable and taken.
+    for key in ["a.b", "x-1", "t:-"] {
+        let (status, answer) = h
+            .post_json(
+                "/sessions/{id}/turns",
+                &format!("/sessions/{key}/turns"),
+                &json!({"content": "hi"}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{key}: {answer}");
+    }
+    h.stop().await;
+}

@@ -25,9 +25,9 @@ enum Sent {
 fn bytes_of(sent: Sent) -> String {
     match sent {
         Sent::Nothing => String::new(),
-        Sent::HalfAHead => "POST /sessions/t:slow/turns HTTP/1.1\r\nHost: x\r\nContent-Ty".into(),
+        Sent::HalfAHead => "POST /sessions/t:slow/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty".into(),
         Sent::HalfABody => format!(
-            "POST /sessions/t:slow/turns HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"content\": \"x"
+            "POST /sessions/t:slow/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"content\": \"x"
         ),
     }
 }
@@ -96,8 +96,10 @@ async fn a_kept_alive_connection_is_closed_when_idle() {
     let mut stream = TcpStream::connect(&addr).await.unwrap();
     stream
         .write_all(
-            format!("GET /meta HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n")
-                .as_bytes(),
+            format!(
+                "GET /meta HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .await
         .unwrap();
@@ -105,6 +107,60 @@ async fn a_kept_alive_connection_is_closed_when_idle() {
         .await
         .expect("the kept-alive connection was still open after 30 s");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    h.stop().await;
+}
+
+/// A declared `Content-Length` over `server.body_limit_bytes` is 413 at once (issue 46: it
+/// waited the 30 s body read timeout for a body that never came, then answered 408), from the
+/// headers alone: the client never sends a byte of the body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_length_over_the_limit_is_refused_without_reading_the_body() {
+    let h = Harness::start().await;
+    let before = h.runtime.log().last_seq();
+    let addr = h.base.trim_start_matches("http://").to_owned();
+    let mut stream = TcpStream::connect(&addr).await.unwrap();
+    let start = Instant::now();
+    stream
+        .write_all(
+            format!(
+                "POST /sessions/t:big/turns HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\nContent-Length: 999999999\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // Read the answer's head and its JSON body (the connection may stay open).
+    let mut read = Vec::new();
+    let answer = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut buf).await.unwrap();
+            read.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&read).into_owned();
+            if n == 0 || text.contains("}}") {
+                return text;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| {
+        panic!(
+            "no answer 5 s after the headers (the body read timeout is 30 s): {:?}",
+            String::from_utf8_lossy(&read)
+        )
+    });
+    let waited = start.elapsed();
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(
+        answer.contains("body_too_large") && answer.contains("server.body_limit_bytes"),
+        "{answer}"
+    );
+    assert!(waited < Duration::from_secs(5), "answered after {waited:?}");
+    // The unread body is not waited for afterwards either: the connection is closed.
+    let closed = until_closed(stream, Duration::from_secs(5)).await;
+    assert!(closed.is_some(), "the connection stayed open after the 413");
+    // Nothing of the turn was stored.
+    assert_eq!(h.runtime.log().last_seq(), before);
     h.stop().await;
 }
 

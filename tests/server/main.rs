@@ -13,6 +13,7 @@ mod idempotency;
 mod limits;
 mod mcp;
 mod openapi;
+mod origins;
 mod progress;
 mod scopes;
 mod sdk;
@@ -150,6 +151,21 @@ impl Harness {
         latency: Duration,
         node: Option<&str>,
     ) -> Self {
+        let bind: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        Self::start_bound(dir, server, runtime, store, latency, node, bind).await
+    }
+
+    /// Like [`Harness::start_node`], listening on `bind` (`0.0.0.0:0`: every address; the
+    /// harness then calls it on 127.0.0.1).
+    async fn start_bound(
+        dir: tempfile::TempDir,
+        server: &str,
+        runtime: &str,
+        store: &str,
+        latency: Duration,
+        node: Option<&str>,
+        bind: SocketAddr,
+    ) -> Self {
         let config = write_config_with_store(dir.path(), server, runtime, store);
         let mut providers = HashMap::new();
         let mut overrides: HashMap<String, Arc<dyn Provider>> = HashMap::new();
@@ -172,11 +188,13 @@ impl Harness {
         }
         let runtime = builder.open().await.unwrap();
         let metrics = install_metrics().unwrap();
-        let bind: SocketAddr = "127.0.0.1:0".parse().unwrap();
         let server = Server::bind(runtime, settings, Some(bind), metrics)
             .await
             .unwrap();
-        let addr = server.local_addr().unwrap();
+        let mut addr = server.local_addr().unwrap();
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
         let runtime = Arc::clone(server.runtime());
         let (stop, stopped) = oneshot::channel::<()>();
         let served = tokio::spawn(async move {

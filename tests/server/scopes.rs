@@ -237,3 +237,130 @@ async fn the_older_token_keys_keep_their_meaning() {
     }
     h.stop().await;
 }
+
+/// One rule for `?token=` (issue 46: a correct one on /metrics was called "not valid"): it opens
+/// only `GET /dashboard` (traded for the cookie); anywhere else, right or wrong, it is refused
+/// with a message saying where it is taken and what to send instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn query_tokens_open_only_the_dashboard_and_say_so_elsewhere() {
+    let h = Harness::start_with(CONFIG, std::time::Duration::ZERO).await;
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let opened = no_redirects
+        .get(h.url("/dashboard?token=watcher"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), StatusCode::SEE_OTHER);
+    for (method, path, template, token) in [
+        ("get", "/metrics?token=watcher", "/metrics", "watcher"),
+        ("get", "/meta?token=host-all", "/meta", "host-all"),
+        (
+            "get",
+            "/dashboard.js?token=watcher",
+            "/dashboard.js",
+            "watcher",
+        ),
+        (
+            "post",
+            "/sessions/t:q/turns?token=host-all",
+            "/sessions/{id}/turns",
+            "host-all",
+        ),
+        ("get", "/metrics?token=wrong", "/metrics", "wrong"),
+    ] {
+        let request = match method {
+            "get" => h.client.get(h.url(path)),
+            _ => h.client.post(h.url(path)).json(&json!({"content": "hi"})),
+        };
+        let (status, body) = h.call(method, template, request).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("accepted only on GET /dashboard")
+                && message.contains("Authorization: Bearer"),
+            "{path} ({token}): {message}"
+        );
+    }
+    // The same token as a bearer opens the route.
+    let (status, _) = h
+        .call(
+            "get",
+            "/metrics",
+            h.client.get(h.url("/metrics")).bearer_auth("watcher"),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    h.stop().await;
+}
+
+/// Speaking as an agent needs a scope that says so (issue 46: any host token could post with
+/// `sender` set to an agent's name): a plain host token gets 403 naming `post_as_agent`, and
+/// nothing is stored; a token with it (or an operator's) posts as the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posting_as_an_agent_needs_the_post_as_agent_scope() {
+    let config = format!(
+        "{CONFIG}\n[[server.tokens]]\nname = \"relay\"\ntoken = \"relay\"\nscopes = [\"host\", \"post_as_agent\"]\n"
+    );
+    let h = Harness::start_with(&config, std::time::Duration::ZERO).await;
+    let post = |token: &str, body: serde_json::Value| {
+        h.client
+            .post(h.url("/sessions/t:as/turns"))
+            .bearer_auth(token)
+            .json(&body)
+    };
+    let before = h.runtime.log().last_seq();
+    let as_agent = json!({"content": "I, agent a, approve", "sender": "a"});
+    let (status, body) = h
+        .call(
+            "post",
+            "/sessions/{id}/turns",
+            post("host-all", as_agent.clone()),
+        )
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["error"]["code"], "forbidden");
+    assert_eq!(body["error"]["param"], "sender");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`post_as_agent` scope"), "{message}");
+    assert_eq!(
+        h.runtime.log().last_seq(),
+        before,
+        "a refused turn stores nothing"
+    );
+    // An unknown sender is still 404 naming the field, whatever the token.
+    let (status, _) = h
+        .call(
+            "post",
+            "/sessions/{id}/turns",
+            post("host-all", json!({"content": "x", "sender": "zed"})),
+        )
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    // As the user, the plain host token posts; with the scope, or as an operator, as the agent.
+    for (token, body) in [
+        ("host-all", json!({"content": "hello"})),
+        ("relay", as_agent.clone()),
+        ("ops", as_agent),
+    ] {
+        let (status, answer) = h
+            .call("post", "/sessions/{id}/turns", post(token, body))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{token}: {answer}");
+    }
+    let history = h
+        .client
+        .get(h.url("/sessions/t:as/history"))
+        .bearer_auth("ops");
+    let (_, messages) = h.call("get", "/sessions/{id}/history", history).await;
+    let from_a = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["sender"] == "a" && m["content"] == "I, agent a, approve")
+        .count();
+    assert_eq!(from_a, 2, "{messages}");
+    h.stop().await;
+}

@@ -8,6 +8,7 @@
 //! loopback server) every request passes as an operator. A browser opening the dashboard passes
 //! `?token=` once: the server answers with an HttpOnly, same-site cookie and a redirect to the
 //! bare URL, and accepts that cookie on GET requests only (so a cookie can never post a turn).
+//! A query token anywhere else is refused (401) with a message saying where it is taken.
 
 use std::sync::Arc;
 
@@ -134,15 +135,21 @@ fn identify(tokens: &[Arc<ScopedToken>], request: &Request) -> Result<Arc<Scoped
     if let Some(given) = bearer(request) {
         return find(given).ok_or(Refusal::Unauthorized("the bearer token is not valid"));
     }
+    // One rule for `?token=`: it is how a browser opens the dashboard (exchanged at once for
+    // the cookie), and nothing else; elsewhere it is refused whether it is right or wrong, so
+    // a token is never left in a URL that proxies and logs keep.
+    if let Some(given) = query_token(request) {
+        let opens_dashboard =
+            request.method() == Method::GET && request.uri().path() == "/dashboard";
+        return match find(&given) {
+            Some(t) if opens_dashboard => Err(Refusal::Redirect(t.token.clone())),
+            None if opens_dashboard => Err(Refusal::Unauthorized("the token is not valid")),
+            _ => Err(Refusal::Unauthorized(
+                "query tokens (`?token=`) are accepted only on GET /dashboard, which trades them for a cookie; send `Authorization: Bearer TOKEN`",
+            )),
+        };
+    }
     if request.method() == Method::GET {
-        if let Some(given) = query_token(request) {
-            return match find(&given) {
-                Some(t) if request.uri().path() == "/dashboard" => {
-                    Err(Refusal::Redirect(t.token.clone()))
-                }
-                _ => Err(Refusal::Unauthorized("the token is not valid")),
-            };
-        }
         if let Some(token) = cookie(request).and_then(find) {
             return Ok(token);
         }

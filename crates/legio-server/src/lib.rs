@@ -17,6 +17,7 @@ mod meta;
 mod metrics;
 mod openai;
 mod operator;
+mod origin;
 mod parking;
 mod runs;
 mod server;

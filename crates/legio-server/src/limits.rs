@@ -1,14 +1,18 @@
 //! `[server.limits]` at work: the connection loop (hyper's HTTP/1 connection with its header read
 //! timeout, which also ends idle keep-alive connections; a cap on open connections; graceful
 //! shutdown by hyper-util's watcher) and the cap on turns in flight per token (429 with
-//! `Retry-After`). The body read timeout is tower-http's layer, set on the router (server.rs).
+//! `Retry-After`). The body read timeout is tower-http's layer, set on the router (server.rs);
+//! a body whose declared `Content-Length` is over `server.body_limit_bytes` is refused here at
+//! once ([`refuse_declared_overlong`]), without waiting for it.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use crate::server_limits::ServerLimits;
+use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -66,6 +70,32 @@ pub(crate) async fn accept(
         });
     }
     graceful
+}
+
+/// 413 at once for a request whose `Content-Length` is over `limit` (the state): its body is
+/// never read (the connection is closed after the answer), so a client that declares a huge body
+/// and sends none is not kept waiting for the body read timeout. A chunked body over the limit
+/// is refused as it arrives (axum's `DefaultBodyLimit`).
+pub(crate) async fn refuse_declared_overlong(
+    State(limit): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match declared {
+        Some(length) if length > limit as u64 => ApiError::new(
+            ErrorCode::BodyTooLarge,
+            format!(
+                "the body declares {length} bytes (Content-Length), over server.body_limit_bytes ({limit}); send less"
+            ),
+        )
+        .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 /// Turns in flight, counted per token.

@@ -100,7 +100,17 @@ impl Server {
         let (mcp_key, first) = crate::mcp_key::McpKey::read(&runtime.config().store);
         crate::mcp::announce(&runtime, listener.local_addr().ok(), first);
         let (stop, stopping) = watch::channel(false);
+        // What the socket is bound to decides, not what the settings say (`legio serve --bind`).
+        let loopback = listener
+            .local_addr()
+            .map_or(settings.bind.ip().is_loopback(), |a| a.ip().is_loopback());
+        let origins = crate::origin::Policy::new(
+            loopback,
+            settings.allowed_hosts.as_deref(),
+            &settings.allowed_origins,
+        );
         let state = Arc::new(AppState {
+            origins: Arc::new(origins),
             runtime: Arc::new(runtime),
             tokens: auth::tokens(&settings),
             turn_slots: limits::TurnSlots::new(&settings.limits),
@@ -280,8 +290,17 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(state.settings.body_limit_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.settings.body_limit_bytes,
+            limits::refuse_declared_overlong,
+        ))
         .layer(RequestBodyTimeoutLayer::new(
             state.settings.limits.body_read_timeout,
+        ))
+        // Outermost: a rebinding page's request is refused before any guard or handler.
+        .layer(middleware::from_fn_with_state(
+            Arc::clone(&state.origins),
+            crate::origin::guard,
         ))
         .with_state(state)
 }

@@ -1,6 +1,7 @@
 //! `[[server.tokens]]`: bearer tokens with scopes (`host`: post turns and read histories, maybe
-//! only of conversations under a prefix; `metrics`: /metrics and the dashboard; `operator`:
-//! everything, the /operator endpoints included). Parsed here with the rest of `[server]`;
+//! only of conversations under a prefix; `post_as_agent`, beside `host`: post a turn whose
+//! `sender` is an agent, speaking as that agent; `metrics`: /metrics and the dashboard;
+//! `operator`: everything, the /operator endpoints included). Parsed here with the rest of `[server]`;
 //! legio-server decides who may call what (its auth module), with the old `token` and
 //! `operator_token` keys mapped onto the same scopes.
 
@@ -22,6 +23,10 @@ pub(crate) struct TokenSection {
 pub enum Scope {
     /// `GET /meta`, `POST /sessions/{id}/turns`, `GET /sessions/{id}/history`.
     Host,
+    /// Beside `host`: a turn whose `sender` is an agent of the roster (the host relays what that
+    /// agent says, and the others see it as that agent's). Without it a token posts only as the
+    /// user.
+    PostAsAgent,
     /// `GET /metrics`, `/dashboard`.
     Metrics,
     /// Everything, the `/operator` endpoints included.
@@ -33,13 +38,14 @@ impl Scope {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Host => "host",
+            Self::PostAsAgent => "post_as_agent",
             Self::Metrics => "metrics",
             Self::Operator => "operator",
         }
     }
 
     fn parse(name: &str) -> Option<Self> {
-        [Self::Host, Self::Metrics, Self::Operator]
+        [Self::Host, Self::PostAsAgent, Self::Metrics, Self::Operator]
             .into_iter()
             .find(|s| s.as_str() == name)
     }
@@ -124,7 +130,7 @@ impl ScopedToken {
             .map(|s| {
                 Scope::parse(s).ok_or_else(|| {
                     format!(
-                        "{at}.scopes has {s:?}; the scopes are \"host\", \"metrics\", \"operator\""
+                        "{at}.scopes has {s:?}; the scopes are \"host\", \"post_as_agent\", \"metrics\", \"operator\""
                     )
                 })
             })
@@ -132,6 +138,14 @@ impl ScopedToken {
         if scopes.is_empty() {
             return Err(format!(
                 "{at}.scopes is empty; give \"host\", \"metrics\" or \"operator\""
+            ));
+        }
+        if scopes.contains(&Scope::PostAsAgent)
+            && !scopes.contains(&Scope::Host)
+            && !scopes.contains(&Scope::Operator)
+        {
+            return Err(format!(
+                "{at}.scopes has \"post_as_agent\" without \"host\"; it widens what a host token may post, so give both"
             ));
         }
         if let Some(prefix) = &section.conversations {
@@ -217,6 +231,7 @@ mod tests {
             ("[[tokens]]\ntoken = \"a b\"\nscopes = [\"host\"]", vec![], "whitespace"),
             ("[[tokens]]\ntoken = \"a\"\nscopes = [\"root\"]", vec![], "\"root\""),
             ("[[tokens]]\ntoken = \"a\"\nscopes = []", vec![], "scopes is empty"),
+            ("[[tokens]]\ntoken = \"a\"\nscopes = [\"post_as_agent\"]", vec![], "without \"host\""),
             ("[[tokens]]\ntoken = \"a\"\nscopes = [\"operator\"]\nconversations = \"x:\"", vec![], "cannot limit an operator"),
             ("[[tokens]]\ntoken = \"a\"\nscopes = [\"host\"]\nconversations = \"a/b\"", vec![], "not the start of a conversation key"),
             ("[[tokens]]\ntoken = \"a\"\nscopes = [\"host\"]\n[[tokens]]\ntoken = \"a\"\nscopes = [\"metrics\"]", vec![], "tokens[1] repeats"),

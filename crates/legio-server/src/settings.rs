@@ -19,6 +19,9 @@ struct ServerSection {
     body_limit_bytes: Option<usize>,
     shutdown_grace_seconds: Option<f64>,
     storage_failure_exit_seconds: Option<f64>,
+    allowed_hosts: Option<Vec<String>>,
+    #[serde(default)]
+    allowed_origins: Vec<String>,
     #[serde(default)]
     limits: crate::server_limits::LimitsSection,
     #[serde(default)]
@@ -44,6 +47,13 @@ pub struct ServerSettings {
     /// `legio serve` stops and exits non-zero, so that its supervisor starts it again (default
     /// 10 s). Meanwhile `/readyz` answers 503 with the cause and writes are refused.
     pub storage_failure_exit: Duration,
+    /// `Host` names answered besides the loopback names (`"*"`: any), against DNS rebinding
+    /// (origin.rs). Unset: on a loopback bind only the loopback names (`localhost`,
+    /// `127.0.0.1`, `[::1]`), on another bind any `Host`.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Browser origins (`https://app.example.com`) accepted besides the server's own; a request
+    /// with another `Origin` is 403 on every route (origin.rs).
+    pub allowed_origins: Vec<String>,
     /// `[server.limits]`: timeouts and caps (server_limits.rs).
     pub limits: crate::server_limits::ServerLimits,
     /// `[[server.tokens]]`: tokens with scopes (server_tokens.rs), beside `token` and
@@ -61,6 +71,8 @@ impl std::fmt::Debug for ServerSettings {
             .field("body_limit_bytes", &self.body_limit_bytes)
             .field("shutdown_grace", &self.shutdown_grace)
             .field("storage_failure_exit", &self.storage_failure_exit)
+            .field("allowed_hosts", &self.allowed_hosts)
+            .field("allowed_origins", &self.allowed_origins)
             .field("limits", &self.limits)
             .field("tokens", &self.tokens)
             .finish()
@@ -79,6 +91,8 @@ impl Default for ServerSettings {
             body_limit_bytes: 2 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(10),
             storage_failure_exit: Duration::from_secs(10),
+            allowed_hosts: None,
+            allowed_origins: Vec::new(),
             limits: crate::server_limits::ServerLimits::default(),
             tokens: Vec::new(),
         }
@@ -152,6 +166,20 @@ impl ServerSettings {
                 format!("server.storage_failure_exit_seconds = {exit} is not a valid duration")
             })?;
         }
+        if let Some(hosts) = &section.allowed_hosts {
+            for host in hosts {
+                crate::origin::check_host(host)
+                    .map_err(|why| format!("server.allowed_hosts {why}"))?;
+            }
+            settings.allowed_hosts = Some(hosts.clone());
+        }
+        for origin in &section.allowed_origins {
+            crate::origin::check_origin(origin)
+                .map_err(|why| format!("server.allowed_origins {why}"))?;
+        }
+        settings
+            .allowed_origins
+            .clone_from(&section.allowed_origins);
         settings.limits = crate::server_limits::ServerLimits::from_section(&section.limits)?;
         settings.tokens = crate::server_tokens::ScopedToken::from_sections(&section.tokens, &env)?;
         Ok(settings)
@@ -244,5 +272,16 @@ mod tests {
         assert!(e.contains("server.storage_failure_exit_seconds"), "{e}");
         let e = parse("tokn = \"x\"", &[]).unwrap_err();
         assert!(e.contains("tokn"), "{e}");
+        let e = parse("allowed_hosts = [\"http://x\"]", &[]).unwrap_err();
+        assert!(e.contains("server.allowed_hosts"), "{e}");
+        let e = parse("allowed_origins = [\"x.example.com\"]", &[]).unwrap_err();
+        assert!(e.contains("server.allowed_origins"), "{e}");
+        let s = parse(
+            "allowed_hosts = [\"legio.lan\"]\nallowed_origins = [\"https://app.example.com\"]",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(s.allowed_hosts, Some(vec!["legio.lan".to_owned()]));
+        assert_eq!(s.allowed_origins, ["https://app.example.com"]);
     }
 }

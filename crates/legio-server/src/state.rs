@@ -35,6 +35,8 @@ pub(crate) struct AppState {
     pub(crate) turn_cancel: CancellationToken,
     /// Turns waiting for the results of tools the host runs (runs.rs).
     pub(crate) parked: Mutex<Vec<crate::runs::Parked>>,
+    /// The `Host` and `Origin` values accepted (origin.rs), fixed by the bound address.
+    pub(crate) origins: Arc<crate::origin::Policy>,
     /// The key `/mcp` checks tokens with (mcp.rs).
     pub(crate) mcp_key: Arc<crate::mcp_key::McpKey>,
 }

@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::server_tokens::Scope;
 use crate::state::AppState;
 use crate::wire::{
     conversation_key, error_event, idempotency_key, progress_event, replies_event, replies_json,
@@ -65,7 +66,7 @@ pub(crate) async fn post_turn(
         Err(too_many) => return Ok(too_many.into_response()),
     };
     let sender = body.sender.unwrap_or_else(|| "user".to_owned());
-    check_sender(&state, &sender)?;
+    check_sender(&state, &caller, &sender)?;
     if body.tools.is_some() || !state.runtime.declared_tools(&key).await?.is_empty() {
         let tools = body.tools.unwrap_or_default();
         let asked = (tools, idempotency);
@@ -221,21 +222,28 @@ fn drain(updates: &mut mpsc::UnboundedReceiver<Progress>) -> Vec<Progress> {
     out
 }
 
-/// A `sender` other than the user must be an agent of the roster: refused naming the field
-/// (the runtime's refusal says only "unknown agent").
-fn check_sender(state: &AppState, sender: &str) -> Result<(), ApiError> {
+/// A `sender` other than the user must be an agent of the roster (refused naming the field:
+/// the runtime's refusal says only "unknown agent"), and the caller's token needs the
+/// `post_as_agent` scope to speak as it (403 naming the scope).
+fn check_sender(state: &AppState, caller: &Caller, sender: &str) -> Result<(), ApiError> {
     if sender == "user" {
         return Ok(());
     }
-    state
-        .runtime
-        .config()
-        .agent_named(sender)
-        .map(|_| ())
-        .map_err(|e| {
-            let known = RuntimeError::from(e);
-            ApiError::from(known)
-                .with_message_prefix("sender: ")
-                .with_param("sender")
-        })
+    state.runtime.config().agent_named(sender).map_err(|e| {
+        let known = RuntimeError::from(e);
+        ApiError::from(known)
+            .with_message_prefix("sender: ")
+            .with_param("sender")
+    })?;
+    if caller.0.allows(Scope::PostAsAgent) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorCode::Forbidden,
+        format!(
+            "token `{}` lacks the `post_as_agent` scope that a turn with `sender` = {sender:?} (speaking as that agent) needs; post as the user (no `sender`), or give the token the scope in [[server.tokens]] (docs/http-api.md, Tokens and scopes)",
+            caller.name()
+        ),
+    )
+    .with_param("sender"))
 }

@@ -17,8 +17,22 @@ use legio_runtime::ErrorCode;
 
 /// Validates a session id as a conversation key.
 pub(crate) fn conversation_key(id: &str) -> Result<ConversationKey, ApiError> {
+    if let Some(why) = unaddressable(id) {
+        return Err(ApiError::new(ErrorCode::ReservedConversation, why));
+    }
     ConversationKey::new(id)
         .map_err(|e| ApiError::new(ErrorCode::ReservedConversation, e.to_string()))
+}
+
+/// Why a key that legio-core takes (and a stored log may hold) is refused at the API: `.` and
+/// `..` cannot be a URL path segment (clients and proxies resolve them away), and a key
+/// starting with `-` reads as an option on the command line (`legio replay --conversation -x`).
+pub(crate) fn unaddressable(id: &str) -> Option<String> {
+    (id == "." || id == ".." || id.starts_with('-')).then(|| {
+        format!(
+            "conversation key {id:?} cannot be addressed: a key may not be `.` or `..` (a URL path drops them) nor start with `-` (the CLI reads it as an option)"
+        )
+    })
 }
 
 /// One reply as JSON.

@@ -79,10 +79,9 @@ pub(crate) fn conversation_of(
         )
         .with_param("metadata.conversation")
     })?;
-    ConversationKey::new(text).map(Some).map_err(|e| {
-        ApiError::new(ErrorCode::ReservedConversation, e.to_string())
-            .with_param("metadata.conversation")
-    })
+    crate::wire::conversation_key(text)
+        .map(Some)
+        .map_err(|e| e.with_param("metadata.conversation"))
 }
 
 /// The error of a request that names no conversation.
