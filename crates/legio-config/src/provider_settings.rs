@@ -35,6 +35,7 @@ pub(crate) struct ProviderSection {
     stream_tools: Option<bool>,
     sender_labels: Option<bool>,
     cache_ttl: Option<String>,
+    prompt_cache_key: Option<bool>,
     // claude-code
     executable: Option<PathBuf>,
     extra_args: Option<Vec<String>>,
@@ -68,6 +69,7 @@ impl ProviderSection {
         check(self.stream_tools.is_some(), "stream_tools");
         check(self.sender_labels.is_some(), "sender_labels");
         check(self.cache_ttl.is_some(), "cache_ttl");
+        check(self.prompt_cache_key.is_some(), "prompt_cache_key");
         check(self.executable.is_some(), "executable");
         check(self.extra_args.is_some(), "extra_args");
         check(self.state_dir.is_some(), "state_dir");
@@ -90,6 +92,7 @@ const HTTP_KEYS: &[&str] = &[
     "stream_tools",
     "sender_labels",
     "cache_ttl",
+    "prompt_cache_key",
 ];
 const CLAUDE_CODE_KEYS: &[&str] = &[
     "model",
@@ -304,7 +307,8 @@ fn openai_chat_only(name: &str, p: &ProviderSection, s: &mut HttpSettings) -> Re
     Ok(())
 }
 
-/// `cache_ttl` (`anthropic-messages` only: the TTL of its cache breakpoints).
+/// `cache_ttl` (`anthropic-messages` only: the TTL of its cache breakpoints) and
+/// `prompt_cache_key` (`openai-chat` and `openai-responses`: whether requests carry one).
 fn prompt_caching(name: &str, p: &ProviderSection, s: &mut HttpSettings) -> Result<(), String> {
     if let Some(ttl) = &p.cache_ttl {
         if p.kind != "anthropic-messages" {
@@ -318,6 +322,14 @@ fn prompt_caching(name: &str, p: &ProviderSection, s: &mut HttpSettings) -> Resu
                 CacheTtl::VALUES.map(|v| format!("{v:?}")).join(", ")
             )
         })?;
+    }
+    if let Some(on) = p.prompt_cache_key {
+        if p.kind == "anthropic-messages" {
+            return Err(format!(
+                "providers.{name}.prompt_cache_key applies only to kinds \"openai-chat\" and \"openai-responses\" (Anthropic caches at the breakpoints of cache_ttl)"
+            ));
+        }
+        s.prompt_cache_key = on;
     }
     Ok(())
 }
@@ -440,6 +452,26 @@ mod tests {
     }
 
     #[test]
+    fn prompt_cache_key_is_on_unless_turned_off() {
+        for kind in ["openai-chat", "openai-responses"] {
+            let http = |extra: &str| match parse(&format!(
+                "kind = \"{kind}\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"{extra}"
+            ))
+            .unwrap()
+            {
+                ProviderSettings::OpenAiChat(h) | ProviderSettings::OpenAiResponses(h) => h,
+                other => panic!("{other:?}"),
+            };
+            assert!(http("").prompt_cache_key, "{kind}: on by default");
+            assert!(
+                !http("\nprompt_cache_key = false").prompt_cache_key,
+                "{kind}"
+            );
+            assert!(http("\nprompt_cache_key = true").prompt_cache_key, "{kind}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_key() {
         for (text, needle) in [
             ("kind = \"gpt\"", "known: scripted, openai-chat"),
@@ -457,6 +489,9 @@ mod tests {
             ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncache_ttl = 3600", "cache_ttl"),
             ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncache_ttl = \"1h\"", "cache_ttl applies only to kind \"anthropic-messages\""),
             ("kind = \"claude-code\"\ncache_ttl = \"1h\"", "cache_ttl does not apply"),
+            ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nprompt_cache_key = \"off\"", "prompt_cache_key"),
+            ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nprompt_cache_key = false", "prompt_cache_key applies only to kinds \"openai-chat\" and \"openai-responses\""),
+            ("kind = \"scripted\"\nprompt_cache_key = false", "prompt_cache_key does not apply"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(needle), "{text:?}: {e}");

@@ -74,6 +74,10 @@ pub struct HttpSettings {
     /// How long Anthropic keeps the prompt prefix each request marks for caching (`cache_ttl`;
     /// `anthropic-messages` only).
     pub cache_ttl: CacheTtl,
+    /// Whether each request carries a `prompt_cache_key` naming its conversation and agent, so
+    /// the requests of one agent session reach the same prompt cache (`prompt_cache_key`;
+    /// `openai-chat` and `openai-responses`). Off for servers that refuse unknown fields.
+    pub prompt_cache_key: bool,
 }
 
 /// How long Anthropic keeps a cached prompt prefix after its last use: the value of
@@ -139,6 +143,7 @@ impl HttpSettings {
             stream_tools: true,
             sender_labels,
             cache_ttl: CacheTtl::default(),
+            prompt_cache_key: true,
         }
     }
 
