@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use legio_core::History;
 use legio_llm::{
-    default_max_output_tokens, ClaudeCodeSettings, HttpSettings, ProviderSettings, ScriptedConfig,
-    KINDS,
+    default_max_output_tokens, CacheTtl, ClaudeCodeSettings, HttpSettings, ProviderSettings,
+    ScriptedConfig, KINDS,
 };
 use serde::Deserialize;
 
@@ -34,6 +34,8 @@ pub(crate) struct ProviderSection {
     max_output_tokens: Option<u32>,
     stream_tools: Option<bool>,
     sender_labels: Option<bool>,
+    cache_ttl: Option<String>,
+    prompt_cache_key: Option<bool>,
     // claude-code
     executable: Option<PathBuf>,
     extra_args: Option<Vec<String>>,
@@ -66,6 +68,8 @@ impl ProviderSection {
         check(self.max_output_tokens.is_some(), "max_output_tokens");
         check(self.stream_tools.is_some(), "stream_tools");
         check(self.sender_labels.is_some(), "sender_labels");
+        check(self.cache_ttl.is_some(), "cache_ttl");
+        check(self.prompt_cache_key.is_some(), "prompt_cache_key");
         check(self.executable.is_some(), "executable");
         check(self.extra_args.is_some(), "extra_args");
         check(self.state_dir.is_some(), "state_dir");
@@ -87,6 +91,8 @@ const HTTP_KEYS: &[&str] = &[
     "max_output_tokens",
     "stream_tools",
     "sender_labels",
+    "cache_ttl",
+    "prompt_cache_key",
 ];
 const CLAUDE_CODE_KEYS: &[&str] = &[
     "model",
@@ -240,6 +246,7 @@ fn http(name: &str, p: &ProviderSection) -> Result<HttpSettings, String> {
     retries(name, p, &mut s)?;
     window(name, p, &mut s)?;
     openai_chat_only(name, p, &mut s)?;
+    prompt_caching(name, p, &mut s)?;
     Ok(s)
 }
 
@@ -296,6 +303,33 @@ fn openai_chat_only(name: &str, p: &ProviderSection, s: &mut HttpSettings) -> Re
     s.stream_tools = p.stream_tools.unwrap_or(true);
     if let Some(v) = p.sender_labels {
         s.sender_labels = v;
+    }
+    Ok(())
+}
+
+/// `cache_ttl` (`anthropic-messages` only: the TTL of its cache breakpoints) and
+/// `prompt_cache_key` (`openai-chat` and `openai-responses`: whether requests carry one).
+fn prompt_caching(name: &str, p: &ProviderSection, s: &mut HttpSettings) -> Result<(), String> {
+    if let Some(ttl) = &p.cache_ttl {
+        if p.kind != "anthropic-messages" {
+            return Err(format!(
+                "providers.{name}.cache_ttl applies only to kind \"anthropic-messages\" (OpenAI caches prompts without breakpoints)"
+            ));
+        }
+        s.cache_ttl = CacheTtl::parse(ttl).ok_or_else(|| {
+            format!(
+                "providers.{name}.cache_ttl = {ttl:?} is not one of {} (how long Anthropic keeps a cached prompt prefix)",
+                CacheTtl::VALUES.map(|v| format!("{v:?}")).join(", ")
+            )
+        })?;
+    }
+    if let Some(on) = p.prompt_cache_key {
+        if p.kind == "anthropic-messages" {
+            return Err(format!(
+                "providers.{name}.prompt_cache_key applies only to kinds \"openai-chat\" and \"openai-responses\" (Anthropic caches at the breakpoints of cache_ttl)"
+            ));
+        }
+        s.prompt_cache_key = on;
     }
     Ok(())
 }
@@ -400,6 +434,44 @@ mod tests {
     }
 
     #[test]
+    fn cache_ttl_is_five_minutes_unless_set_to_an_hour() {
+        let http = |text: &str| match parse(text).unwrap() {
+            ProviderSettings::AnthropicMessages(h) => h,
+            other => panic!("{other:?}"),
+        };
+        let base = "kind = \"anthropic-messages\"\nbase_url = \"https://api.anthropic.com/v1\"\nmodel = \"m\"";
+        assert_eq!(http(base).cache_ttl, CacheTtl::FiveMinutes);
+        assert_eq!(
+            http(&format!("{base}\ncache_ttl = \"5m\"")).cache_ttl,
+            CacheTtl::FiveMinutes
+        );
+        assert_eq!(
+            http(&format!("{base}\ncache_ttl = \"1h\"")).cache_ttl,
+            CacheTtl::OneHour
+        );
+    }
+
+    #[test]
+    fn prompt_cache_key_is_on_unless_turned_off() {
+        for kind in ["openai-chat", "openai-responses"] {
+            let http = |extra: &str| match parse(&format!(
+                "kind = \"{kind}\"\nbase_url = \"http://127.0.0.1:8080/v1\"\nmodel = \"m\"{extra}"
+            ))
+            .unwrap()
+            {
+                ProviderSettings::OpenAiChat(h) | ProviderSettings::OpenAiResponses(h) => h,
+                other => panic!("{other:?}"),
+            };
+            assert!(http("").prompt_cache_key, "{kind}: on by default");
+            assert!(
+                !http("\nprompt_cache_key = false").prompt_cache_key,
+                "{kind}"
+            );
+            assert!(http("\nprompt_cache_key = true").prompt_cache_key, "{kind}");
+        }
+    }
+
+    #[test]
     fn errors_name_the_key() {
         for (text, needle) in [
             ("kind = \"gpt\"", "known: scripted, openai-chat"),
@@ -413,6 +485,13 @@ mod tests {
             ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nmodle = \"m\"", "modle"),
             ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nstream_tools = false", "stream_tools applies only"),
             ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncontext_window = 1000\nmax_output_tokens = 1000", "leaves no room"),
+            ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncache_ttl = \"2h\"", "providers.p.cache_ttl = \"2h\" is not one of \"5m\", \"1h\""),
+            ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncache_ttl = 3600", "cache_ttl"),
+            ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\ncache_ttl = \"1h\"", "cache_ttl applies only to kind \"anthropic-messages\""),
+            ("kind = \"claude-code\"\ncache_ttl = \"1h\"", "cache_ttl does not apply"),
+            ("kind = \"openai-chat\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nprompt_cache_key = \"off\"", "prompt_cache_key"),
+            ("kind = \"anthropic-messages\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\nprompt_cache_key = false", "prompt_cache_key applies only to kinds \"openai-chat\" and \"openai-responses\""),
+            ("kind = \"scripted\"\nprompt_cache_key = false", "prompt_cache_key does not apply"),
         ] {
             let e = parse(text).unwrap_err();
             assert!(e.contains(needle), "{text:?}: {e}");

@@ -23,6 +23,15 @@
 //!   opens with `content_block_start` and its input arrives as `input_json_delta` fragments of
 //!   that block's `index`. Other blocks (thinking) are ignored.
 //! - The request's tools go in `tools` as `{name, description, input_schema}`.
+//! - Prompt caching: every request marks cache breakpoints with `cache_control` (`{"type":
+//!   "ephemeral"}`, plus `"ttl": "1h"` when `cache_ttl = "1h"`), at most four, one per place:
+//!   the last tool (the API caches in the order tools, system, messages, so this covers every
+//!   tool), the system prompt (sent as one text block for it), the last block of the request, and
+//!   the last block of the message two before it (where the previous request of an append-only
+//!   exchange ended: the agent's reply and the new message follow it), so a turn that added
+//!   more blocks than the API looks back over (20) still reads the previous request's prefix.
+//!   The API reports what it wrote and read as `cache_creation_input_tokens` and
+//!   `cache_read_input_tokens` (below).
 
 use std::collections::HashSet;
 
@@ -35,7 +44,7 @@ use crate::provider::{
     StreamDelta,
 };
 use crate::render::{structured_turns, ChatRole, ToolCallPart, ToolResultPart};
-use crate::settings::HttpSettings;
+use crate::settings::{CacheTtl, HttpSettings};
 
 /// The API version sent as `anthropic-version` on every request.
 pub const API_VERSION: &str = "2023-06-01";
@@ -345,6 +354,8 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
             },
         );
     }
+    let breakpoint = cache_control(settings.cache_ttl);
+    mark_messages(&mut drafts, &breakpoint);
     let messages: Vec<Value> = drafts
         .into_iter()
         .map(|d| json!({"role": d.role.as_str(), "content": d.blocks}))
@@ -356,10 +367,13 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
         "stream": settings.stream,
     });
     if !request.system_prompt.trim().is_empty() {
-        body["system"] = json!(request.system_prompt);
+        // A breakpoint goes on a block: the system prompt as a list of one text block.
+        let mut system = text_block(&request.system_prompt);
+        system["cache_control"] = breakpoint.clone();
+        body["system"] = json!([system]);
     }
     if !request.tools.is_empty() {
-        body["tools"] = request
+        let mut tools: Vec<Value> = request
             .tools
             .iter()
             .map(|t| {
@@ -370,8 +384,33 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
                 })
             })
             .collect();
+        if let Some(last) = tools.last_mut() {
+            last["cache_control"] = breakpoint;
+        }
+        body["tools"] = Value::Array(tools);
     }
     body
+}
+
+/// The `cache_control` of every breakpoint: ephemeral, with a `ttl` when it is not the API's
+/// default of five minutes.
+fn cache_control(ttl: CacheTtl) -> Value {
+    match ttl {
+        CacheTtl::FiveMinutes => json!({"type": "ephemeral"}),
+        CacheTtl::OneHour => json!({"type": "ephemeral", "ttl": ttl.as_str()}),
+    }
+}
+
+/// Marks the last block of the last message, and of the message two before it, as cache
+/// breakpoints (with the tools' and the system prompt's, at most four in a request).
+fn mark_messages(drafts: &mut [Draft], breakpoint: &Value) {
+    let last = drafts.len().checked_sub(1);
+    let previous = drafts.len().checked_sub(3);
+    for index in [previous, last].into_iter().flatten() {
+        if let Some(block) = drafts[index].blocks.last_mut() {
+            block["cache_control"] = breakpoint.clone();
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -636,7 +675,10 @@ impl<'a> StreamedReply<'a> {
 
 /// A token estimate when the server reported no usage (Claude's tokenizer is not public).
 fn estimate(body: &Value, text: &str) -> TokenUsage {
-    let mut input = body["system"].as_str().unwrap_or_default().to_owned();
+    let mut input = String::new();
+    for block in body["system"].as_array().into_iter().flatten() {
+        input.push_str(block["text"].as_str().unwrap_or_default());
+    }
     for block in body["messages"]
         .as_array()
         .into_iter()

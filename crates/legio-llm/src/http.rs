@@ -10,6 +10,8 @@ use futures_util::{Stream, StreamExt};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::StatusCode;
 
+use legio_core::{AgentName, ConversationKey};
+
 use crate::provider::ProviderError;
 use crate::settings::HttpSettings;
 
@@ -346,6 +348,28 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .ok()
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64)
+}
+
+/// The `prompt_cache_key` of the requests of `agent` in `conversation` (`openai-chat`,
+/// `openai-responses`): `legio-` and 16 hex digits of a 64-bit FNV-1a hash of the two names.
+/// Stable across processes and releases (the same agent session keeps reaching the same cache
+/// after a restart), within OpenAI's 64 characters, and without the names themselves (a
+/// conversation key may name a person).
+pub fn prompt_cache_key(conversation: &ConversationKey, agent: &AgentName) -> String {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut hash = OFFSET;
+    // The separator cannot occur in either name, so ("a:b", "c") and ("a", "b:c") differ.
+    let bytes = conversation
+        .as_str()
+        .bytes()
+        .chain([0])
+        .chain(agent.as_str().bytes());
+    for byte in bytes {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(PRIME);
+    }
+    format!("legio-{hash:016x}")
 }
 
 /// `text` cut to at most `max` bytes on a character boundary.

@@ -31,6 +31,6 @@ pub use scripted::{
     SHARED_SESSIONS_ENV,
 };
 pub use settings::{
-    default_max_output_tokens, is_openai_api, ClaudeCodeSettings, HttpSettings, RetrySettings,
-    KINDS,
+    default_max_output_tokens, is_openai_api, CacheTtl, ClaudeCodeSettings, HttpSettings,
+    RetrySettings, KINDS,
 };

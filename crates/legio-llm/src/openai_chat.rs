@@ -3,7 +3,11 @@
 //! carry names, `tool_calls` and `tool_call_id`; streaming is SSE with usage requested in the
 //! stream and `[DONE]` as the terminal event. The request's tools go in `tools` (`type:
 //! function`); the model's calls come back in `message.tool_calls`, or streamed as
-//! `delta.tool_calls` fragments accumulated by `index`.
+//! `delta.tool_calls` fragments accumulated by `index`. Every request carries a
+//! `prompt_cache_key` for its conversation and agent ([`http::prompt_cache_key`], unless the
+//! `prompt_cache_key` setting is off), so one agent's requests reach the same prompt cache; the
+//! cached part of the prompt comes back as `usage.prompt_tokens_details.cached_tokens`, mapped to
+//! `TokenUsage::cache_read` (and taken out of `input`, which OpenAI's count includes it in).
 
 use legio_core::{estimate_tokens_for_model, exact_tokens_for_model, History, TokenUsage};
 use serde_json::{json, Value};
@@ -86,8 +90,8 @@ impl Provider for OpenAiChat {
 /// messages (the agent's own as `assistant` with its `tool_calls`, everyone else's as `user`
 /// with the sender's `name`, and with `[sender]: ` in front of the text when
 /// `sender_labels` is on; tool results as `tool` messages with their `tool_call_id`), the
-/// output limit, and the tools with `tool_choice: "auto"` (non-streamed when `stream_tools` is
-/// off).
+/// output limit, the `prompt_cache_key` (when on), and the tools with `tool_choice: "auto"`
+/// (non-streamed when `stream_tools` is off).
 pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value {
     let messages = messages(settings, request);
     let stream = settings.stream && (settings.stream_tools || request.tools.is_empty());
@@ -106,6 +110,12 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
     body[limit_field] = json!(settings.max_output_tokens);
     if stream {
         body["stream_options"] = json!({"include_usage": true});
+    }
+    if settings.prompt_cache_key {
+        body["prompt_cache_key"] = json!(http::prompt_cache_key(
+            &request.conversation,
+            &request.agent
+        ));
     }
     if !request.tools.is_empty() {
         body["tools"] = request

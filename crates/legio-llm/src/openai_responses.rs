@@ -11,6 +11,11 @@
 //! go back as `function_call_output` input items with that `call_id` (before the text of
 //! anything else); in a new session's bootstrap they are part of the text block, since the new
 //! response holds no call for them to answer.
+//!
+//! Prompt caching: every request carries a `prompt_cache_key` for its conversation and agent
+//! ([`http::prompt_cache_key`], unless the `prompt_cache_key` setting is off), so one agent's
+//! requests reach the same cache; `usage.input_tokens_details.cached_tokens` is mapped to
+//! `TokenUsage::cache_read` (and taken out of `input`, which OpenAI's count includes it in).
 
 use legio_core::{estimate_tokens_for_model, ContextPlan, History, Part, Participant, TokenUsage};
 use reqwest::StatusCode;
@@ -105,7 +110,7 @@ impl Provider for OpenAiResponses {
 /// The request body: the instructions (sent every turn: the API does not carry them over), the
 /// previous response to continue if any, and one input item holding what the plan says the
 /// session has not seen (a bootstrap of the history for a new session, only the delta when
-/// resuming), followed by the new message.
+/// resuming), followed by the new message; the `prompt_cache_key` when on.
 pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value {
     let mut input = Vec::new();
     let text = if request.resume.is_some() {
@@ -138,6 +143,13 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
     });
     if let Some(previous) = &request.resume {
         body["previous_response_id"] = json!(previous);
+    }
+    if settings.prompt_cache_key {
+        // Per conversation and agent, not per response: `previous_response_id` changes every turn.
+        body["prompt_cache_key"] = json!(http::prompt_cache_key(
+            &request.conversation,
+            &request.agent
+        ));
     }
     if !request.tools.is_empty() {
         body["tools"] = request

@@ -71,6 +71,47 @@ pub struct HttpSettings {
     /// templates that drop the `name` field (`sender_labels`; `openai-chat` only). Default: on,
     /// except for OpenAI's own API (see [`HttpSettings::new`]).
     pub sender_labels: bool,
+    /// How long Anthropic keeps the prompt prefix each request marks for caching (`cache_ttl`;
+    /// `anthropic-messages` only).
+    pub cache_ttl: CacheTtl,
+    /// Whether each request carries a `prompt_cache_key` naming its conversation and agent, so
+    /// the requests of one agent session reach the same prompt cache (`prompt_cache_key`;
+    /// `openai-chat` and `openai-responses`). Off for servers that refuse unknown fields.
+    pub prompt_cache_key: bool,
+}
+
+/// How long Anthropic keeps a cached prompt prefix after its last use: the value of
+/// `cache_control.ttl` on every breakpoint of a request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CacheTtl {
+    /// Five minutes (`"5m"`), the API's default: a write costs 1.25x base input.
+    #[default]
+    FiveMinutes,
+    /// One hour (`"1h"`): a write costs 2x base input, for agents idle longer than five minutes
+    /// between turns.
+    OneHour,
+}
+
+impl CacheTtl {
+    /// The values `cache_ttl` takes, as written in the configuration and sent to the API.
+    pub const VALUES: [&'static str; 2] = ["5m", "1h"];
+
+    /// The value as the API and the configuration write it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::FiveMinutes => "5m",
+            Self::OneHour => "1h",
+        }
+    }
+
+    /// The TTL written `value` (`"5m"` or `"1h"`), or `None`.
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "5m" => Some(Self::FiveMinutes),
+            "1h" => Some(Self::OneHour),
+            _ => None,
+        }
+    }
 }
 
 /// The output limit when the configuration sets none: 4096 tokens, or a quarter of a smaller
@@ -101,6 +142,8 @@ impl HttpSettings {
             max_output_tokens: default_max_output_tokens(128_000),
             stream_tools: true,
             sender_labels,
+            cache_ttl: CacheTtl::default(),
+            prompt_cache_key: true,
         }
     }
 

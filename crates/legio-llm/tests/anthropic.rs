@@ -10,7 +10,7 @@ use legio_core::{
 };
 use legio_llm::anthropic::{request_body, AnthropicMessages, CONTINUES};
 use legio_llm::{
-    build_provider, BuildError, HttpSettings, Provider, ProviderError, ProviderRequest,
+    build_provider, BuildError, CacheTtl, HttpSettings, Provider, ProviderError, ProviderRequest,
     ProviderSettings, RetrySettings, StreamDelta,
 };
 use serde_json::{json, Value};
@@ -244,9 +244,13 @@ fn request_body_maps_system_roles_and_tool_pairs() {
     assert_eq!(body["model"], "claude-test-1");
     assert_eq!(body["max_tokens"], 777);
     assert_eq!(body["stream"], true);
-    assert_eq!(body["system"], "You are lead.");
+    assert_eq!(
+        body["system"],
+        json!([{"type": "text", "text": "You are lead.", "cache_control": {"type": "ephemeral"}}])
+    );
     let expected = json!([
-        {"role": "user", "content": [{"type": "text", "text": "Find the weather in Oslo."}]},
+        {"role": "user", "content": [{"type": "text", "text": "Find the weather in Oslo.",
+                                      "cache_control": {"type": "ephemeral"}}]},
         {"role": "assistant", "content": [
             {"type": "text", "text": "Checking."},
             {"type": "tool_use", "id": "toolu_01", "name": "weather", "input": {"city": "Oslo"}}
@@ -255,7 +259,7 @@ fn request_body_maps_system_roles_and_tool_pairs() {
             {"type": "tool_result", "tool_use_id": "toolu_01", "content": "7°C, rain",
              "is_error": false},
             {"type": "text", "text": "[researcher]: I can help too."},
-            {"type": "text", "text": "Thanks, and Bergen?"}
+            {"type": "text", "text": "Thanks, and Bergen?", "cache_control": {"type": "ephemeral"}}
         ]}
     ]);
     assert_eq!(body["messages"], expected);
@@ -291,7 +295,7 @@ fn request_body_merges_same_role_turns_and_opens_with_a_user_message() {
     assert_eq!(roles, ["user", "assistant", "user"]);
     assert_eq!(
         messages[0]["content"],
-        json!([{"type": "text", "text": CONTINUES}])
+        json!([{"type": "text", "text": CONTINUES, "cache_control": {"type": "ephemeral"}}])
     );
     assert_eq!(
         messages[1]["content"],
@@ -306,7 +310,7 @@ fn request_body_merges_same_role_turns_and_opens_with_a_user_message() {
         json!([
             {"type": "text", "text": "[coder]: Done."},
             {"type": "text", "text": "[tool error id=x1] boom"},
-            {"type": "text", "text": "Go on."}
+            {"type": "text", "text": "Go on.", "cache_control": {"type": "ephemeral"}}
         ])
     );
 }
@@ -361,6 +365,183 @@ fn request_body_sends_a_call_without_its_result_as_text() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Prompt caching
+// ---------------------------------------------------------------------------------------------
+
+/// Where `body` carries `cache_control`, as JSON pointers to the blocks that hold it, each with
+/// its value.
+fn breakpoints(body: &Value) -> Vec<(String, Value)> {
+    fn walk(value: &Value, at: String, found: &mut Vec<(String, Value)>) {
+        match value {
+            Value::Object(map) => {
+                for (key, child) in map {
+                    if key == "cache_control" {
+                        found.push((at.clone(), child.clone()));
+                    } else {
+                        walk(child, format!("{at}/{key}"), found);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                for (i, child) in items.iter().enumerate() {
+                    walk(child, format!("{at}/{i}"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    walk(body, String::new(), &mut found);
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    found
+}
+
+fn named_tool(name: &str) -> legio_llm::ToolDef {
+    legio_llm::ToolDef {
+        name: name.into(),
+        description: format!("The {name} tool."),
+        parameters: json!({"type": "object", "properties": {}}),
+    }
+}
+
+/// A long exchange with tool use: user, lead (call + result), user, lead, researcher, ... then the
+/// new message.
+fn long_request() -> ProviderRequest {
+    let mut history = Vec::new();
+    for i in 0..6 {
+        history.push(("user", vec![text(&format!("Question {i}."))]));
+        let id = format!("toolu_{i}");
+        history.push((
+            "lead",
+            vec![
+                text(&format!("Looking {i} up.")),
+                call(&id, "lookup", r#"{"word":"w"}"#),
+                result(&id, "found", false),
+            ],
+        ));
+        history.push(("lead", vec![text(&format!("Answer {i}."))]));
+    }
+    let mut request = request_with(history, "And the last one?");
+    request.tools = vec![
+        named_tool("lookup"),
+        named_tool("search"),
+        named_tool("fetch"),
+    ]
+    .into();
+    request
+}
+
+#[test]
+fn breakpoints_mark_the_last_tool_the_system_prompt_and_the_last_blocks() {
+    let settings = settings("http://127.0.0.1:1", "LEGIO_TEST_ANTHROPIC_CACHE", true);
+    let body = request_body(&settings, &long_request());
+    let messages = body["messages"].as_array().unwrap();
+    let n = messages.len();
+    let last_block = |i: usize| messages[i]["content"].as_array().unwrap().len() - 1;
+    let ephemeral = json!({"type": "ephemeral"});
+    let mut expected = vec![
+        ("/tools/2".to_owned(), ephemeral.clone()),
+        ("/system/0".to_owned(), ephemeral.clone()),
+        (
+            format!("/messages/{}/content/{}", n - 3, last_block(n - 3)),
+            ephemeral.clone(),
+        ),
+        (
+            format!("/messages/{}/content/{}", n - 1, last_block(n - 1)),
+            ephemeral.clone(),
+        ),
+    ];
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(breakpoints(&body), expected, "{body:#}");
+    assert_eq!(messages[n - 1]["role"], "user");
+    assert_eq!(
+        messages[n - 1]["content"][last_block(n - 1)]["text"],
+        "And the last one?"
+    );
+    // The message two before the last is where the previous request ended: the agent's reply
+    // and the new message follow it.
+    assert_eq!(messages[n - 2]["role"], "assistant");
+    assert_eq!(messages[n - 3]["role"], "user");
+    // The system prompt is the same text, as a block.
+    assert_eq!(body["system"][0]["text"], "You are lead.");
+
+    // One message, no tools, no system prompt: one breakpoint, on the only block.
+    let mut request = simple_request();
+    request.system_prompt = " ".into();
+    let body = request_body(&settings, &request);
+    assert!(body.get("system").is_none(), "{body}");
+    assert_eq!(
+        breakpoints(&body),
+        [("/messages/0/content/0".to_owned(), ephemeral.clone())]
+    );
+    // Three messages (the first one put in front of the agent's own): the first and the last.
+    let body = request_body(
+        &settings,
+        &request_with(vec![("lead", vec![text("Hi.")])], "Yo."),
+    );
+    assert_eq!(
+        breakpoints(&body)
+            .into_iter()
+            .map(|(at, _)| at)
+            .collect::<Vec<_>>(),
+        [
+            "/messages/0/content/0",
+            "/messages/2/content/0",
+            "/system/0"
+        ],
+        "{body:#}"
+    );
+}
+
+#[test]
+fn a_request_never_carries_more_than_four_breakpoints() {
+    let settings = settings(
+        "http://127.0.0.1:1",
+        "LEGIO_TEST_ANTHROPIC_CACHE_MAX",
+        false,
+    );
+    for length in 0..12 {
+        let history = (0..length)
+            .map(|i| {
+                let from = ["user", "lead", "researcher"][i % 3];
+                (from, vec![text(&format!("message {i}"))])
+            })
+            .collect();
+        let mut request = request_with(history, "now");
+        request.tools = vec![named_tool("a"), named_tool("b")].into();
+        let body = request_body(&settings, &request);
+        let found = breakpoints(&body);
+        assert!(found.len() <= 4, "{length}: {found:?}");
+        let messages = body["messages"].as_array().unwrap().len();
+        assert_eq!(
+            found.len(),
+            2 + messages.min(3).div_ceil(2),
+            "{length}: {found:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn cache_ttl_of_an_hour_goes_on_every_breakpoint_sent() {
+    let server = MockServer::start().await;
+    mock(
+        &server,
+        ResponseTemplate::new(200).set_body_json(whole_body()),
+    )
+    .await;
+    let mut s = settings(&server.uri(), "LEGIO_TEST_ANTHROPIC_CACHE_TTL", false);
+    s.cache_ttl = CacheTtl::OneHour;
+    let p = provider(s);
+    p.call(long_request()).await.expect("reply");
+    let sent: Value = requests(&server).await[0].body_json().unwrap();
+    let found = breakpoints(&sent);
+    assert_eq!(found.len(), 4, "{found:?}");
+    for (at, value) in found {
+        assert_eq!(value, json!({"type": "ephemeral", "ttl": "1h"}), "{at}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Replies
 // ---------------------------------------------------------------------------------------------
 
@@ -401,10 +582,14 @@ async fn streamed_reply_reads_text_usage_and_deltas() {
     assert_eq!(sent["stream"], true);
     assert_eq!(sent["max_tokens"], 777);
     assert_eq!(sent["model"], "claude-test-1");
-    assert_eq!(sent["system"], "You are lead.");
+    assert_eq!(
+        sent["system"],
+        json!([{"type": "text", "text": "You are lead.", "cache_control": {"type": "ephemeral"}}])
+    );
     assert_eq!(
         sent["messages"],
-        json!([{"role": "user", "content": [{"type": "text", "text": "Hello there"}]}])
+        json!([{"role": "user", "content": [{"type": "text", "text": "Hello there",
+                                             "cache_control": {"type": "ephemeral"}}]}])
     );
 }
 
@@ -823,7 +1008,8 @@ async fn tools_are_offered_with_input_schema_and_streamed_tool_use_is_returned()
     assert_eq!(
         body["tools"],
         json!([{"name": "lookup", "description": "Look a word up.",
-                "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]}}])
+                "input_schema": {"type": "object", "properties": {"word": {"type": "string"}}, "required": ["word"]},
+                "cache_control": {"type": "ephemeral"}}])
     );
 }
 

@@ -1058,3 +1058,104 @@ async fn streamed_reasoning_is_thinking_progress_and_never_the_reply() {
         ]
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Prompt caching
+// ---------------------------------------------------------------------------------------------
+
+/// The `prompt_cache_key` of `body`, if any.
+fn cache_key(body: &Value) -> Option<String> {
+    body.get("prompt_cache_key")
+        .map(|k| k.as_str().expect("a string key").to_owned())
+}
+
+#[test]
+fn prompt_cache_key_is_one_per_conversation_and_agent_and_off_when_turned_off() {
+    let settings = HttpSettings::new("http://127.0.0.1:1/v1", "gpt-4o-mini");
+    let (history, new) = history();
+    let full = request(DeliveryMode::Full, history.clone(), new.clone());
+    let later = request(DeliveryMode::Full, history, item(9, "bob", "@ann and now?"));
+    let mut other_agent = full.clone();
+    other_agent.agent = AgentName::new("bob").unwrap();
+    let mut other_conversation = full.clone();
+    other_conversation.conversation = ConversationKey::new("test:conv2").unwrap();
+    let mut resumed = request(DeliveryMode::Delta, vec![], new);
+    resumed.resume = Some("resp_1".into());
+
+    let chat = |r: &ProviderRequest| cache_key(&legio_llm::openai_chat::request_body(&settings, r));
+    let responses =
+        |r: &ProviderRequest| cache_key(&legio_llm::openai_responses::request_body(&settings, r));
+    let key = chat(&full).expect("on by default");
+    // FNV-1a of "test:conv\0ann": the same after a restart or an upgrade, so a resumed agent
+    // session reaches the cache it filled.
+    assert_eq!(key, "legio-35c1a7b12e0dada0");
+    assert!(
+        key.len() <= 64 && !key.contains("conv") && !key.contains("ann"),
+        "{key}"
+    );
+    assert_eq!(
+        chat(&later).as_ref(),
+        Some(&key),
+        "one key for the agent session"
+    );
+    assert_eq!(responses(&full).as_ref(), Some(&key));
+    assert_eq!(
+        responses(&resumed).as_ref(),
+        Some(&key),
+        "not the response id, which changes every turn"
+    );
+    assert_ne!(chat(&other_agent), Some(key.clone()));
+    assert_ne!(chat(&other_conversation), Some(key.clone()));
+    assert_ne!(responses(&other_agent), Some(key));
+
+    let mut off = settings.clone();
+    off.prompt_cache_key = false;
+    let chat_off = legio_llm::openai_chat::request_body(&off, &full);
+    assert!(chat_off.get("prompt_cache_key").is_none(), "{chat_off}");
+    let responses_off = legio_llm::openai_responses::request_body(&off, &resumed);
+    assert!(
+        responses_off.get("prompt_cache_key").is_none(),
+        "{responses_off}"
+    );
+}
+
+#[tokio::test]
+async fn cached_tokens_are_read_back_whole_and_the_key_goes_on_the_wire() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 2000, "completion_tokens": 3,
+                      "prompt_tokens_details": {"cached_tokens": 1920}}
+        })))
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/responses"))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(responses_completed("resp_9", "hello")),
+        )
+        .mount(&server)
+        .await;
+    let chat = OpenAiChat::new("openai", settings(&server, false)).unwrap();
+    let responses = OpenAiResponses::new("openai-s", settings(&server, false)).unwrap();
+    let req = || request(DeliveryMode::Full, vec![], item(1, "user", "hi"));
+    let usage = chat.call(req()).await.unwrap().usage.unwrap();
+    // The 2000 prompt tokens include the 1920 read from the cache.
+    assert_eq!((usage.input, usage.output, usage.cache_read), (80, 3, 1920));
+    let mut bootstrap = req();
+    bootstrap.plan.mode = DeliveryMode::Bootstrap;
+    let usage = responses.call(bootstrap).await.unwrap().usage.unwrap();
+    assert_eq!((usage.input, usage.output, usage.cache_read), (18, 5, 12));
+    let sent = bodies(&server).await;
+    assert_eq!(sent.len(), 2);
+    for body in &sent {
+        assert_eq!(
+            cache_key(body).as_deref(),
+            Some("legio-35c1a7b12e0dada0"),
+            "{body}"
+        );
+    }
+}
