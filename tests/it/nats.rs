@@ -13,6 +13,7 @@ use legio_store::{
     BusError, EventLog, LeaseError, Leases, NatsLog, NatsOptions, NodeBus, StoreError,
 };
 use legio_tests::nats::NatsCluster;
+use legio_tests::proxy::Proxy;
 use legio_tests::*;
 
 fn leases(cluster: &NatsCluster, ttl: Duration) -> Leases {
@@ -1297,6 +1298,111 @@ fn a_partition_between_servers_stops_the_minority_and_the_majority_goes_on() {
     for log in [&minority, &majority] {
         let report = log.verify(&mut |_| {}).unwrap();
         assert!(report.is_clean(), "{report:?}");
+    }
+}
+
+/// A connection whose frames are dropped without a close (a silent partition between a node
+/// and one server; the server itself stays in its cluster) is given up after two unanswered
+/// pings, and the client goes on through another server: the log appends again, and a lease is
+/// renewed again, within a bound. Without the client's ping (async-nats's default interval is
+/// 60 s, three of them before it gives up) both stayed on the dead link: every request timed
+/// out until the append's deadline.
+#[test]
+fn a_silently_cut_server_is_given_up_and_the_log_and_leases_go_on_through_another() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let proxies: Vec<Proxy> = cluster
+        .urls()
+        .iter()
+        .map(|url| Proxy::start(url.trim_start_matches("nats://").to_owned()))
+        .collect();
+    let options = NatsOptions {
+        servers: proxies.iter().map(Proxy::url).collect(),
+        ping_interval: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(2),
+        lease_ttl: Duration::from_secs(60),
+        ..cluster.options(3)
+    };
+    let log = NatsLog::open(&options).unwrap();
+    let leases = Leases::open(&options).unwrap();
+    append_until_acknowledged(&log, "cut:1", "before the cut");
+    let lease = acquire_through_hiccups(&leases, "cut:lease", "n1");
+    // The log's connection (on the stream's leader) and the leases' are on one or two servers:
+    // each of them is cut silently, and one server at least stays reachable.
+    let carrying: Vec<usize> = (0..3)
+        .filter(|&i| proxies[i].live_connections() > 0)
+        .collect();
+    assert!(
+        (1..=2).contains(&carrying.len()),
+        "the log and the leases hold one connection each: {carrying:?}"
+    );
+    for &i in &carrying {
+        proxies[i].silence();
+    }
+    let cut = Instant::now();
+    let bound = Duration::from_secs(20);
+    append_until_acknowledged_within(&log, "cut:1", "after the cut", bound);
+    let appended = cut.elapsed();
+    let renewed = loop {
+        match leases.renew(&lease) {
+            Ok(renewed) => break renewed,
+            Err(LeaseError::Store(e)) => {
+                assert!(cut.elapsed() < bound, "not renewed within {bound:?}: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("renewing after the cut: {e:?}"),
+        }
+    };
+    println!(
+        "after a silent cut of {carrying:?}: appended {appended:?}, renewed {:?} after it",
+        cut.elapsed()
+    );
+    assert!(renewed.revision > lease.revision);
+    for &i in &carrying {
+        assert_eq!(
+            proxies[i].live_connections(),
+            0,
+            "the dead link was given up"
+        );
+    }
+    let texts: Vec<String> = all_seqs_and_texts(&log)
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.starts_with("after the cut")),
+        "{texts:?}"
+    );
+}
+
+/// [`append_until_acknowledged`] that fails once `bound` has passed.
+fn append_until_acknowledged_within(
+    log: &NatsLog,
+    conversation: &str,
+    text: &str,
+    bound: Duration,
+) {
+    let deadline = Instant::now() + bound;
+    for attempt in 0.. {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let event = text_message(
+            id,
+            conversation,
+            "user",
+            "lead",
+            &format!("{text} ({attempt})"),
+        );
+        match log.append(vec![event]) {
+            Ok(_) => return,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{text:?} not acknowledged within {bound:?}: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
     }
 }
 
