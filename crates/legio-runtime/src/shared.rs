@@ -162,6 +162,15 @@ impl Shared {
         self.observe(handle.await)
     }
 
+    /// On a cluster: whether this node may run `conversation`'s agents now (it holds the
+    /// conversation's lease and renewed it recently); off a cluster, always.
+    pub(crate) fn may_run(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+        match &self.gate {
+            Some(gate) => gate.check(conversation),
+            None => Ok(()),
+        }
+    }
+
     /// On a cluster: refuses an append to a conversation this node does not own (any more).
     fn check_gate(&self, events: &[Event]) -> Result<(), RuntimeError> {
         let Some(gate) = &self.gate else {
