@@ -1779,3 +1779,137 @@ fn buckets_made_with_one_replica_are_brought_to_three() {
     assert_eq!(stream_config(&cluster, "KV_legio_leases").1, 3);
     leases.acquire("t:r3", "node-a").unwrap();
 }
+
+/// A runtime that is node `node` of the one-server cluster at `url`, stream `stream`: one
+/// agent, lead, on a scripted provider.
+async fn node_on(
+    dir: &std::path::Path,
+    url: &str,
+    stream: &str,
+    node: &str,
+) -> legio_runtime::Runtime {
+    std::fs::write(dir.join("lead.md"), "You lead.").unwrap();
+    let file = dir.join("legio.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\npath = \"db\"\nbackend = \"nats\"\n[store.nats]\nservers = [\"{url}\"]\nstream = \"{stream}\"\nlease_ttl_seconds = 10\n[runtime]\ncompaction = false\n[agents.lead]\nrole = \"orchestrator\"\nprompt = \"lead.md\"\nprovider = \"local\"\n[providers.local]\nkind = \"scripted\"\nhistory = \"stateless\"\n"
+        ),
+    )
+    .unwrap();
+    let config = legio_runtime::RuntimeConfig::load(&file).unwrap();
+    legio_runtime::Runtime::builder(config)
+        .node(node)
+        .open()
+        .await
+        .unwrap()
+}
+
+/// A stale owner's append that the node-side gate let through is refused by JetStream: n1
+/// owns the conversation, its next post passes n1's ownership check and is held there (a test
+/// hook) while another writer appends to the conversation on the stream; released, n1's
+/// publish expects the conversation's old last seq, JetStream refuses it, nothing of it is
+/// stored, and the post answers the retryable 503 code (`agent_unavailable`), not
+/// `internal`. The next post goes on from the log. (The node's gate had stopped every zombie
+/// of the runs, so this refusal had never been exercised.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owners_append_that_passed_its_gate_is_refused_by_jetstream() {
+    let Some(cluster) = tokio::task::spawn_blocking(|| NatsCluster::start(1))
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let url = cluster.urls()[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = node_on(dir.path(), &url, "stale", "n1").await;
+    let conversation = "stale:1";
+    n1.posting(conversation, "@lead first")
+        .send()
+        .await
+        .unwrap();
+    let before = n1
+        .posting(conversation, "@lead second")
+        .send()
+        .await
+        .unwrap();
+    assert!(before.replies.iter().all(|r| r.outcome.is_ok()));
+
+    let mut hold = legio_runtime::testing::hold_append(conversation);
+    let post = {
+        let text = "@lead held between its gate and its publish";
+        let n1 = &n1;
+        async move { n1.posting(conversation, text).send().await }
+    };
+    let (refused, ()) = tokio::join!(post, async {
+        hold.reached().await;
+        // Another writer (a node that took the conversation over) appends meanwhile.
+        let options = NatsOptions {
+            stream: "stale".into(),
+            ..NatsOptions::for_servers([url.clone()])
+        };
+        tokio::task::spawn_blocking(move || {
+            let other = NatsLog::open(&options).unwrap();
+            other
+                .append(vec![text_message(
+                    1,
+                    conversation,
+                    "user",
+                    "lead",
+                    "from the new owner",
+                )])
+                .unwrap();
+        })
+        .await
+        .unwrap();
+        hold.release();
+    });
+    let error = refused.expect_err("a stale expectation is refused by JetStream");
+    println!("the stale append: {error}");
+    assert!(
+        matches!(
+            error,
+            legio_runtime::RuntimeError::Store(StoreError::Fenced { .. })
+        ),
+        "refused by the expected sequence: {error:?}"
+    );
+    assert_eq!(
+        error.code(),
+        legio_runtime::ErrorCode::Unavailable,
+        "{error}"
+    );
+
+    let texts = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || {
+            let log = NatsLog::open(&NatsOptions {
+                stream: "stale".into(),
+                ..NatsOptions::for_servers([url])
+            })
+            .unwrap();
+            all_seqs_and_texts(&log)
+                .into_iter()
+                .map(|(_, t)| t)
+                .collect::<Vec<_>>()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(texts.iter().any(|t| t == "from the new owner"), "{texts:?}");
+    assert!(
+        !texts.iter().any(|t| t.contains("held between")),
+        "nothing of the refused append was stored: {texts:?}"
+    );
+    // The conversation goes on from the log (taken again by its refreshed reading).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match n1.posting(conversation, "@lead after").send().await {
+            Ok(posted) if posted.replies.iter().all(|r| r.outcome.is_ok()) => break,
+            other => {
+                assert!(Instant::now() < deadline, "not served again: {other:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    n1.shutdown().await.unwrap();
+}

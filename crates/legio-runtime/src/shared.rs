@@ -109,6 +109,7 @@ impl Shared {
         events: Vec<Event>,
     ) -> Result<(SeqRange, DispatchTicket), RuntimeError> {
         self.check_gate(&events)?;
+        crate::testing::before_publish(conversation).await;
         let (handle, previous, ticket) = self.queued(conversation, || self.log.submit(events))?;
         let range = self.observe(handle.await)?;
         Self::after(previous).await;
@@ -158,6 +159,9 @@ impl Shared {
     /// Appends and waits until durable (awaiting the committer, never blocking a worker).
     pub(crate) async fn append(&self, events: Vec<Event>) -> Result<SeqRange, RuntimeError> {
         self.check_gate(&events)?;
+        if let Some(event) = events.first() {
+            crate::testing::before_publish(event.conversation()).await;
+        }
         let handle = self.log.submit(events)?;
         self.observe(handle.await)
     }
