@@ -13,6 +13,7 @@ use legio_store::{
     BusError, EventLog, LeaseError, Leases, NatsLog, NatsOptions, NodeBus, StoreError,
 };
 use legio_tests::nats::NatsCluster;
+use legio_tests::proxy::Proxy;
 use legio_tests::*;
 
 fn leases(cluster: &NatsCluster, ttl: Duration) -> Leases {
@@ -1300,6 +1301,111 @@ fn a_partition_between_servers_stops_the_minority_and_the_majority_goes_on() {
     }
 }
 
+/// A connection whose frames are dropped without a close (a silent partition between a node
+/// and one server; the server itself stays in its cluster) is given up after two unanswered
+/// pings, and the client goes on through another server: the log appends again, and a lease is
+/// renewed again, within a bound. Without the client's ping (async-nats's default interval is
+/// 60 s, three of them before it gives up) both stayed on the dead link: every request timed
+/// out until the append's deadline.
+#[test]
+fn a_silently_cut_server_is_given_up_and_the_log_and_leases_go_on_through_another() {
+    let Some(cluster) = NatsCluster::start(3) else {
+        return;
+    };
+    let proxies: Vec<Proxy> = cluster
+        .urls()
+        .iter()
+        .map(|url| Proxy::start(url.trim_start_matches("nats://").to_owned()))
+        .collect();
+    let options = NatsOptions {
+        servers: proxies.iter().map(Proxy::url).collect(),
+        ping_interval: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(2),
+        lease_ttl: Duration::from_secs(60),
+        ..cluster.options(3)
+    };
+    let log = NatsLog::open(&options).unwrap();
+    let leases = Leases::open(&options).unwrap();
+    append_until_acknowledged(&log, "cut:1", "before the cut");
+    let lease = acquire_through_hiccups(&leases, "cut:lease", "n1");
+    // The log's connection (on the stream's leader) and the leases' are on one or two servers:
+    // each of them is cut silently, and one server at least stays reachable.
+    let carrying: Vec<usize> = (0..3)
+        .filter(|&i| proxies[i].live_connections() > 0)
+        .collect();
+    assert!(
+        (1..=2).contains(&carrying.len()),
+        "the log and the leases hold one connection each: {carrying:?}"
+    );
+    for &i in &carrying {
+        proxies[i].silence();
+    }
+    let cut = Instant::now();
+    let bound = Duration::from_secs(20);
+    append_until_acknowledged_within(&log, "cut:1", "after the cut", bound);
+    let appended = cut.elapsed();
+    let renewed = loop {
+        match leases.renew(&lease) {
+            Ok(renewed) => break renewed,
+            Err(LeaseError::Store(e)) => {
+                assert!(cut.elapsed() < bound, "not renewed within {bound:?}: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("renewing after the cut: {e:?}"),
+        }
+    };
+    println!(
+        "after a silent cut of {carrying:?}: appended {appended:?}, renewed {:?} after it",
+        cut.elapsed()
+    );
+    assert!(renewed.revision > lease.revision);
+    for &i in &carrying {
+        assert_eq!(
+            proxies[i].live_connections(),
+            0,
+            "the dead link was given up"
+        );
+    }
+    let texts: Vec<String> = all_seqs_and_texts(&log)
+        .into_iter()
+        .map(|(_, t)| t)
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.starts_with("after the cut")),
+        "{texts:?}"
+    );
+}
+
+/// [`append_until_acknowledged`] that fails once `bound` has passed.
+fn append_until_acknowledged_within(
+    log: &NatsLog,
+    conversation: &str,
+    text: &str,
+    bound: Duration,
+) {
+    let deadline = Instant::now() + bound;
+    for attempt in 0.. {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let event = text_message(
+            id,
+            conversation,
+            "user",
+            "lead",
+            &format!("{text} ({attempt})"),
+        );
+        match log.append(vec![event]) {
+            Ok(_) => return,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{text:?} not acknowledged within {bound:?}: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
 #[test]
 fn a_read_only_log_refuses_appends_and_needs_an_existing_stream() {
     let Some(cluster) = NatsCluster::start(1) else {
@@ -1672,4 +1778,138 @@ fn buckets_made_with_one_replica_are_brought_to_three() {
     assert_eq!(stream_config(&cluster, "KV_legio_secrets").1, 3);
     assert_eq!(stream_config(&cluster, "KV_legio_leases").1, 3);
     leases.acquire("t:r3", "node-a").unwrap();
+}
+
+/// A runtime that is node `node` of the one-server cluster at `url`, stream `stream`: one
+/// agent, lead, on a scripted provider.
+async fn node_on(
+    dir: &std::path::Path,
+    url: &str,
+    stream: &str,
+    node: &str,
+) -> legio_runtime::Runtime {
+    std::fs::write(dir.join("lead.md"), "You lead.").unwrap();
+    let file = dir.join("legio.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[store]\npath = \"db\"\nbackend = \"nats\"\n[store.nats]\nservers = [\"{url}\"]\nstream = \"{stream}\"\nlease_ttl_seconds = 10\n[runtime]\ncompaction = false\n[agents.lead]\nrole = \"orchestrator\"\nprompt = \"lead.md\"\nprovider = \"local\"\n[providers.local]\nkind = \"scripted\"\nhistory = \"stateless\"\n"
+        ),
+    )
+    .unwrap();
+    let config = legio_runtime::RuntimeConfig::load(&file).unwrap();
+    legio_runtime::Runtime::builder(config)
+        .node(node)
+        .open()
+        .await
+        .unwrap()
+}
+
+/// A stale owner's append that the node-side gate let through is refused by JetStream: n1
+/// owns the conversation, its next post passes n1's ownership check and is held there (a test
+/// hook) while another writer appends to the conversation on the stream; released, n1's
+/// publish expects the conversation's old last seq, JetStream refuses it, nothing of it is
+/// stored, and the post answers the retryable 503 code (`agent_unavailable`), not
+/// `internal`. The next post goes on from the log. (The node's gate had stopped every zombie
+/// of the runs, so this refusal had never been exercised.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_owners_append_that_passed_its_gate_is_refused_by_jetstream() {
+    let Some(cluster) = tokio::task::spawn_blocking(|| NatsCluster::start(1))
+        .await
+        .unwrap()
+    else {
+        return;
+    };
+    let url = cluster.urls()[0].clone();
+    let dir = tempfile::tempdir().unwrap();
+    let n1 = node_on(dir.path(), &url, "stale", "n1").await;
+    let conversation = "stale:1";
+    n1.posting(conversation, "@lead first")
+        .send()
+        .await
+        .unwrap();
+    let before = n1
+        .posting(conversation, "@lead second")
+        .send()
+        .await
+        .unwrap();
+    assert!(before.replies.iter().all(|r| r.outcome.is_ok()));
+
+    let mut hold = legio_runtime::testing::hold_append(conversation);
+    let post = {
+        let text = "@lead held between its gate and its publish";
+        let n1 = &n1;
+        async move { n1.posting(conversation, text).send().await }
+    };
+    let (refused, ()) = tokio::join!(post, async {
+        hold.reached().await;
+        // Another writer (a node that took the conversation over) appends meanwhile.
+        let options = NatsOptions {
+            stream: "stale".into(),
+            ..NatsOptions::for_servers([url.clone()])
+        };
+        tokio::task::spawn_blocking(move || {
+            let other = NatsLog::open(&options).unwrap();
+            other
+                .append(vec![text_message(
+                    1,
+                    conversation,
+                    "user",
+                    "lead",
+                    "from the new owner",
+                )])
+                .unwrap();
+        })
+        .await
+        .unwrap();
+        hold.release();
+    });
+    let error = refused.expect_err("a stale expectation is refused by JetStream");
+    println!("the stale append: {error}");
+    assert!(
+        matches!(
+            error,
+            legio_runtime::RuntimeError::Store(StoreError::Fenced { .. })
+        ),
+        "refused by the expected sequence: {error:?}"
+    );
+    assert_eq!(
+        error.code(),
+        legio_runtime::ErrorCode::Unavailable,
+        "{error}"
+    );
+
+    let texts = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || {
+            let log = NatsLog::open(&NatsOptions {
+                stream: "stale".into(),
+                ..NatsOptions::for_servers([url])
+            })
+            .unwrap();
+            all_seqs_and_texts(&log)
+                .into_iter()
+                .map(|(_, t)| t)
+                .collect::<Vec<_>>()
+        }
+    })
+    .await
+    .unwrap();
+    assert!(texts.iter().any(|t| t == "from the new owner"), "{texts:?}");
+    assert!(
+        !texts.iter().any(|t| t.contains("held between")),
+        "nothing of the refused append was stored: {texts:?}"
+    );
+    // The conversation goes on from the log (taken again by its refreshed reading).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match n1.posting(conversation, "@lead after").send().await {
+            Ok(posted) if posted.replies.iter().all(|r| r.outcome.is_ok()) => break,
+            other => {
+                assert!(Instant::now() < deadline, "not served again: {other:?}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    n1.shutdown().await.unwrap();
 }

@@ -23,6 +23,7 @@ pub(crate) struct NatsSection {
     lease_ttl_seconds: Option<f64>,
     request_timeout_seconds: Option<f64>,
     append_deadline_seconds: Option<f64>,
+    ping_interval_seconds: Option<f64>,
 }
 
 /// Which event log the node opens.
@@ -102,6 +103,9 @@ fn nats_options(
     if let Some(seconds) = section.append_deadline_seconds {
         options.append_deadline = seconds_at_least("append_deadline_seconds", seconds, 0.1)?;
     }
+    if let Some(seconds) = section.ping_interval_seconds {
+        options.ping_interval = seconds_at_least("ping_interval_seconds", seconds, 0.1)?;
+    }
     options.validate().map_err(|e| e.to_string())?;
     Ok(options)
 }
@@ -170,6 +174,7 @@ mod tests {
             lease_ttl_seconds = 15
             request_timeout_seconds = 2.5
             append_deadline_seconds = 60
+            ping_interval_seconds = 1.5
         "#;
         let nats = section(text).unwrap();
         let StoreBackend::Nats(options) =
@@ -188,6 +193,7 @@ mod tests {
         assert_eq!(options.lease_ttl, Duration::from_secs(15));
         assert_eq!(options.request_timeout, Duration::from_millis(2500));
         assert_eq!(options.append_deadline, Duration::from_secs(60));
+        assert_eq!(options.ping_interval, Duration::from_millis(1500));
         assert_eq!(options.max_message_bytes, 1024);
     }
 

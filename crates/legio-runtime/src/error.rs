@@ -415,6 +415,10 @@ impl RuntimeError {
             Self::Remote { code, .. } => *code,
             Self::Lease(legio_store::LeaseError::Store(e)) => store_code(e),
             Self::Lease(legio_store::LeaseError::TtlDiffers { .. }) => C::Config,
+            // The lease is someone else's, or no longer this node's: the conversation moved.
+            Self::Lease(
+                legio_store::LeaseError::Held { .. } | legio_store::LeaseError::Lost { .. },
+            ) => C::Unavailable,
             Self::Lease(_) => C::Internal,
             Self::SupervisorStart { .. }
             | Self::PromptUnreadable { .. }
@@ -440,6 +444,9 @@ fn store_code(e: &StoreError) -> ErrorCode {
         StoreError::Cluster { .. } | StoreError::Unreachable { .. } => {
             ErrorCode::ClusterUnavailable
         }
+        // Another writer appended since, or this node stood down from the conversation: it
+        // moved, as `RuntimeError::Moved` says; the retry goes to its owner.
+        StoreError::Fenced { .. } => ErrorCode::Unavailable,
         // Credentials the servers refuse: retrying will not help, the configuration must change.
         StoreError::Refused { .. } | StoreError::NoJetStream { .. } => ErrorCode::Config,
         _ => ErrorCode::Internal,

@@ -18,6 +18,8 @@ mod runtime;
 mod schedule;
 mod shared;
 mod status;
+#[doc(hidden)]
+pub mod testing;
 mod tools;
 
 pub use agent::restart::{RestartDecision, RestartTracker};

@@ -109,6 +109,7 @@ impl Shared {
         events: Vec<Event>,
     ) -> Result<(SeqRange, DispatchTicket), RuntimeError> {
         self.check_gate(&events)?;
+        crate::testing::before_publish(conversation).await;
         let (handle, previous, ticket) = self.queued(conversation, || self.log.submit(events))?;
         let range = self.observe(handle.await)?;
         Self::after(previous).await;
@@ -158,8 +159,20 @@ impl Shared {
     /// Appends and waits until durable (awaiting the committer, never blocking a worker).
     pub(crate) async fn append(&self, events: Vec<Event>) -> Result<SeqRange, RuntimeError> {
         self.check_gate(&events)?;
+        if let Some(event) = events.first() {
+            crate::testing::before_publish(event.conversation()).await;
+        }
         let handle = self.log.submit(events)?;
         self.observe(handle.await)
+    }
+
+    /// On a cluster: whether this node may run `conversation`'s agents now (it holds the
+    /// conversation's lease and renewed it recently); off a cluster, always.
+    pub(crate) fn may_run(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+        match &self.gate {
+            Some(gate) => gate.check(conversation),
+            None => Ok(()),
+        }
     }
 
     /// On a cluster: refuses an append to a conversation this node does not own (any more).

@@ -392,6 +392,48 @@ mod tests {
         assert_eq!(provider.status().as_u16(), 502);
     }
 
+    /// Every refusal caused by ownership is the retryable answer (503 `agent_unavailable`, as
+    /// a conversation that moved): an append the log refused as fenced (another writer
+    /// appended since, or this node stood down), a lease held by another node or lost. Before,
+    /// the fenced append and the lease refusals were 500 `internal`, which a host does not retry.
+    #[test]
+    fn refusals_caused_by_ownership_are_retryable() {
+        let fenced: ApiError = RuntimeError::Store(StoreError::Fenced {
+            conversation: "c:1".into(),
+            expected: 7,
+        })
+        .into();
+        let moved: ApiError = RuntimeError::Moved {
+            conversation: "c:1".into(),
+            reason: "node n2 owns it now".into(),
+        }
+        .into();
+        let held: ApiError = RuntimeError::Lease(legio_store::LeaseError::Held {
+            name: "c:1".into(),
+            holder: "n2".into(),
+            revision: 3,
+        })
+        .into();
+        let lost: ApiError = RuntimeError::Lease(legio_store::LeaseError::Lost {
+            name: "c:1".into(),
+            revision: 3,
+        })
+        .into();
+        for (path, e) in [
+            ("fenced", fenced),
+            ("moved", moved),
+            ("held", held),
+            ("lost", lost),
+        ] {
+            assert_eq!(
+                (e.code.as_str(), e.status().as_u16()),
+                ("agent_unavailable", 503),
+                "{path}: {}",
+                e.message
+            );
+        }
+    }
+
     #[test]
     fn runtime_errors_map_by_kind() {
         let e: ApiError = RuntimeError::EmptyMessage.into();

@@ -85,7 +85,11 @@ impl Actor for ConversationSupervisor {
                     return Ok(());
                 }
                 if !state.slots.contains_key(&agent) {
-                    self.start(&myself, state, &agent).await;
+                    if let Err(not_started) = self.start(&myself, state, &agent).await {
+                        let _ = reply.send(not_started.reply(&agent));
+                        self.retire_if_idle(&myself, state);
+                        return Ok(());
+                    }
                 }
                 deliver(state, &agent, job, reply);
             }
@@ -99,9 +103,18 @@ impl Actor for ConversationSupervisor {
                     Some(Slot::Restarting(queue)) => queue,
                     _ => Vec::new(),
                 };
-                self.start(&myself, state, &agent).await;
-                for (job, reply) in queued {
-                    deliver(state, &agent, job, reply);
+                match self.start(&myself, state, &agent).await {
+                    Ok(()) => {
+                        for (job, reply) in queued {
+                            deliver(state, &agent, job, reply);
+                        }
+                    }
+                    Err(not_started) => {
+                        for (_, reply) in queued {
+                            let _ = reply.send(not_started.reply(&agent));
+                        }
+                        self.retire_if_idle(&myself, state);
+                    }
                 }
             }
             ConversationMsg::Reap { idle, reply } => {
@@ -171,8 +184,11 @@ impl Actor for ConversationSupervisor {
                         error: format!("actor crashed: {error}"),
                     })])
                     .await;
-                self.on_failure(&myself, state, &agent, error.to_string())
-                    .await;
+                // Turns queued meanwhile are answered by it; nothing else waits.
+                let failed = self.on_failure(&myself, state, &agent, error.to_string());
+                if failed.await.is_err() {
+                    self.retire_if_idle(&myself, state);
+                }
             }
             SupervisionEvent::ActorTerminated(cell, _, _) => {
                 let Some(agent) = state.by_actor.remove(&cell.get_id()) else {
@@ -260,6 +276,27 @@ fn failed_reply(agent: &AgentName, reason: &str) -> AgentReply {
     )
 }
 
+/// Why an agent was not started, for the turns that wanted it. Nothing of it is kept: the next
+/// turn tries again, from the log.
+struct NotStarted {
+    kind: TurnErrorKind,
+    why: String,
+}
+
+impl NotStarted {
+    fn reply(&self, agent: &AgentName) -> AgentReply {
+        AgentReply::failed(agent, self.kind, self.why.clone())
+    }
+
+    /// The conversation is not this node's (any more): its agents run only under its lease.
+    fn moved(error: &RuntimeError) -> Self {
+        Self {
+            kind: TurnErrorKind::Moved,
+            why: error.to_string(),
+        }
+    }
+}
+
 /// The reply of a job that a shutdown cut.
 fn shut_down(agent: &AgentName) -> AgentReply {
     AgentReply::failed(
@@ -281,18 +318,25 @@ impl ConversationSupervisor {
     }
 
     /// Spawns the agent's actor unless the log says it is failed. A spawn failure is a failure of
-    /// the child (backoff or failed), never of this supervisor.
+    /// the child (backoff or failed), never of this supervisor. On a cluster, only under the
+    /// conversation's lease: without it (stood down, or never taken) nothing starts, nothing
+    /// is counted against the agent and no slot is left (`NotStarted`, moved); nor when its
+    /// state cannot be read (unavailable). Either is tried again from the log at the next turn.
     async fn start(
         &self,
         myself: &ActorRef<ConversationMsg>,
         state: &mut ConversationState,
         agent: &AgentName,
-    ) {
+    ) -> Result<(), NotStarted> {
         if self.shared.spec(agent).is_none() {
             state
                 .slots
                 .insert(agent.clone(), Slot::Failed("not in the roster".into()));
-            return;
+            return Ok(());
+        }
+        if let Err(e) = self.shared.may_run(&self.conversation) {
+            state.restarts.remove(agent);
+            return Err(NotStarted::moved(&e));
         }
         let (conversation, name) = (self.conversation.clone(), agent.clone());
         match self
@@ -306,15 +350,16 @@ impl ConversationSupervisor {
                     .conversations
                     .set_activity(&self.conversation, agent, Activity::Failed);
                 state.slots.insert(agent.clone(), Slot::Failed(reason));
-                return;
+                return Ok(());
             }
             Ok(_) => {}
             Err(e) => {
-                state.slots.insert(
-                    agent.clone(),
-                    Slot::Failed(format!("cannot read its state: {e}")),
-                );
-                return;
+                return Err(NotStarted {
+                    kind: TurnErrorKind::Unavailable,
+                    why: format!(
+                        "{agent} could not be started: cannot read its state ({e}); try again"
+                    ),
+                });
             }
         }
         let actor = AgentActor {
@@ -330,6 +375,7 @@ impl ConversationSupervisor {
                 self.shared
                     .conversations
                     .set_activity(&self.conversation, agent, Activity::Idle);
+                Ok(())
             }
             Err(e) => {
                 tracing::warn!(conversation = %self.conversation, agent = %agent, error = %e, "agent actor failed to start");
@@ -337,18 +383,36 @@ impl ConversationSupervisor {
                     .slots
                     .insert(agent.clone(), Slot::Restarting(Vec::new()));
                 Box::pin(self.on_failure(myself, state, agent, format!("startup failed: {e}")))
-                    .await;
+                    .await
             }
         }
     }
 
+    /// A failure of the agent's actor: restarted after a backoff, or, past the restart
+    /// intensity, failed, which the log records (`AgentFailed`). A failure while this node does
+    /// not hold the conversation's lease (the actor failed because it lost it) counts for
+    /// nothing: no restart, no slot, the turns queued answered as moved. A failure the log does
+    /// not take is kept nowhere either: the agent is started again from the log at the next
+    /// turn. `Err` when no slot is left (the reason, for the caller's turn).
     async fn on_failure(
         &self,
         myself: &ActorRef<ConversationMsg>,
         state: &mut ConversationState,
         agent: &AgentName,
         reason: String,
-    ) {
+    ) -> Result<(), NotStarted> {
+        if let Err(e) = self.shared.may_run(&self.conversation) {
+            state.restarts.remove(agent);
+            let not_started = NotStarted::moved(&e);
+            if let Some(Slot::Restarting(queue) | Slot::Draining(_, queue)) =
+                state.slots.remove(agent)
+            {
+                for (_, reply) in queue {
+                    let _ = reply.send(not_started.reply(agent));
+                }
+            }
+            return Err(not_started);
+        }
         let settings = self.shared.config.runtime.restart;
         let jitter: f64 = rand::thread_rng().gen();
         let decision = state.restarts.entry(agent.clone()).or_default().on_failure(
@@ -373,6 +437,7 @@ impl ConversationSupervisor {
                 ractor::time::send_after(delay, myself.get_cell(), move || {
                     ConversationMsg::Respawn { agent: name }
                 });
+                Ok(())
             }
             RestartDecision::GiveUp { restarts } => {
                 tracing::error!(conversation = %self.conversation, agent = %agent, restarts, "agent failed past its restart intensity");
@@ -380,7 +445,7 @@ impl ConversationSupervisor {
                 self.shared
                     .conversations
                     .set_activity(&self.conversation, agent, Activity::Failed);
-                let _ = self
+                let recorded = self
                     .shared
                     .append(vec![Event::AgentFailed(AgentFailed {
                         conversation: self.conversation.clone(),
@@ -390,10 +455,30 @@ impl ConversationSupervisor {
                         restarts,
                     })])
                     .await;
+                if let Err(e) = recorded {
+                    tracing::warn!(conversation = %self.conversation, agent = %agent, error = %e, "the agent's failure could not be recorded; it starts again from the log at the next turn");
+                    state.restarts.remove(agent);
+                    self.shared.conversations.set_activity(
+                        &self.conversation,
+                        agent,
+                        Activity::Idle,
+                    );
+                    let not_started = NotStarted {
+                        kind: TurnErrorKind::Unavailable,
+                        why: format!(
+                            "{agent} failed ({reason}) and its failure could not be recorded ({e}); try again"
+                        ),
+                    };
+                    for (_, reply) in queued {
+                        let _ = reply.send(not_started.reply(agent));
+                    }
+                    return Err(not_started);
+                }
                 for (_, reply) in queued {
                     let _ = reply.send(failed_reply(agent, &reason));
                 }
                 state.slots.insert(agent.clone(), Slot::Failed(reason));
+                Ok(())
             }
         }
     }
@@ -539,4 +624,199 @@ fn shutdown(state: &mut ConversationState, reply: oneshot::Sender<()>) {
         }
         let _ = reply.send(());
     });
+}
+
+#[cfg(test)]
+mod tests {
+    //! A conversation's supervisor behind a gate a test opens and closes: the lease as the
+    //! supervisor sees it (`Shared::may_run`), over an in-memory log.
+
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use legio_core::{
+        Audience, Message, MessageId, OpenReason, Participant, SessionId, SessionOpened,
+        SessionStart,
+    };
+    use legio_llm::{ScriptedConfig, ScriptedProvider};
+    use legio_store::{EventLog, MemoryLog};
+
+    use super::*;
+    use crate::clock::fresh_uuid;
+    use crate::messages::TurnRequest;
+    use crate::placement::AppendGate;
+
+    /// The lease, held or not, switched by the test.
+    struct Lease(AtomicBool);
+
+    impl AppendGate for Lease {
+        fn check(&self, conversation: &ConversationKey) -> Result<(), RuntimeError> {
+            if self.0.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+            Err(RuntimeError::Moved {
+                conversation: conversation.to_string(),
+                reason: "this node does not hold its lease".into(),
+            })
+        }
+        fn fenced(&self, _conversation: &str) {}
+        fn retired(&self, _conversation: &ConversationKey) {}
+    }
+
+    /// A root that takes every message and does nothing.
+    struct NoRoot;
+
+    impl Actor for NoRoot {
+        type Msg = RootMsg;
+        type State = ();
+        type Arguments = ();
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<RootMsg>,
+            _args: (),
+        ) -> Result<(), ActorProcessingErr> {
+            Ok(())
+        }
+    }
+
+    fn shared(dir: &std::path::Path, log: Arc<dyn EventLog>, gate: Arc<Lease>) -> Arc<Shared> {
+        std::fs::write(dir.join("lead.md"), "You lead.").unwrap();
+        let file = dir.join("legio.toml");
+        std::fs::write(
+            &file,
+            "[runtime]\ncompaction = false\nrestart_max = 1\nrestart_backoff_ms = 1\nrestart_backoff_max_ms = 1\n[agents.lead]\nrole = \"orchestrator\"\nprompt = \"lead.md\"\nprovider = \"local\"\n[providers.local]\nkind = \"scripted\"\nhistory = \"session\"\n",
+        )
+        .unwrap();
+        let config = crate::RuntimeConfig::load(&file).unwrap();
+        let memory = Arc::new(crate::MemoryTools::new(Arc::clone(&log), &config.agents));
+        let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
+            resumable: false,
+        }));
+        let provider: Arc<dyn legio_llm::Provider> = Arc::new(provider);
+        let conversations = crate::conversation::Conversations::default();
+        Arc::new(Shared {
+            log,
+            config,
+            providers: [("local".to_owned(), provider)].into(),
+            conversations: conversations.clone(),
+            memory,
+            tools: Default::default(),
+            host_desk: crate::tools::host_desk::HostToolDesk::new(conversations),
+            mcp: Default::default(),
+            mcp_endpoint: Default::default(),
+            prompts: Default::default(),
+            calibrations: Default::default(),
+            gate: Some(gate),
+        })
+    }
+
+    /// Posts `text` to lead straight into the log (as the owner did) and sends its turn.
+    async fn turn(
+        log: &Arc<dyn EventLog>,
+        supervisor: &ActorRef<ConversationMsg>,
+        conversation: &ConversationKey,
+        text: &str,
+    ) -> AgentReply {
+        let lead = AgentName::new("lead").unwrap();
+        let id = MessageId(fresh_uuid());
+        let message = Message::text(
+            id,
+            conversation.clone(),
+            Participant::User,
+            Audience::agent(lead.clone()),
+            text,
+            now(),
+        );
+        let seq = log
+            .append(vec![Event::MessagePosted(message)])
+            .unwrap()
+            .first;
+        let request = TurnRequest {
+            seq,
+            id,
+            progress: None,
+            host_tools: None,
+            replayed: false,
+        };
+        let (reply, answer) = oneshot::channel();
+        supervisor
+            .send_message(ConversationMsg::Work {
+                agent: lead,
+                job: Job::Turn(request),
+                reply,
+            })
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), answer)
+            .await
+            .expect("a reply within 10 s")
+            .unwrap()
+    }
+
+    /// Without the conversation's lease, a turn starts no agent and leaves nothing behind: it
+    /// answers moved (retryable), the agent is not marked failed in memory or in the log, and
+    /// once the lease is back the agent starts from the log (closing the session a crash left
+    /// open) and answers. Before, the start failed for want of the lease (its crash cleanup
+    /// was refused), the restarts ran out, the refused `AgentFailed` was kept in memory only,
+    /// and the agent answered "has failed ... until a manual reset" with the lease back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_its_lease_an_agent_is_not_started_and_starts_from_the_log_once_it_is_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let log: Arc<dyn EventLog> = Arc::new(MemoryLog::new());
+        let lease = Arc::new(Lease(AtomicBool::new(false)));
+        let shared = shared(dir.path(), Arc::clone(&log), Arc::clone(&lease));
+        let conversation = ConversationKey::new("c:1").unwrap();
+        let lead = AgentName::new("lead").unwrap();
+        // A session left open by a node that died mid-turn: a start must close it first.
+        log.append(vec![Event::SessionOpened(SessionOpened {
+            conversation: conversation.clone(),
+            agent: lead.clone(),
+            session: SessionId(fresh_uuid()),
+            at: now(),
+            why: OpenReason::FirstUse,
+            how: SessionStart::Stateless,
+            prompt_hash: String::new(),
+        })])
+        .unwrap();
+        let (root, _root) = Actor::spawn(None, NoRoot, ()).await.unwrap();
+        let (supervisor, _handle) = Actor::spawn(
+            None,
+            ConversationSupervisor {
+                shared,
+                conversation: conversation.clone(),
+                root,
+            },
+            (),
+        )
+        .await
+        .unwrap();
+
+        for text in ["first", "second"] {
+            let refused = turn(&log, &supervisor, &conversation, text).await;
+            let error = refused.outcome.expect_err("no turn without the lease");
+            assert_eq!(error.kind, TurnErrorKind::Moved, "{}", error.message);
+        }
+        let state = log.session_state(&conversation, &lead).unwrap();
+        assert!(
+            state.and_then(|s| s.failed).is_none(),
+            "no failure recorded"
+        );
+
+        lease.0.store(true, Ordering::SeqCst);
+        let answered = turn(&log, &supervisor, &conversation, "third").await;
+        let reply = answered
+            .outcome
+            .expect("the agent answers with its lease back");
+        assert!(!reply.text.is_empty());
+        let closed = log
+            .conversation_events(&conversation, legio_core::Seq(0), usize::MAX)
+            .unwrap()
+            .into_iter()
+            .filter(|r| {
+                matches!(
+                    r.event,
+                    Event::SessionSuspended(_) | Event::SessionClosed(_)
+                )
+            })
+            .count();
+        assert_eq!(closed, 1, "the session the crash left open was ended, once");
+    }
 }

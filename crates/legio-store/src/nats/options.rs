@@ -67,6 +67,13 @@ pub struct NatsOptions {
     /// How long an append, or a read of the stream, keeps retrying through a leader election or a
     /// lost connection before it fails (default 30 s; `store.nats.append_deadline_seconds`).
     pub append_deadline: Duration,
+    /// How often the client pings a server that sent it nothing (default 2 s;
+    /// `store.nats.ping_interval_seconds`). async-nats gives up on a connection once two pings
+    /// went unanswered (`MAX_PENDING_PINGS`, fixed in the client) and reconnects to another
+    /// server: a connection whose frames are silently dropped (a partition, a server stopped
+    /// with SIGSTOP) is noticed within about three intervals. async-nats's default, 60 s, left
+    /// a node on a dead link for three minutes.
+    pub ping_interval: Duration,
 }
 
 impl Default for NatsOptions {
@@ -81,6 +88,7 @@ impl Default for NatsOptions {
             max_message_bytes: 1024 * 1024,
             request_timeout: Duration::from_secs(5),
             append_deadline: Duration::from_secs(30),
+            ping_interval: Duration::from_secs(2),
         }
     }
 }
@@ -123,6 +131,9 @@ impl NatsOptions {
         if self.request_timeout.is_zero() {
             return bad("store.nats.request_timeout_seconds must be above 0".into());
         }
+        if self.ping_interval < Duration::from_millis(100) {
+            return bad("store.nats.ping_interval_seconds must be at least 0.1".into());
+        }
         if self.append_deadline < self.request_timeout {
             return bad(format!(
                 "store.nats.append_deadline_seconds ({:.1} s) is shorter than one request \
@@ -149,7 +160,8 @@ impl NatsOptions {
     ) -> Result<async_nats::Client> {
         let mut options = async_nats::ConnectOptions::new()
             .request_timeout(Some(self.request_timeout))
-            .connection_timeout(self.request_timeout);
+            .connection_timeout(self.request_timeout)
+            .ping_interval(self.ping_interval);
         options = match &self.auth {
             NatsAuth::None => options,
             NatsAuth::Token(token) => options.token(token.clone()),
