@@ -71,6 +71,34 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
+    /// What a runtime's actors share, with an empty conversation table that the host desk keeps
+    /// its parts in too (one table: conversation/), and the memory tools over `log`.
+    pub(crate) fn new(
+        log: Arc<dyn EventLog>,
+        config: RuntimeConfig,
+        providers: HashMap<String, Arc<dyn Provider>>,
+        tools: ToolRegistry,
+        mcp: Arc<crate::tools::mcp_client::McpClients>,
+        gate: Option<Arc<dyn AppendGate>>,
+    ) -> Arc<Self> {
+        let memory = Arc::new(MemoryTools::new(Arc::clone(&log), &config.agents));
+        let conversations = Conversations::default();
+        Arc::new(Self {
+            log,
+            config,
+            providers,
+            conversations: conversations.clone(),
+            memory,
+            tools,
+            host_desk: crate::tools::host_desk::HostToolDesk::new(conversations),
+            mcp,
+            mcp_endpoint: Default::default(),
+            prompts: Default::default(),
+            calibrations: Default::default(),
+            gate,
+        })
+    }
+
     /// Runs a blocking log read off the async workers.
     pub(crate) async fn read<T, F>(self: &Arc<Self>, f: F) -> Result<T, RuntimeError>
     where

@@ -440,47 +440,59 @@ impl ConversationSupervisor {
                 Ok(())
             }
             RestartDecision::GiveUp { restarts } => {
-                tracing::error!(conversation = %self.conversation, agent = %agent, restarts, "agent failed past its restart intensity");
-                metrics::counter!(m::FAILED_AGENTS).increment(1);
-                self.shared
-                    .conversations
-                    .set_activity(&self.conversation, agent, Activity::Failed);
-                let recorded = self
-                    .shared
-                    .append(vec![Event::AgentFailed(AgentFailed {
-                        conversation: self.conversation.clone(),
-                        agent: agent.clone(),
-                        at: now(),
-                        reason: reason.clone(),
-                        restarts,
-                    })])
-                    .await;
-                if let Err(e) = recorded {
-                    tracing::warn!(conversation = %self.conversation, agent = %agent, error = %e, "the agent's failure could not be recorded; it starts again from the log at the next turn");
-                    state.restarts.remove(agent);
-                    self.shared.conversations.set_activity(
-                        &self.conversation,
-                        agent,
-                        Activity::Idle,
-                    );
-                    let not_started = NotStarted {
-                        kind: TurnErrorKind::Unavailable,
-                        why: format!(
-                            "{agent} failed ({reason}) and its failure could not be recorded ({e}); try again"
-                        ),
-                    };
-                    for (_, reply) in queued {
-                        let _ = reply.send(not_started.reply(agent));
-                    }
-                    return Err(not_started);
-                }
-                for (_, reply) in queued {
-                    let _ = reply.send(failed_reply(agent, &reason));
-                }
-                state.slots.insert(agent.clone(), Slot::Failed(reason));
-                Ok(())
+                self.give_up(state, agent, reason, restarts, queued).await
             }
         }
+    }
+
+    /// `agent` failed past its restart intensity: recorded as failed in the log (answering what
+    /// queued with the failure), or, should the record fail, kept nowhere (what queued is told
+    /// to try again, and the next turn starts the agent from the log).
+    async fn give_up(
+        &self,
+        state: &mut ConversationState,
+        agent: &AgentName,
+        reason: String,
+        restarts: u32,
+        queued: Vec<QueuedTurn>,
+    ) -> Result<(), NotStarted> {
+        tracing::error!(conversation = %self.conversation, agent = %agent, restarts, "agent failed past its restart intensity");
+        metrics::counter!(m::FAILED_AGENTS).increment(1);
+        self.shared
+            .conversations
+            .set_activity(&self.conversation, agent, Activity::Failed);
+        let recorded = self
+            .shared
+            .append(vec![Event::AgentFailed(AgentFailed {
+                conversation: self.conversation.clone(),
+                agent: agent.clone(),
+                at: now(),
+                reason: reason.clone(),
+                restarts,
+            })])
+            .await;
+        if let Err(e) = recorded {
+            tracing::warn!(conversation = %self.conversation, agent = %agent, error = %e, "the agent's failure could not be recorded; it starts again from the log at the next turn");
+            state.restarts.remove(agent);
+            self.shared
+                .conversations
+                .set_activity(&self.conversation, agent, Activity::Idle);
+            let not_started = NotStarted {
+                kind: TurnErrorKind::Unavailable,
+                why: format!(
+                    "{agent} failed ({reason}) and its failure could not be recorded ({e}); try again"
+                ),
+            };
+            for (_, reply) in queued {
+                let _ = reply.send(not_started.reply(agent));
+            }
+            return Err(not_started);
+        }
+        for (_, reply) in queued {
+            let _ = reply.send(failed_reply(agent, &reason));
+        }
+        state.slots.insert(agent.clone(), Slot::Failed(reason));
+        Ok(())
     }
 }
 
@@ -687,26 +699,20 @@ mod tests {
         )
         .unwrap();
         let config = crate::RuntimeConfig::load(&file).unwrap();
-        let memory = Arc::new(crate::MemoryTools::new(Arc::clone(&log), &config.agents));
         let provider = ScriptedProvider::new(ScriptedConfig::new(legio_core::History::Session {
             resumable: false,
         }));
         let provider: Arc<dyn legio_llm::Provider> = Arc::new(provider);
-        let conversations = crate::conversation::Conversations::default();
-        Arc::new(Shared {
+        let providers = [("local".to_owned(), provider)].into();
+        let tools = Default::default();
+        Shared::new(
             log,
             config,
-            providers: [("local".to_owned(), provider)].into(),
-            conversations: conversations.clone(),
-            memory,
-            tools: Default::default(),
-            host_desk: crate::tools::host_desk::HostToolDesk::new(conversations),
-            mcp: Default::default(),
-            mcp_endpoint: Default::default(),
-            prompts: Default::default(),
-            calibrations: Default::default(),
-            gate: Some(gate),
-        })
+            providers,
+            tools,
+            Default::default(),
+            Some(gate),
+        )
     }
 
     /// Posts `text` to lead straight into the log (as the owner did) and sends its turn.

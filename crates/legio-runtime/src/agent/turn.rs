@@ -894,23 +894,10 @@ mod tests {
         .unwrap();
         let config = crate::RuntimeConfig::load(&file).unwrap();
         let log: Arc<dyn EventLog> = Arc::new(MemoryLog::new());
-        let memory = Arc::new(crate::MemoryTools::new(Arc::clone(&log), &config.agents));
         let provider: Arc<dyn Provider> = Arc::new(provider);
-        let conversations = crate::conversation::Conversations::default();
-        Arc::new(Shared {
-            log,
-            config,
-            providers: [("local".to_owned(), provider)].into(),
-            conversations: conversations.clone(),
-            memory,
-            tools: Default::default(),
-            host_desk: crate::tools::host_desk::HostToolDesk::new(conversations),
-            mcp: Default::default(),
-            mcp_endpoint: Default::default(),
-            prompts: Default::default(),
-            calibrations: Default::default(),
-            gate: None,
-        })
+        let providers = [("local".to_owned(), provider)].into();
+        let tools = Default::default();
+        Shared::new(log, config, providers, tools, Default::default(), None)
     }
 
     async fn post(agent: &Agent, text: &str) -> TurnRequest {

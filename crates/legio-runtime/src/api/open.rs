@@ -16,7 +16,6 @@ use crate::error::RuntimeError;
 use crate::placement::{AppendGate, Cluster, RequestHandler};
 use crate::runtime::Runtime;
 use crate::shared::Shared;
-use crate::tools::memory::MemoryTools;
 use crate::tools::registry::ToolRegistry;
 
 /// Builds the providers the configuration names; those the host supplies in `overrides` are
@@ -157,25 +156,11 @@ impl Runtime {
         legio_store::metrics::describe();
         let mut providers = build_providers(&config, &overrides)?;
         providers.extend(overrides);
-        let memory = Arc::new(MemoryTools::new(Arc::clone(&log), &config.agents));
         let mcp = Arc::new(crate::tools::mcp_client::McpClients::start(&config.mcp).await?);
-        let conversations = crate::conversation::Conversations::default();
-        let shared = Arc::new(Shared {
-            log,
-            config,
-            providers,
-            conversations: conversations.clone(),
-            memory,
-            tools,
-            host_desk: crate::tools::host_desk::HostToolDesk::new(conversations),
-            mcp,
-            mcp_endpoint: Default::default(),
-            prompts: Default::default(),
-            calibrations: Default::default(),
-            gate: cluster
-                .as_ref()
-                .map(|c| Arc::clone(&c.ownership) as Arc<dyn AppendGate>),
-        });
+        let gate = cluster
+            .as_ref()
+            .map(|c| Arc::clone(&c.ownership) as Arc<dyn AppendGate>);
+        let shared = Shared::new(log, config, providers, tools, mcp, gate);
         let started_at = shared.log.last_seq();
         let root = RootSupervisor {
             shared: Arc::clone(&shared),
