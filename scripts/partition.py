@@ -248,13 +248,17 @@ def post(ip, conversation, content, key, timeout):
         c.close()
 
 
-def client(worker, hosts, conversations, stop, ledger, excluded):
-    """Posts keyed turns; a post that was not acknowledged is retried with its key elsewhere."""
+def client(worker, hosts, conversations, stop, ledger, excluded, probe=None):
+    """Posts keyed turns; a post that was not acknowledged is retried with its key elsewhere.
+    A prober (`probe` = a conversation's index) posts only to that conversation, twice a second,
+    so the time until each conversation answers again is measured whatever the load does."""
     rng = random.Random(worker)
     n = 0
     while not stop.is_set():
         n += 1
-        conv = f"p-{rng.randrange(conversations)}"
+        if probe is not None:
+            stop.wait(0.5)
+        conv = f"p-{rng.randrange(conversations) if probe is None else probe}"
         content = f"m {worker}-{n}{' @ann' if n % 4 == 0 else ''}"
         key = f"k-{worker}-{n}"
         while not stop.is_set():
@@ -365,6 +369,9 @@ class Run:
         self.threads = [threading.Thread(target=client, args=(w, self.hosts, self.args.conversations,
                                                               self.stop, self.ledger, self.excluded))
                         for w in range(self.args.clients)]
+        self.threads += [threading.Thread(target=client, args=(f"probe{c}", self.hosts, self.args.conversations,
+                                                               self.stop, self.ledger, self.excluded, c))
+                         for c in range(self.args.conversations)]
         for t in self.threads:
             t.start()
 

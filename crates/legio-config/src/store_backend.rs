@@ -24,6 +24,7 @@ pub(crate) struct NatsSection {
     request_timeout_seconds: Option<f64>,
     append_deadline_seconds: Option<f64>,
     ping_interval_seconds: Option<f64>,
+    connect_timeout_seconds: Option<f64>,
 }
 
 /// Which event log the node opens.
@@ -106,6 +107,9 @@ fn nats_options(
     if let Some(seconds) = section.ping_interval_seconds {
         options.ping_interval = seconds_at_least("ping_interval_seconds", seconds, 0.1)?;
     }
+    if let Some(seconds) = section.connect_timeout_seconds {
+        options.connect_timeout = seconds_at_least("connect_timeout_seconds", seconds, 0.1)?;
+    }
     options.validate().map_err(|e| e.to_string())?;
     Ok(options)
 }
@@ -175,6 +179,7 @@ mod tests {
             request_timeout_seconds = 2.5
             append_deadline_seconds = 60
             ping_interval_seconds = 1.5
+            connect_timeout_seconds = 0.5
         "#;
         let nats = section(text).unwrap();
         let StoreBackend::Nats(options) =
@@ -194,6 +199,7 @@ mod tests {
         assert_eq!(options.request_timeout, Duration::from_millis(2500));
         assert_eq!(options.append_deadline, Duration::from_secs(60));
         assert_eq!(options.ping_interval, Duration::from_millis(1500));
+        assert_eq!(options.connect_timeout, Duration::from_millis(500));
         assert_eq!(options.max_message_bytes, 1024);
     }
 

@@ -74,6 +74,13 @@ pub struct NatsOptions {
     /// with SIGSTOP) is noticed within about three intervals. async-nats's default, 60 s, left
     /// a node on a dead link for three minutes.
     pub ping_interval: Duration,
+    /// How long one connection attempt to one server may take (default 2 s;
+    /// `store.nats.connect_timeout_seconds`). A reconnect after a lost connection first tries
+    /// the server that led the stream, which may be the one that was cut off: it answers no
+    /// connection, so this is what that try costs before the client goes on to another server.
+    /// It was `request_timeout` (5 s), which the partition run (scripts/partition.sh) measured
+    /// as 5 s of the majority side's stall.
+    pub connect_timeout: Duration,
 }
 
 impl Default for NatsOptions {
@@ -89,6 +96,7 @@ impl Default for NatsOptions {
             request_timeout: Duration::from_secs(5),
             append_deadline: Duration::from_secs(30),
             ping_interval: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -131,6 +139,9 @@ impl NatsOptions {
         if self.request_timeout.is_zero() {
             return bad("store.nats.request_timeout_seconds must be above 0".into());
         }
+        if self.connect_timeout < Duration::from_millis(100) {
+            return bad("store.nats.connect_timeout_seconds must be at least 0.1".into());
+        }
         if self.ping_interval < Duration::from_millis(100) {
             return bad("store.nats.ping_interval_seconds must be at least 0.1".into());
         }
@@ -160,7 +171,7 @@ impl NatsOptions {
     ) -> Result<async_nats::Client> {
         let mut options = async_nats::ConnectOptions::new()
             .request_timeout(Some(self.request_timeout))
-            .connection_timeout(self.request_timeout)
+            .connection_timeout(self.connect_timeout)
             .ping_interval(self.ping_interval);
         options = match &self.auth {
             NatsAuth::None => options,
