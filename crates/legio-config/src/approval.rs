@@ -147,7 +147,10 @@ mod tests {
     #[test]
     fn bad_patterns_name_the_key_and_the_character() {
         let e = ToolPattern::parse("agents.lead.approval", "").unwrap_err();
-        assert!(e.contains("agents.lead.approval") && e.contains("empty"), "{e}");
+        assert!(
+            e.contains("agents.lead.approval") && e.contains("empty"),
+            "{e}"
+        );
         let e = ToolPattern::parse("runtime.approval", "write note").unwrap_err();
         assert!(e.contains("runtime.approval") && e.contains("' '"), "{e}");
         let e = ToolPattern::parse("runtime.approval", "mcp__fs__?").unwrap_err();
