@@ -710,9 +710,18 @@ history = "session-not-resumable"
         assert!(lead.approval.needs_approval("pay").is_some());
         assert!(lead.approval.needs_approval("mcp__fs__rm").is_none());
         let e = err(&GOOD.replace("history_window = 20", "approval_timeout_seconds = 0"));
-        assert!(e.contains("runtime.approval_timeout_seconds") && e.contains("legio.toml"), "{e}");
-        let e = err(&GOOD.replace("prompt = \"spec.md\"", "prompt = \"spec.md\"\napproval = [\"a b\"]"));
-        assert!(e.contains("agents.ann.approval") && e.contains("\"a b\""), "{e}");
+        assert!(
+            e.contains("runtime.approval_timeout_seconds") && e.contains("legio.toml"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace(
+            "prompt = \"spec.md\"",
+            "prompt = \"spec.md\"\napproval = [\"a b\"]",
+        ));
+        assert!(
+            e.contains("agents.ann.approval") && e.contains("\"a b\""),
+            "{e}"
+        );
         let e = err(&GOOD.replace("history_window = 20", "approval = \"pay\""));
         assert!(e.contains("approval"), "{e}");
     }

@@ -11,11 +11,11 @@ mod raw;
 mod schedule;
 mod store_backend;
 
+pub use approval::{ApprovalPolicy, ToolPattern, APPROVAL_TIMEOUT_DEFAULT};
 pub use config::{
     AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
     UnknownMentions,
 };
-pub use approval::{ApprovalPolicy, ToolPattern, APPROVAL_TIMEOUT_DEFAULT};
 pub use error::{ConfigError, UnknownAgent};
 pub use mcp_config::{McpServerSpec, McpTransport, MCP_DEFAULT_TIMEOUT, MCP_TOOL_PREFIX};
 pub use raw::RawSection;
