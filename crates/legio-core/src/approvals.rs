@@ -91,15 +91,13 @@ impl Approvals {
     /// Applies one record (idempotent for a record applied twice).
     pub fn apply(&mut self, record: &Record) {
         match &record.event {
-            Event::ApprovalRequested(r) => {
-                if self.items.iter().all(|a| a.seq != record.seq) {
-                    self.items.push(Approval {
-                        seq: record.seq,
-                        requested: r.clone(),
-                        answer: None,
-                        settled: false,
-                    });
-                }
+            Event::ApprovalRequested(r) if self.items.iter().all(|a| a.seq != record.seq) => {
+                self.items.push(Approval {
+                    seq: record.seq,
+                    requested: r.clone(),
+                    answer: None,
+                    settled: false,
+                });
             }
             Event::ApprovalAnswered(answer) => {
                 if let Some(a) = self.latest_mut(&answer.call_id) {
