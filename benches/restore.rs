@@ -432,6 +432,7 @@ fn specs() -> Vec<AgentSpec> {
             provider: "local".into(),
             compaction: legio_core::CompactionPolicy::default(),
             summarizer: None,
+            approval: Default::default(),
         })
         .collect()
 }

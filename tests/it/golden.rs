@@ -1,7 +1,7 @@
 //! Golden files: the stored v1 encoding must keep decoding. If this test fails, a change broke the
 //! format of existing logs: add a new format version and an upcast instead (docs/storage.md).
 //! `events-v1.bin` holds the first variants; `events-v1-memory.bin` the variants appended later
-//! (memory stores, heartbeats); `events-v1-tools.bin` the host's tool declarations. To write a file after adding events to its samples (new variants
+//! (memory stores, heartbeats); `events-v1-tools.bin` the host's tool declarations; `events-v1-approvals.bin` the approvals of tool calls. To write a file after adding events to its samples (new variants
 //! only), run with `LEGIO_BLESS=1` and commit the file.
 //!
 //! Session states (the `sessions` index) have their own versions: `session-state-v1.bin` holds
@@ -27,6 +27,10 @@ const GOLDEN_MEMORY: &str = concat!(
 const GOLDEN_TOOLS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/golden/events-v1-tools.bin"
+);
+const GOLDEN_APPROVALS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/events-v1-approvals.bin"
 );
 const GOLDEN_STATE_V1: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -190,11 +194,52 @@ pub(crate) fn tools_samples() -> Vec<Event> {
     ]
 }
 
+/// One sample of every variant appended after `events-v1-tools.bin` was written: a request and
+/// each decision.
+pub(crate) fn approvals_samples() -> Vec<Event> {
+    use legio_core::{ApprovalAnswered, ApprovalDecision, ApprovalRequested, MessageId};
+    let call_message = MessageId::from_parts(ts(29), [7; 10]);
+    let answered = |at, call_id: &str, decision, by: &str, reason: Option<&str>| {
+        Event::ApprovalAnswered(ApprovalAnswered {
+            conversation: conv("golden:1"),
+            agent: agent("vorenus"),
+            at: ts(at),
+            call_id: call_id.into(),
+            decision,
+            by: by.into(),
+            reason: reason.map(str::to_owned),
+        })
+    };
+    vec![
+        Event::ApprovalRequested(ApprovalRequested {
+            conversation: conv("golden:1"),
+            agent: agent("vorenus"),
+            at: ts(29),
+            call_message,
+            call_id: "call_pay_1".into(),
+            tool: "pay".into(),
+            arguments: r#"{"amount":12}"#.into(),
+            pattern: "pay".into(),
+            deadline: ts(90),
+        }),
+        answered(30, "call_pay_1", ApprovalDecision::Approved, "cli", None),
+        answered(
+            31,
+            "call_rm_2",
+            ApprovalDecision::Denied,
+            "http:ops",
+            Some("not today"),
+        ),
+        answered(32, "call_x_3", ApprovalDecision::TimedOut, "deadline", None),
+    ]
+}
+
 /// Every sample, of every golden file, in file order.
 pub(crate) fn all_samples() -> Vec<Event> {
     let mut all = samples();
     all.extend(memory_samples());
     all.extend(tools_samples());
+    all.extend(approvals_samples());
     all
 }
 
@@ -269,6 +314,11 @@ fn v1_memory_and_heartbeat_records_still_decode_and_encode_identically() {
 #[test]
 fn v1_tool_declaration_records_still_decode_and_encode_identically() {
     check_golden(GOLDEN_TOOLS, tools_samples());
+}
+
+#[test]
+fn v1_approval_records_still_decode_and_encode_identically() {
+    check_golden(GOLDEN_APPROVALS, approvals_samples());
 }
 
 #[test]

@@ -4,6 +4,7 @@
 //! the dashboard in headless Chromium where it is installed. (The file lives in the top-level
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
+mod approvals;
 mod behaviours;
 mod cluster;
 mod door;
@@ -342,7 +343,10 @@ async fn health_meta_and_auth() {
         if path == "/healthz" || path == "/readyz" {
             continue;
         }
-        let concrete = path.replace("{id}", "t:auth").replace("{what}", "agents");
+        let concrete = path
+            .replace("{id}", "t:auth")
+            .replace("{what}", "agents")
+            .replace("{call_id}", "call_1");
         let request = match method.as_str() {
             "get" => h.client.get(h.url(&concrete)),
             _ => h.client.post(h.url(&concrete)).json(&json!({})),

@@ -29,7 +29,8 @@ async fn a_rebinding_page_is_refused_on_every_route_of_an_open_loopback_server()
         let concrete = path
             .replace("{id}", "t:rebind")
             .replace("{what}", "agents")
-            .replace("{model}", "lead");
+            .replace("{model}", "lead")
+            .replace("{call_id}", "call_1");
         for (host, origin) in [
             (evil_host.clone(), format!("http://{evil_host}")),
             (h.base[7..].to_owned(), EVIL.to_owned()),

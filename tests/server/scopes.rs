@@ -47,6 +47,7 @@ fn needs(path: &str) -> Option<&'static str> {
         | "/sessions/{id}/tool_results" => Some("host"),
         p if p.starts_with("/v1/") => Some("host"),
         "/metrics" | "/dashboard" | "/dashboard.js" => Some("metrics"),
+        "/sessions/{id}/approvals/{call_id}" => Some("operator"),
         p if p.starts_with("/operator/") => Some("operator"),
         other => panic!("{other}: a route the scope table does not know; add it to `needs` and docs/http-api.md"),
     }
@@ -55,7 +56,8 @@ fn needs(path: &str) -> Option<&'static str> {
 fn request(h: &Harness, method: &str, path: &str, token: &str) -> reqwest::RequestBuilder {
     let concrete = path
         .replace("{id}", "tenant-a:scopes")
-        .replace("{what}", "agents");
+        .replace("{what}", "agents")
+        .replace("{call_id}", "call_1");
     let builder = match method {
         "get" => h.client.get(h.url(&concrete)),
         _ => h

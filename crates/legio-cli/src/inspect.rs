@@ -34,6 +34,11 @@ pub enum What {
     /// also the tools the host declared there (from the log), offered on the host's turns.
     /// With --server, the running server's tools (its configuration, the MCP servers it opened).
     Tools,
+    /// Tool calls that wait, or waited, for a person's answer (`approval` in the configuration):
+    /// conversation, agent, call id, tool, arguments, state (pending, approved, denied,
+    /// timed_out), deadline, who answered and when, and why. Answer with `legio approve` or
+    /// `legio deny`.
+    Approvals,
 }
 
 /// Table or JSON.
@@ -91,6 +96,29 @@ fn print(format: TableFormat, header: &[&str], rows: Vec<Vec<String>>) -> Result
     Ok(())
 }
 
+/// `legio inspect approvals`: from the log, or the running server's (`GET
+/// /operator/inspect/approvals`).
+fn approvals(context: &Context, args: &Args) -> Result<ExitCode> {
+    let table: Table = match context.remote()? {
+        Some(remote) => {
+            let query = conversation_query(args);
+            serde_json::from_value(remote.get_json("/operator/inspect/approvals", &query)?)?
+        }
+        None => {
+            let log = common::open_log_for_reading(context)?;
+            let only = args
+                .conversation
+                .clone()
+                .map(ConversationKey::new)
+                .transpose()?;
+            legio_ops::approvals_table(&*log, only.as_ref())?
+        }
+    };
+    let header: Vec<&str> = table.header.iter().map(String::as_str).collect();
+    print(args.format, &header, table.rows)?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// `legio inspect tools`: with `--server`, the running server's table
 /// (`GET /operator/inspect/tools`: its configuration and the MCP servers it opened); offline,
 /// from the configuration, the MCP servers started to list their tools. With `--conversation`,
@@ -135,6 +163,7 @@ fn offline_tools(_context: &Context, _conversation: Option<&str>) -> Result<Tabl
 pub fn run(context: &Context, args: Args) -> Result<ExitCode> {
     let kind = match args.what {
         What::Tools => return tools(context, &args),
+        What::Approvals => return approvals(context, &args),
         What::Conversations => InspectKind::Conversations,
         What::Agents => InspectKind::Agents,
         What::Sessions => InspectKind::Sessions,

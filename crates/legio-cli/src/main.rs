@@ -15,6 +15,7 @@ macro_rules! out {
 
 #[cfg(feature = "runtime")]
 mod agents;
+mod approve;
 #[cfg(feature = "runtime")]
 mod chat;
 mod common;
@@ -88,6 +89,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 ///                                                           # heartbeat
 ///   legio heartbeat --agent lead "anything due?" # one answer with no history, recorded
 ///
+/// A person in the loop (tools named by `approval = [...]` wait for an answer):
+///   legio inspect approvals                      # pending and answered calls
+///   legio approve --conversation cli:local call_7f3a       # the call runs once, the turn goes on
+///   legio deny --conversation cli:local call_7f3a --reason "not that account"
+///
 /// Tools over MCP (an agent's tools for an MCP client; [mcp.NAME] tables give agents a server's):
 ///   legio inspect tools                          # every agent's tools and where each comes from
 ///   legio mcp token --conversation cli:local --agent vorenus   # a bearer token for /mcp
@@ -141,6 +147,11 @@ enum Command {
     Post(post::Args),
     /// One agent answers a text with no history, recorded as a heartbeat (exit 1 if it failed).
     Heartbeat(heartbeat::Args),
+    /// Approve a tool call that paused its turn (`legio inspect approvals` lists them); the
+    /// last answer a step waits for continues the turn and prints its reply.
+    Approve(approve::ApproveArgs),
+    /// Deny a tool call that paused its turn; the model gets an error result with the reason.
+    Deny(approve::DenyArgs),
     /// Print the log's events in order, filtered; --follow for new ones.
     Replay(replay::Args),
     /// What an agent's model would receive for its next turn, at any point of the log.
@@ -246,6 +257,8 @@ fn main() -> ExitCode {
         #[cfg(feature = "runtime")]
         Command::Post(args) => post::run(&context, args),
         Command::Heartbeat(args) => heartbeat::run(&context, args),
+        Command::Approve(args) => approve::approve(&context, args),
+        Command::Deny(args) => approve::deny(&context, args),
         Command::Replay(args) => replay::run(&context, args),
         Command::Context(args) => context::run(&context, args),
         Command::Inspect(args) => inspect::run(&context, args),
@@ -302,6 +315,8 @@ fn check_remote_flags(command: &Command, context: &Context) -> Result<bool, Exit
             | Command::Verify(_)
             | Command::Reset(_)
             | Command::Heartbeat(_)
+            | Command::Approve(_)
+            | Command::Deny(_)
             | Command::Completions(_)
     );
     if context.nats.is_some() && !reads_the_log(command) {
@@ -309,7 +324,7 @@ fn check_remote_flags(command: &Command, context: &Context) -> Result<bool, Exit
         return Err(ExitCode::from(2));
     }
     if context.server.is_some() && !live {
-        eprintln!("legio: --server works with replay, inspect, context, verify, reset and heartbeat; this command opens the log or the legion itself");
+        eprintln!("legio: --server works with replay, inspect, context, verify, reset, heartbeat, approve and deny; this command opens the log or the legion itself");
         return Err(ExitCode::from(2));
     }
     Ok(live)

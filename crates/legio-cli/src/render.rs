@@ -146,6 +146,23 @@ fn detail(out: &mut String, event: &Event) {
             tools_declared(out, e);
             Ok(())
         }
+        Event::ApprovalRequested(e) => write!(
+            out,
+            "{} asks approval for {} (call {}, by {}): ",
+            e.agent, e.tool, e.call_id, e.deadline
+        )
+        .map(|()| push_cut(out, &[&e.arguments])),
+        Event::ApprovalAnswered(e) => write!(
+            out,
+            "{} call {} {} by {}",
+            e.agent, e.call_id, e.decision, e.by
+        )
+        .map(|()| {
+            if let Some(reason) = &e.reason {
+                out.push_str(": ");
+                push_cut(out, &[reason]);
+            }
+        }),
     };
 }
 

@@ -66,6 +66,9 @@ struct RuntimeSection {
     restart_backoff_ms: Option<u64>,
     restart_backoff_max_ms: Option<u64>,
     unknown_mentions: Option<String>,
+    /// Tools whose calls wait for a person's yes, for every agent (approval.rs).
+    approval: Option<Vec<String>>,
+    approval_timeout_seconds: Option<f64>,
     #[serde(flatten)]
     compaction: CompactionSection,
 }
@@ -88,6 +91,8 @@ struct AgentSection {
     description: String,
     prompt: PathBuf,
     provider: String,
+    /// Tools whose calls wait for a person's yes, added to `runtime.approval` (approval.rs).
+    approval: Option<Vec<String>>,
     #[serde(flatten)]
     compaction: CompactionSection,
 }
@@ -146,6 +151,10 @@ pub struct RuntimeSettings {
     pub summarizer: Option<String>,
     /// What an `@handle` that names no agent does to a message.
     pub unknown_mentions: UnknownMentions,
+    /// `runtime.approval`: the tools every agent's calls of which wait for a person's answer.
+    pub approval: crate::approval::ApprovalPolicy,
+    /// How long a call waits for its answer; past it the call is denied and the model told.
+    pub approval_timeout: Duration,
 }
 
 /// What an `@handle` that names no agent does (`runtime.unknown_mentions`).
@@ -178,6 +187,8 @@ impl Default for RuntimeSettings {
             compaction: CompactionPolicy::default(),
             summarizer: None,
             unknown_mentions: UnknownMentions::Warn,
+            approval: crate::approval::ApprovalPolicy::default(),
+            approval_timeout: crate::approval::APPROVAL_TIMEOUT_DEFAULT,
         }
     }
 }
@@ -216,6 +227,8 @@ pub struct AgentSpec {
     pub compaction: CompactionPolicy,
     /// The provider that writes its summaries (`None`: its own).
     pub summarizer: Option<String>,
+    /// The tools whose calls wait for a person's answer: `runtime.approval`, then its own.
+    pub approval: crate::approval::ApprovalPolicy,
 }
 
 impl AgentSpec {
@@ -375,6 +388,12 @@ fn runtime_settings(r: &RuntimeSection) -> Result<RuntimeSettings, String> {
         runtime.reap_interval = seconds("reap_interval_seconds", v)?;
     }
     runtime.restart = restart_settings(r, runtime.restart)?;
+    if let Some(written) = &r.approval {
+        runtime.approval = crate::approval::ApprovalPolicy::parse("runtime.approval", written)?;
+    }
+    if let Some(v) = r.approval_timeout_seconds {
+        runtime.approval_timeout = crate::approval::approval_timeout(v)?;
+    }
     runtime.unknown_mentions = match r.unknown_mentions.as_deref() {
         None | Some("warn") => UnknownMentions::Warn,
         Some("error") => UnknownMentions::Error,
@@ -454,6 +473,10 @@ fn agent_spec(
             "{where_}.summarizer (or runtime.summarizer) = {s:?} names no [providers.{s}] table"
         ));
     }
+    let own = crate::approval::ApprovalPolicy::parse(
+        &format!("{where_}.approval"),
+        a.approval.as_deref().unwrap_or_default(),
+    )?;
     Ok(AgentSpec {
         name: agent,
         role,
@@ -462,6 +485,7 @@ fn agent_spec(
         provider: a.provider.clone(),
         compaction,
         summarizer,
+        approval: runtime.approval.and(&own),
     })
 }
 
@@ -664,6 +688,42 @@ history = "session-not-resumable"
 
     fn err(text: &str) -> String {
         load_text(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn approval_policies_add_the_agents_own_to_the_runtimes() {
+        let text = GOOD
+            .replace(
+                "history_window = 20",
+                "history_window = 20\napproval = [\"pay\"]\napproval_timeout_seconds = 90",
+            )
+            .replace(
+                "prompt = \"spec.md\"",
+                "prompt = \"spec.md\"\napproval = [\"mcp__fs__*\"]",
+            );
+        let c = load_text(&text).unwrap();
+        assert_eq!(c.runtime.approval_timeout, Duration::from_secs(90));
+        let ann = c.agent_named("ann").unwrap();
+        assert!(ann.approval.needs_approval("pay").is_some());
+        assert!(ann.approval.needs_approval("mcp__fs__rm").is_some());
+        let lead = c.orchestrator();
+        assert!(lead.approval.needs_approval("pay").is_some());
+        assert!(lead.approval.needs_approval("mcp__fs__rm").is_none());
+        let e = err(&GOOD.replace("history_window = 20", "approval_timeout_seconds = 0"));
+        assert!(
+            e.contains("runtime.approval_timeout_seconds") && e.contains("legio.toml"),
+            "{e}"
+        );
+        let e = err(&GOOD.replace(
+            "prompt = \"spec.md\"",
+            "prompt = \"spec.md\"\napproval = [\"a b\"]",
+        ));
+        assert!(
+            e.contains("agents.ann.approval") && e.contains("\"a b\""),
+            "{e}"
+        );
+        let e = err(&GOOD.replace("history_window = 20", "approval = \"pay\""));
+        assert!(e.contains("approval"), "{e}");
     }
 
     #[test]

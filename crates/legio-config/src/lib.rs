@@ -2,6 +2,7 @@
 //! store, the runtime, the roster, the providers), with no actor and no async runtime, so the
 //! offline commands and the server read the same file the runtime does.
 
+mod approval;
 mod config;
 mod error;
 mod mcp_config;
@@ -10,6 +11,7 @@ mod raw;
 mod schedule;
 mod store_backend;
 
+pub use approval::{ApprovalPolicy, ToolPattern, APPROVAL_TIMEOUT_DEFAULT};
 pub use config::{
     AgentSpec, ProviderSpec, RestartSettings, Role, RuntimeConfig, RuntimeSettings, StoreSettings,
     UnknownMentions,

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use strum::{EnumString, IntoStaticStr};
 use uuid::Uuid;
 
+use crate::approval_event::{ApprovalAnswered, ApprovalRequested};
 use crate::memory_event::{
     DirectivePublished, DirectiveRevoked, NoteWritten, NotebookEntryAppended,
 };
@@ -381,6 +382,10 @@ pub enum Event {
     HeartbeatRan(HeartbeatRan),
     /// The host declared the tools it runs (not a message).
     ToolsDeclared(ToolsDeclared),
+    /// A tool call waits for a person's answer (not a message; approval_event.rs).
+    ApprovalRequested(ApprovalRequested),
+    /// A tool call's approval was answered (not a message).
+    ApprovalAnswered(ApprovalAnswered),
 }
 
 /// The kind of an event, without its data (for filters and metrics). Its word is the variant's
@@ -418,11 +423,15 @@ pub enum EventKind {
     HeartbeatRan,
     /// [`Event::ToolsDeclared`].
     ToolsDeclared,
+    /// [`Event::ApprovalRequested`].
+    ApprovalRequested,
+    /// [`Event::ApprovalAnswered`].
+    ApprovalAnswered,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 17] = [
         Self::MessagePosted,
         Self::SessionOpened,
         Self::ContextDelivered,
@@ -438,6 +447,8 @@ impl EventKind {
         Self::NotebookEntryAppended,
         Self::HeartbeatRan,
         Self::ToolsDeclared,
+        Self::ApprovalRequested,
+        Self::ApprovalAnswered,
     ];
 
     /// The kind as a stable snake_case word.
@@ -506,6 +517,8 @@ impl Event {
             Self::NotebookEntryAppended(_) => EventKind::NotebookEntryAppended,
             Self::HeartbeatRan(_) => EventKind::HeartbeatRan,
             Self::ToolsDeclared(_) => EventKind::ToolsDeclared,
+            Self::ApprovalRequested(_) => EventKind::ApprovalRequested,
+            Self::ApprovalAnswered(_) => EventKind::ApprovalAnswered,
         }
     }
 
@@ -527,6 +540,8 @@ impl Event {
             | Self::NotebookEntryAppended(_) => ConversationKey::memory(),
             Self::HeartbeatRan(e) => &e.conversation,
             Self::ToolsDeclared(e) => &e.conversation,
+            Self::ApprovalRequested(e) => &e.conversation,
+            Self::ApprovalAnswered(e) => &e.conversation,
         }
     }
 
@@ -547,6 +562,8 @@ impl Event {
             Self::NotebookEntryAppended(e) => e.at,
             Self::HeartbeatRan(e) => e.at,
             Self::ToolsDeclared(e) => e.at,
+            Self::ApprovalRequested(e) => e.at,
+            Self::ApprovalAnswered(e) => e.at,
         }
     }
 
@@ -560,7 +577,9 @@ impl Event {
             | Self::NoteWritten(_)
             | Self::NotebookEntryAppended(_)
             | Self::HeartbeatRan(_)
-            | Self::ToolsDeclared(_) => None,
+            | Self::ToolsDeclared(_)
+            | Self::ApprovalRequested(_)
+            | Self::ApprovalAnswered(_) => None,
             Self::SessionOpened(e) => Some(&e.agent),
             Self::ContextDelivered(e) => Some(&e.agent),
             Self::TurnCompleted(e) => Some(&e.agent),
@@ -576,6 +595,8 @@ impl Event {
     pub fn agent(&self) -> Option<&AgentName> {
         match self {
             Self::HeartbeatRan(e) => Some(&e.agent),
+            Self::ApprovalRequested(e) => Some(&e.agent),
+            Self::ApprovalAnswered(e) => Some(&e.agent),
             _ => self.session_agent(),
         }
     }
@@ -621,6 +642,8 @@ mod tests {
             (EventKind::NotebookEntryAppended, "notebook_entry_appended"),
             (EventKind::HeartbeatRan, "heartbeat_ran"),
             (EventKind::ToolsDeclared, "tools_declared"),
+            (EventKind::ApprovalRequested, "approval_requested"),
+            (EventKind::ApprovalAnswered, "approval_answered"),
         ];
         assert_eq!(words.map(|(kind, _)| kind), EventKind::ALL);
         for (kind, word) in words {

@@ -46,6 +46,8 @@ impl Serialize for Inner<'_> {
             Event::NotebookEntryAppended(e) => e.serialize(s),
             Event::HeartbeatRan(e) => e.serialize(s),
             Event::ToolsDeclared(e) => e.serialize(s),
+            Event::ApprovalRequested(e) => e.serialize(s),
+            Event::ApprovalAnswered(e) => e.serialize(s),
         }
     }
 }
@@ -152,6 +154,12 @@ pub fn record_from_json(value: Value) -> Result<Record, JsonEventError> {
         }
         EventKind::ToolsDeclared => {
             Event::ToolsDeclared(serde_json::from_value(fields).map_err(fail)?)
+        }
+        EventKind::ApprovalRequested => {
+            Event::ApprovalRequested(serde_json::from_value(fields).map_err(fail)?)
+        }
+        EventKind::ApprovalAnswered => {
+            Event::ApprovalAnswered(serde_json::from_value(fields).map_err(fail)?)
         }
     };
     Ok(Record {

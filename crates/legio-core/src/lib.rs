@@ -3,6 +3,8 @@
 //! stores (directives, notes, notebooks: events, projection and permissions). No IO, no clock or randomness reads, no async runtime: time and random
 //! bytes are passed in by the caller.
 
+mod approval_event;
+mod approvals;
 mod budget;
 mod compaction;
 mod context;
@@ -28,6 +30,8 @@ mod visibility;
 #[cfg(test)]
 mod test_support;
 
+pub use approval_event::{ApprovalAnswered, ApprovalDecision, ApprovalRequested};
+pub use approvals::{AnswerError, Approval, Approvals};
 pub use budget::{
     fit_to_window, summarizer_part_budget, Budget, BudgetError, Calibration, Fitted, MAX_RATIO,
     MIN_RATIO, PRIOR_RATIO, SAFETY_MARGIN,

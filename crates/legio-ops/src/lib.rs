@@ -3,6 +3,7 @@
 //! tables, the tools table, the context report, the memory table) the offline CLI and the server
 //! render.
 
+mod approvals_view;
 mod error;
 mod memory_view;
 mod operator;
@@ -13,6 +14,7 @@ mod window;
 mod window_report;
 mod window_tally;
 
+pub use approvals_view::{approvals_table, read_approvals, ConversationApprovals};
 pub use error::OpsError;
 pub use memory_view::{fold_memory, memory_table, one_line, read_memory, short_time};
 pub use operator::{

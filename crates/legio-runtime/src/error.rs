@@ -191,6 +191,10 @@ pub enum RuntimeError {
         /// Why the result answers no waiting call.
         why: NotWaiting,
     },
+    /// An answer to a tool call's approval that no approval takes: none asked for the call,
+    /// a short id that begins several, or a second answer (the error names the first).
+    #[error(transparent)]
+    Approval(#[from] legio_core::AnswerError),
     /// A turn followed with [`crate::Runtime::follow_tool_results`] was taken over by later
     /// results of its calls, handed over with `follow_tool_results` too: it goes on, followed
     /// by that request.
@@ -288,6 +292,10 @@ pub enum ErrorCode {
     InvalidTool,
     /// A host tool result answers no waiting call.
     NoPendingToolCall,
+    /// An approval answer names no call that waits for one.
+    UnknownApproval,
+    /// A call's approval was answered already (the error names the first answer).
+    ApprovalAnswered,
     /// A followed turn was taken over by later tool results.
     TurnTakenOver,
     /// The server's: the body is not JSON.
@@ -410,6 +418,8 @@ impl RuntimeError {
             Self::ShutDown | Self::Cancelled { .. } => C::ShuttingDown,
             Self::HostTool(_) => C::InvalidTool,
             Self::NoPendingToolCall { .. } => C::NoPendingToolCall,
+            Self::Approval(legio_core::AnswerError::AlreadyAnswered { .. }) => C::ApprovalAnswered,
+            Self::Approval(_) => C::UnknownApproval,
             Self::TurnTakenOver { .. } => C::TurnTakenOver,
             Self::AgentRestarting { .. } | Self::Moved { .. } | Self::Bus(_) => C::Unavailable,
             Self::Remote { code, .. } => *code,

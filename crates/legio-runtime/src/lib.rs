@@ -24,6 +24,7 @@ mod tools;
 
 pub use agent::restart::{RestartDecision, RestartTracker};
 pub use api::{AgentStatus, Posting, RuntimeBuilder};
+pub use command::ApprovalAnswer;
 pub use error::{ErrorCode, NotWaiting, RuntimeError};
 pub use legio_config::{
     AgentSpec, ConfigError, HeartbeatSchedule, ProviderSpec, RestartSettings, Role, RuntimeConfig,
@@ -31,10 +32,10 @@ pub use legio_config::{
 };
 pub use legio_config::{McpServerSpec, McpTransport, MCP_DEFAULT_TIMEOUT, MCP_TOOL_PREFIX};
 pub use legio_ops::{
-    agents_with_roster, compaction_job, context_report, fold_memory, inspect, memory_table,
-    prepare_turn, preview_turn, read_memory, require_conversation, CompactionJob, ContextReport,
-    InspectKind, OpsError, PreparedTurn, ReportItem, Table, TurnInputs, TurnPreview, MAX_DELTA,
-    NO_SESSION,
+    agents_with_roster, approvals_table, compaction_job, context_report, fold_memory, inspect,
+    memory_table, prepare_turn, preview_turn, read_memory, require_conversation, CompactionJob,
+    ContextReport, InspectKind, OpsError, PreparedTurn, ReportItem, Table, TurnInputs, TurnPreview,
+    MAX_DELTA, NO_SESSION,
 };
 pub use legio_store::ErrorSource;
 pub use names::IntoName;

@@ -33,7 +33,14 @@ pub(crate) struct TurnRequest {
 #[derive(Clone, Debug)]
 pub(crate) enum Job {
     Turn(TurnRequest),
-    Heartbeat { text: String },
+    Heartbeat {
+        text: String,
+    },
+    /// Continue the turn paused on the step whose calls are in `call_message`, once every
+    /// approval it waits for is answered (tools/approval.rs).
+    Resume {
+        call_message: MessageId,
+    },
 }
 
 impl Job {
@@ -42,6 +49,10 @@ impl Job {
         match self {
             Job::Turn(request) => AgentMsg::Turn { request, reply },
             Job::Heartbeat { text } => AgentMsg::Heartbeat { text, reply },
+            Job::Resume { call_message } => AgentMsg::Resume {
+                call_message,
+                reply,
+            },
         }
     }
 }
@@ -54,6 +65,11 @@ pub(crate) enum AgentMsg {
     /// Between turns, outside the session: no boundary, no checkpoint, no idle reset.
     Heartbeat {
         text: String,
+        reply: oneshot::Sender<AgentReply>,
+    },
+    /// Continue a paused turn (a tool loop, in the session like a turn).
+    Resume {
+        call_message: MessageId,
         reply: oneshot::Sender<AgentReply>,
     },
     /// Stop if idle longer than `idle`; answers whether it stopped.
@@ -78,6 +94,10 @@ impl AgentMsg {
         match self {
             AgentMsg::Turn { request, reply } => Some((Job::Turn(request), reply)),
             AgentMsg::Heartbeat { text, reply } => Some((Job::Heartbeat { text }, reply)),
+            AgentMsg::Resume {
+                call_message,
+                reply,
+            } => Some((Job::Resume { call_message }, reply)),
             _ => None,
         }
     }

@@ -33,6 +33,10 @@ pub const REAPED: &str = "legio_reaped_actors_total";
 /// keeps the uncompacted context.
 pub const COMPACTIONS: &str = "legio_compactions_total";
 
+/// Tool calls that paused their turn for a person's answer (`runtime.approval`).
+pub const APPROVALS_REQUESTED: &str = "legio_approvals_requested_total";
+/// Answers to approvals, labelled by `decision` (approved, denied, timed_out).
+pub const APPROVALS_ANSWERED: &str = "legio_approvals_answered_total";
 /// Tool calls run in agent loops, labelled by `tool` and `outcome` (ok, error).
 pub const TOOL_CALLS: &str = "legio_tool_calls_total";
 /// Requests whose oldest messages were left out to fit the model's window, by agent.

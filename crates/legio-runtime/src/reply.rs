@@ -68,6 +68,9 @@ pub enum TurnErrorKind {
     /// A keyed post's retry: the agent went on to later messages without answering this one
     /// (its turn failed or was cut short), so it is not run again; post it anew to ask again.
     Unanswered,
+    /// The turn paused: a tool call it asked for waits for a person's answer
+    /// (`runtime.approval`); the answer continues it, once.
+    AwaitingApproval,
     /// The log or the agent's configuration failed during the turn.
     Runtime,
 }

@@ -197,7 +197,7 @@ impl Runtime {
         }
         let progress = match &job {
             Job::Turn(request) => request.progress.clone(),
-            Job::Heartbeat { .. } => None,
+            Job::Heartbeat { .. } | Job::Resume { .. } => None,
         };
         let route = self.route_to(key);
         gather(

@@ -44,6 +44,9 @@ pub(crate) struct Shared {
     /// On a cluster, the ownership layer: asked before every append whether this node still
     /// owns the conversations, told when the log refused an append as fenced.
     pub(crate) gate: Option<Arc<dyn AppendGate>>,
+    /// Answers to approvals, one at a time: a check that a call waits and its answer's append
+    /// are one step (command/answer_approval.rs).
+    pub(crate) approvals_lock: tokio::sync::Mutex<()>,
 }
 
 /// Held while the turns for a message are sent; dropping it lets the conversation's next message
@@ -96,6 +99,7 @@ impl Shared {
             prompts: Default::default(),
             calibrations: Default::default(),
             gate,
+            approvals_lock: Default::default(),
         })
     }
 

@@ -75,9 +75,11 @@ impl ApiError {
             | C::InvalidTool
             | C::InvalidIdempotencyKey
             | C::MissingField => StatusCode::BAD_REQUEST,
-            C::HistoryMismatch | C::NoPendingToolCall | C::TurnTakenOver | C::MessageUnanswered => {
-                StatusCode::CONFLICT
-            }
+            C::HistoryMismatch
+            | C::NoPendingToolCall
+            | C::TurnTakenOver
+            | C::MessageUnanswered
+            | C::ApprovalAnswered => StatusCode::CONFLICT,
             C::Unauthorized => StatusCode::UNAUTHORIZED,
             C::Forbidden => StatusCode::FORBIDDEN,
             C::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
@@ -86,6 +88,7 @@ impl ApiError {
             | C::UnknownConversation
             | C::UnknownModel
             | C::UnknownResponse
+            | C::UnknownApproval
             | C::NotFound => StatusCode::NOT_FOUND,
             C::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             C::NotAcceptable => StatusCode::NOT_ACCEPTABLE,

@@ -3,6 +3,7 @@
 //! metrics; a dashboard shows them. `legio serve` starts it. The API is `proto/openapi.yaml`; its
 //! semantics are in `docs/http-api.md`.
 
+mod approvals;
 mod auth;
 mod dashboard;
 mod error;

@@ -296,10 +296,23 @@ pub(crate) async fn inspect(
         let table = state.runtime.tools_table(only.as_ref()).await?;
         return Ok(Json(serde_json::to_value(table).unwrap_or(Value::Null)));
     }
+    if what == "approvals" {
+        // The tool calls that wait, or waited, for a person's answer (issue 49).
+        let only = optional_key(query.conversation.as_deref())?;
+        if let Some(key) = &only {
+            state.runtime.catch_up(key).await?;
+        }
+        let log = Arc::clone(state.runtime.log());
+        let table = blocking(move || {
+            legio_runtime::approvals_table(log.as_ref(), only.as_ref()).map_err(RuntimeError::from)
+        })
+        .await?;
+        return Ok(Json(serde_json::to_value(table).unwrap_or(Value::Null)));
+    }
     let kind = InspectKind::parse(&what).ok_or_else(|| {
         ApiError::new(
             ErrorCode::NotFound,
-            format!("cannot inspect {what:?}; choose conversations, agents, sessions or tools (the shared memory is GET /operator/memory; a cluster's nodes, legio --nats URL inspect nodes)"),
+            format!("cannot inspect {what:?}; choose conversations, agents, sessions, tools or approvals (the shared memory is GET /operator/memory; a cluster's nodes, legio --nats URL inspect nodes)"),
         )
     })?;
     let only = optional_key(query.conversation.as_deref())?;

@@ -27,8 +27,8 @@ use crate::server_tokens::Scope;
 use crate::settings::ServerSettings;
 use crate::state::AppState;
 use crate::{
-    auth, dashboard, exporter, heartbeats, history, host_tools, limits, meta, openai, operator,
-    turns,
+    approvals, auth, dashboard, exporter, heartbeats, history, host_tools, limits, meta, openai,
+    operator, turns,
 };
 use legio_runtime::ErrorCode;
 
@@ -279,6 +279,10 @@ pub(crate) fn router(state: Arc<AppState>) -> Router {
         .route("/operator/context", get(operator::context))
         .route("/operator/verify", get(operator::verify))
         .route("/operator/reset", post(operator::reset))
+        .route(
+            "/sessions/{id}/approvals/{call_id}",
+            post(approvals::answer),
+        )
         .route_layer(guard(Scope::Operator));
     Router::new()
         .route("/healthz", get(healthz))

@@ -89,6 +89,14 @@ impl Actor for AgentActor {
                 state.last_active = Instant::now();
                 let _ = reply.send(answer);
             }
+            AgentMsg::Resume {
+                call_message,
+                reply,
+            } => {
+                let answer = turn::resume(&state.agent, &mut state.turn, call_message).await;
+                state.last_active = Instant::now();
+                let _ = reply.send(answer);
+            }
             AgentMsg::Heartbeat { text, reply } => {
                 // Between turns, outside the session: no boundary, no checkpoint, no idle reset.
                 let board = &self.shared.conversations;

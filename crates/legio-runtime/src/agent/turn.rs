@@ -37,6 +37,7 @@ use crate::progress::{Progress, ProgressSink};
 use crate::reply::{AgentReply, Reply, TurnErrorKind};
 use crate::shared::Shared;
 use crate::status::Activity;
+use crate::tools::approval;
 use crate::tools::calls::{run_calls, tools_for, CallContext, HostCalls, ToolOutcome};
 use crate::tools::memory::ToolSpec;
 use crate::tools::progress as tool_progress;
@@ -144,13 +145,24 @@ async fn tool_loop(
         }
     }
     let setup = setup(agent, state, request)?;
+    run_steps(agent, state, &setup, request, request.seq, 0).await
+}
+
+/// The tool loop's steps from the message at `answering`, `steps` of the turn's steps taken
+/// already (a continued turn took the step that asked for approval).
+async fn run_steps(
+    agent: &Agent,
+    state: &mut TurnState,
+    setup: &Setup,
+    request: &TurnRequest,
+    mut answering: Seq,
+    mut steps: usize,
+) -> Result<AgentReply, RuntimeError> {
     let max_steps = agent.shared.config.runtime.max_tool_steps;
-    let mut answering = request.seq;
-    let mut steps = 0;
     loop {
         steps += 1;
         let (calls, message, session) =
-            match step(agent, state, &setup, request, answering, steps == 1).await? {
+            match step(agent, state, setup, request, answering, steps == 1).await? {
                 Step::Answered(reply) => return Ok(reply),
                 Step::Calls {
                     calls,
@@ -160,6 +172,19 @@ async fn tool_loop(
             };
         let last = steps >= max_steps;
         tool_progress::called(request.progress.as_ref(), &agent.name, &calls);
+        if !last {
+            if let Some(paused) = approval::pause(
+                &agent.shared,
+                &agent.conversation,
+                &setup.spec,
+                &calls,
+                message,
+            )
+            .await?
+            {
+                return Ok(paused);
+            }
+        }
         let outcomes = if last {
             let why = format!(
                 "not run: the turn reached its limit of {max_steps} steps (runtime.max_tool_steps)"
@@ -169,7 +194,7 @@ async fn tool_loop(
                 .map(|_| ToolOutcome::Failed(why.clone()))
                 .collect()
         } else {
-            let ctx = call_context(agent, &setup, request, message);
+            let ctx = call_context(agent, setup, request, message);
             run_calls(&ctx, &calls).await
         };
         tool_progress::ended(request.progress.as_ref(), &agent.name, &calls, &outcomes);
@@ -185,6 +210,77 @@ async fn tool_loop(
             return timed_out(agent, session).await;
         }
     }
+}
+
+/// Continues the turn paused on the step `call_message` once every approval it waits for is
+/// answered: the step's outcomes (approved calls run once, refused ones answered with an error
+/// result) recorded as its results, then the tool loop from them, with the same call ids and no
+/// new model call for that step. A step not ready (an answer missing, or its results recorded
+/// already) runs nothing.
+pub(crate) async fn resume(
+    agent: &Agent,
+    state: &mut TurnState,
+    call_message: MessageId,
+) -> AgentReply {
+    let board = &agent.shared.conversations;
+    board.set_activity(&agent.conversation, &agent.name, Activity::Working);
+    let reply = match resume_loop(agent, state, call_message).await {
+        Ok(reply) => reply,
+        Err(e) => {
+            let failed = turn_failed(agent, state.live_session, e.to_string());
+            let _ = agent.shared.append(vec![failed]).await;
+            AgentReply::failed(&agent.name, TurnErrorKind::Runtime, e.to_string())
+        }
+    };
+    board.set_activity(&agent.conversation, &agent.name, Activity::Idle);
+    reply
+}
+
+async fn resume_loop(
+    agent: &Agent,
+    state: &mut TurnState,
+    call_message: MessageId,
+) -> Result<AgentReply, RuntimeError> {
+    let read = approval::read(&agent.shared, &agent.conversation).await?;
+    if !read.approvals.ready(call_message) {
+        let why = format!(
+            "{}'s step {call_message} is not waiting to go on: a call of it still waits for an answer, or its results are recorded already",
+            agent.name
+        );
+        return Ok(AgentReply::failed(
+            &agent.name,
+            TurnErrorKind::AwaitingApproval,
+            why,
+        ));
+    }
+    let missing = |what| RuntimeError::MissingRecord {
+        what,
+        seq: Seq::ZERO,
+    };
+    let (_, calls_message) = read
+        .call_messages
+        .get(&call_message)
+        .ok_or_else(|| missing("the message of the paused step's calls"))?;
+    let id = calls_message
+        .reply_to
+        .ok_or_else(|| missing("the message the paused turn answers"))?;
+    let seq = *read
+        .seqs
+        .get(&id)
+        .ok_or_else(|| missing("the message the paused turn answers"))?;
+    let request = TurnRequest {
+        seq,
+        id,
+        progress: None,
+        host_tools: None,
+        replayed: false,
+    };
+    let setup = setup(agent, state, &request)?;
+    let calls = approval::step_calls(&read, call_message);
+    let ctx = call_context(agent, &setup, &request, call_message);
+    let outcomes = approval::outcomes(&ctx, &read, call_message, &calls).await;
+    let answering = record_results(agent, &calls, outcomes, call_message).await?;
+    run_steps(agent, state, &setup, &request, answering, 1).await
 }
 
 /// The agent's spec, provider and tools (built on its first turn; the host's tools of this turn

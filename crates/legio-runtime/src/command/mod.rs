@@ -7,6 +7,7 @@
 //! A new verb is a file here (its request, answer and `run`) and one arm in [`serve`].
 
 mod activities;
+mod answer_approval;
 mod declare_tools;
 mod declared_tools;
 mod follow_results;
@@ -29,6 +30,8 @@ use crate::progress::ProgressSink;
 use crate::runtime::Runtime;
 
 pub(crate) use activities::Activities;
+pub(crate) use answer_approval::AnswerApproval;
+pub use answer_approval::ApprovalAnswer;
 pub(crate) use declare_tools::DeclareTools;
 pub(crate) use declared_tools::DeclaredTools;
 pub(crate) use follow_results::FollowResults;
@@ -109,6 +112,7 @@ pub(crate) async fn serve(
         Activities::KIND => serve_one::<Activities>(runtime, body, progress).await,
         DeclareTools::KIND => serve_one::<DeclareTools>(runtime, body, progress).await,
         DeclaredTools::KIND => serve_one::<DeclaredTools>(runtime, body, progress).await,
+        AnswerApproval::KIND => serve_one::<AnswerApproval>(runtime, body, progress).await,
         other => Err(unreadable(format!(
             "a command this node does not know: {other:?}"
         ))),

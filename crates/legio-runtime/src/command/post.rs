@@ -217,6 +217,7 @@ async fn send_turns(
     let replies = runtime
         .dispatch(key, Job::Turn(request), &turns.targets, Some(ticket))
         .await;
+    runtime.watch_approvals(key, &replies);
     let posted = match runtime.cluster() {
         // Turns cut by a stand-down during the post are answered as moved.
         Some(cluster) => cluster.settle(key, turns.posted(replies)),

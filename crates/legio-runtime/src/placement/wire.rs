@@ -62,8 +62,8 @@ impl WireAnswer {
 mod tests {
     use super::*;
     use crate::command::{
-        Activities, Command, DeclareTools, DeclaredTools, FollowResults, Heartbeat, Post, Reset,
-        SubmitResults, ToolCall,
+        Activities, AnswerApproval, Command, DeclareTools, DeclaredTools, FollowResults, Heartbeat,
+        Post, Reset, SubmitResults, ToolCall,
     };
     use crate::reply::{AgentReply, Posted, Reply, TurnErrorKind};
     use crate::status::Activity;
@@ -158,8 +158,15 @@ mod tests {
             conversation: conversation.clone(),
         });
         crosses(DeclareTools {
-            conversation,
+            conversation: conversation.clone(),
             tools: vec![tool()],
+        });
+        crosses(AnswerApproval {
+            conversation,
+            call_id: "call_pay".into(),
+            decision: legio_core::ApprovalDecision::Denied,
+            by: "http:ops".into(),
+            reason: Some("not today".into()),
         });
     }
 

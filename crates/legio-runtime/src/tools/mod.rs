@@ -3,9 +3,10 @@
 //! memory tools with typed arguments (memory.rs, memory_calls.rs, arguments.rs), the tools a
 //! host runs (host_calls.rs, the host desk host_desk.rs, their declarations declared.rs, their
 //! results results.rs, who follows their turns follow.rs), the progress of a step's calls
-//! (progress.rs), MCP as a client (mcp_client.rs) and as a server (mcp_server.rs, its tokens
+//! (progress.rs), the calls that wait for a person's approval (approval.rs), MCP as a client (mcp_client.rs) and as a server (mcp_server.rs, its tokens
 //! mcp_token.rs), and the operator's tools table (view.rs).
 
+pub(crate) mod approval;
 pub(crate) mod arguments;
 pub(crate) mod calls;
 pub(crate) mod declared;
