@@ -1,6 +1,7 @@
 //! Runtime tests: scenarios for every session boundary, parallel dispatch with failures, restart
 //! intensity, and a property test of exactly-once context delivery.
 
+mod append_only;
 mod behaviours;
 mod compaction;
 mod declared_tools;
