@@ -171,7 +171,9 @@ pub enum UnknownMentions {
 impl Default for RuntimeSettings {
     fn default() -> Self {
         Self {
-            history_window: 50,
+            // Above the default `compact_after_messages` (100): with compaction on, a summary,
+            // not a sliding window, moves a context's start (see CompactionPolicy's defaults).
+            history_window: 120,
             idle_timeout: Duration::from_secs(30 * 60),
             max_input_tokens: 150_000,
             turn_timeout: Duration::from_secs(300),
@@ -795,8 +797,8 @@ history = "session-not-resumable"
         for (from, to, needle) in [
             (
                 "history_window = 20",
-                "keep_recent = 40",
-                "keep_recent (40)",
+                "keep_recent = 140",
+                "keep_recent (140)",
             ),
             (
                 "history_window = 20",

@@ -14,7 +14,10 @@ use crate::message::Part;
 use crate::seq::Seq;
 use crate::tokens::{estimate_message_tokens, estimate_tokens};
 
-/// When and how an agent's context is compacted (defaults from the session-management design).
+/// When and how an agent's context is compacted. The defaults follow what a prompt cache bills:
+/// a longer context is cheap to keep (its prefix is read back at a tenth of the input price),
+/// while each compaction starts a new prefix (written at a premium) and costs a summarizer call;
+/// so compaction comes in large, rare steps, at 100 messages or 75% of the window.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub struct CompactionPolicy {
     /// Off: contexts are only windowed, never summarized.
@@ -31,7 +34,7 @@ impl Default for CompactionPolicy {
     fn default() -> Self {
         Self {
             enabled: true,
-            compact_after_messages: 20,
+            compact_after_messages: 100,
             window_percent: 75,
             keep_recent: 4,
         }
@@ -350,15 +353,15 @@ mod tests {
     fn triggers_on_message_count_or_window_share_never_without_an_older_part() {
         let policy = CompactionPolicy::default();
         let new = text(100, 1);
-        let history: Vec<ContextItem> = (1..=19).map(|s| text(s, 1)).collect();
+        let history: Vec<ContextItem> = (1..=99).map(|s| text(s, 1)).collect();
         assert!(
             !needs_compaction(&policy, &history, &new, 0, 200_000),
-            "20 messages is the limit"
+            "100 messages is the limit"
         );
-        let history: Vec<ContextItem> = (1..=20).map(|s| text(s, 1)).collect();
+        let history: Vec<ContextItem> = (1..=100).map(|s| text(s, 1)).collect();
         assert!(
             needs_compaction(&policy, &history, &new, 0, 200_000),
-            "21 is over"
+            "101 is over"
         );
         // Few messages, but large: 6 messages of ~1250 tokens against a 8k window (75% = 6k).
         let history: Vec<ContextItem> = (1..=6).map(|s| text(s, 1000)).collect();

@@ -160,7 +160,7 @@ pub fn plan_context_with_summary(
         Delivery::Full | Delivery::Bootstrap { .. } => {
             let window: Vec<&Record> = before.collect();
             let skip = window.len().saturating_sub(history_window);
-            let history: Vec<ContextItem> = window[skip..].iter().map(|r| item(r, false)).collect();
+            let history = rebuilt_history(agent, &window[skip..], new_message);
             match delivery {
                 Delivery::Bootstrap { notice } => {
                     (DeliveryMode::Bootstrap, notice.clone(), history)
@@ -194,6 +194,49 @@ pub fn plan_context_with_summary(
         estimated_tokens,
         summary: summary.cloned(),
     }
+}
+
+/// A full or bootstrap context's history from `window`, shown as a provider session would have
+/// seen it: the agent's dispatched messages, whose tool call in the window carried them, are left
+/// out, and so are the replies to them that the call's results carried (see
+/// [`carried_by_results`]). With the call cut by the window, both stay: they are all that is
+/// left of it. Each is then in the context once, where it first reached the model.
+fn rebuilt_history(
+    agent: &AgentName,
+    window: &[&Record],
+    new_message: &Record,
+) -> Vec<ContextItem> {
+    let me = Participant::Agent(agent.clone());
+    let own: Vec<ContextItem> = window
+        .iter()
+        .filter(|r| r.event.as_message().is_some_and(|m| m.sender == me))
+        .map(|r| context_item(r, false))
+        .collect();
+    let calls: Vec<MessageId> = own
+        .iter()
+        .filter(|i| !tool_call_ids(&i.message).is_empty())
+        .map(|i| i.message.id)
+        .collect();
+    let dispatched = |m: &Message| {
+        m.sender == me
+            && m.reply_to.is_some_and(|to| calls.contains(&to))
+            && !m
+                .parts
+                .iter()
+                .any(|p| matches!(p, Part::ToolCall { .. } | Part::ToolResult { .. }))
+    };
+    // Only a call in the window carried anything: a result whose call was cut is left out.
+    let from_calls: Vec<ContextItem> = own
+        .into_iter()
+        .filter(|i| i.message.reply_to.is_some_and(|to| calls.contains(&to)))
+        .collect();
+    let carried = carried_by_results(&me, &from_calls, window, new_message);
+    window
+        .iter()
+        .filter(|r| !carried.contains(&r.seq))
+        .filter(|r| !r.event.as_message().is_some_and(dispatched))
+        .map(|r| context_item(r, false))
+        .collect()
 }
 
 /// A message record as a context item.

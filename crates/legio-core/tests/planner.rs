@@ -481,3 +481,36 @@ fn a_delta_leaves_out_tool_results_of_a_turn_that_replied() {
     let delta = Delivery::Delta { checkpoint: Seq(2) };
     check_plan(delta, &queued, &queued[5], 50, "5 | 7");
 }
+
+/// A rebuilt (full or bootstrap) context shows a `dispatch` as a provider session saw it: the
+/// call and its result, never the dispatched message again after the call, nor the reply the
+/// result carried as a message of its own. A reply no result carried stays.
+#[test]
+fn a_rebuilt_context_holds_a_dispatched_reply_once() {
+    let call = Part::ToolCall {
+        id: "call_1".into(),
+        name: "dispatch".into(),
+        arguments: "{\"to\":\"pullo\",\"text\":\"check\"}".into(),
+    };
+    let result = Part::ToolResult {
+        call_id: "call_1".into(),
+        content: "pullo: done".into(),
+        is_error: false,
+    };
+    let log = vec![
+        msg(1, "user", "vorenus"),
+        own(2, "vorenus", vec![call], Some(1)),
+        own(3, "pullo", vec![], Some(2)),
+        reply(4, "pullo", "vorenus", 3),
+        own(5, "vorenus", vec![result], Some(2)),
+        own(6, "user", vec![], Some(1)),
+        reply(7, "pullo", "vorenus", 3),
+        msg(8, "user", "vorenus"),
+    ];
+    let bootstrap = Delivery::Bootstrap { notice: None };
+    check_plan(Delivery::Full, &log, &log[7], 50, "1 2 5 6 7 | 8");
+    check_plan(bootstrap, &log, &log[7], 50, "1 2 5 6 7 | 8");
+    // The call cut by the window (and with it its result): the dispatched message and the
+    // reply are all that is left of it.
+    check_plan(Delivery::Full, &log, &log[7], 5, "3 4 6 7 | 8");
+}

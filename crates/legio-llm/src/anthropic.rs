@@ -26,8 +26,9 @@
 //! - Prompt caching: every request marks cache breakpoints with `cache_control` (`{"type":
 //!   "ephemeral"}`, plus `"ttl": "1h"` when `cache_ttl = "1h"`), at most four, one per place:
 //!   the last tool (the API caches in the order tools, system, messages, so this covers every
-//!   tool), the system prompt (sent as one text block for it), the last block of the request, and
-//!   the last block of the message two before it (where the previous request of an append-only
+//!   tool), the system prompt (sent as one text block for it), the last block of the request (the
+//!   block before the volatile tail when there is one: the notice and status block, which the
+//!   next request drops, see [`crate::volatile_tail`]), and the last block of the message two before it (where the previous request of an append-only
 //!   exchange ended: the agent's reply and the new message follow it), so a turn that added
 //!   more blocks than the API looks back over (20) still reads the previous request's prefix.
 //!   The API reports what it wrote and read as `cache_creation_input_tokens` and
@@ -43,7 +44,7 @@ use crate::provider::{
     Capabilities, Provider, ProviderError, ProviderFuture, ProviderReply, ProviderRequest,
     StreamDelta,
 };
-use crate::render::{structured_turns, ChatRole, ToolCallPart, ToolResultPart};
+use crate::render::{structured_turns, volatile_tail, ChatRole, ToolCallPart, ToolResultPart};
 use crate::settings::{CacheTtl, HttpSettings};
 
 /// The API version sent as `anthropic-version` on every request.
@@ -355,7 +356,8 @@ pub fn request_body(settings: &HttpSettings, request: &ProviderRequest) -> Value
         );
     }
     let breakpoint = cache_control(settings.cache_ttl);
-    mark_messages(&mut drafts, &breakpoint);
+    let tail = volatile_tail(&request.plan, request.status.as_deref()).is_some();
+    mark_messages(&mut drafts, &breakpoint, tail);
     let messages: Vec<Value> = drafts
         .into_iter()
         .map(|d| json!({"role": d.role.as_str(), "content": d.blocks}))
@@ -402,14 +404,26 @@ fn cache_control(ttl: CacheTtl) -> Value {
 }
 
 /// Marks the last block of the last message, and of the message two before it, as cache
-/// breakpoints (with the tools' and the system prompt's, at most four in a request).
-fn mark_messages(drafts: &mut [Draft], breakpoint: &Value) {
-    let last = drafts.len().checked_sub(1);
+/// breakpoints (with the tools' and the system prompt's, at most four in a request). With a
+/// volatile `tail` (the notice and status, the request's last block), the block before it takes
+/// the last breakpoint: the next request drops the tail, and a breakpoint on it would cache a
+/// prefix no later request has.
+fn mark_messages(drafts: &mut [Draft], breakpoint: &Value, tail: bool) {
     let previous = drafts.len().checked_sub(3);
-    for index in [previous, last].into_iter().flatten() {
+    if let Some(index) = previous {
         if let Some(block) = drafts[index].blocks.last_mut() {
             block["cache_control"] = breakpoint.clone();
         }
+    }
+    let mut blocks = drafts
+        .iter_mut()
+        .rev()
+        .flat_map(|d| d.blocks.iter_mut().rev());
+    if tail {
+        blocks.next();
+    }
+    if let Some(block) = blocks.next() {
+        block["cache_control"] = breakpoint.clone();
     }
 }
 

@@ -23,8 +23,8 @@ pub use provider::{
     ProviderRequest, StreamDelta, ToolDef,
 };
 pub use render::{
-    bootstrap_block, chat_turns, structured_turns, ChatRole, ChatTurn, StructuredTurn,
-    ToolCallPart, ToolResultPart,
+    bootstrap_block, chat_turns, structured_turns, volatile_tail, ChatRole, ChatTurn,
+    StructuredTurn, ToolCallPart, ToolResultPart,
 };
 pub use scripted::{
     read_shared_sessions, Fault, RecordedRequest, ScriptedConfig, ScriptedProvider,

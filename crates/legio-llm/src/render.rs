@@ -51,48 +51,41 @@ fn summary_text(plan: &ContextPlan) -> Option<String> {
     })
 }
 
-/// What goes in front of the new message's text: the notice, then the status block.
-fn lead_in(plan: &ContextPlan, status: Option<&str>) -> String {
-    let mut prefix = String::new();
+/// The request's volatile tail: the notice, then the status block, as one text after the new
+/// message. It changes from one request to the next, so it goes last, where it moves no prefix:
+/// the next request drops it and is this one's messages plus what is new (a prompt cache keeps
+/// reading them). `None` when there is neither.
+pub fn volatile_tail(plan: &ContextPlan, status: Option<&str>) -> Option<String> {
+    let mut tail = String::new();
     if let Some(notice) = &plan.notice {
-        prefix.push_str(&format!("<context_notice>{notice}</context_notice>\n"));
+        tail.push_str(&format!("<context_notice>{notice}</context_notice>\n"));
     }
     if let Some(status) = status {
-        prefix.push_str(status);
-        prefix.push('\n');
+        tail.push_str(status);
+        tail.push('\n');
     }
-    prefix
+    let tail = tail.trim_end();
+    (!tail.is_empty()).then(|| tail.to_owned())
 }
 
-/// The plan as chat turns: history, then the new message. A delta or bootstrap notice and the
-/// status block go in front of the new message's text, or in a user turn after it when it is the
-/// agent's own (the results of its tool calls).
+/// The plan as chat turns: history, then the new message, then the [`volatile_tail`] (the
+/// notice and the status block) in a user turn of its own, so every turn before it is sent again,
+/// unchanged, in the next request.
 pub fn chat_turns(agent: &AgentName, plan: &ContextPlan, status: Option<&str>) -> Vec<ChatTurn> {
-    let mut turns: Vec<ChatTurn> = summary_text(plan)
+    summary_text(plan)
         .map(|text| ChatTurn {
             role: ChatRole::User,
             name: None,
             text,
         })
         .into_iter()
-        .chain(plan.history.iter().map(|i| turn(agent, i)))
-        .collect();
-    let mut last = turn(agent, &plan.new_message);
-    let lead = lead_in(plan, status);
-    if last.role == ChatRole::Assistant && !lead.is_empty() {
-        // The agent's own message (a step's tool results) keeps its role; the notice and status
-        // go in a user turn after it.
-        turns.push(last);
-        turns.push(ChatTurn {
+        .chain(plan.messages().map(|i| turn(agent, i)))
+        .chain(volatile_tail(plan, status).map(|text| ChatTurn {
             role: ChatRole::User,
             name: None,
-            text: lead.trim_end().to_owned(),
-        });
-        return turns;
-    }
-    last.text = format!("{lead}{}", last.text);
-    turns.push(last);
-    turns
+            text,
+        }))
+        .collect()
 }
 
 fn escape(text: &str) -> String {
@@ -173,8 +166,7 @@ pub struct StructuredTurn {
     pub role: ChatRole,
     /// The sender's name for user turns.
     pub name: Option<String>,
-    /// The text parts, joined by newlines (with the notice and status in front of the new
-    /// message's).
+    /// The text parts, joined by newlines.
     pub text: String,
     /// Tool calls the message makes.
     pub tool_calls: Vec<ToolCallPart>,
@@ -226,39 +218,24 @@ fn structured(agent: &AgentName, item: &ContextItem) -> StructuredTurn {
     turn
 }
 
-/// The plan as structured turns: history, then the new message, whose text gets the notice and
-/// the status block in front (as in [`chat_turns`]; after it when it is the agent's own).
+/// The plan as structured turns: history, then the new message, then the [`volatile_tail`] in a
+/// user turn of its own (as in [`chat_turns`]).
 pub fn structured_turns(
     agent: &AgentName,
     plan: &ContextPlan,
     status: Option<&str>,
 ) -> Vec<StructuredTurn> {
-    let mut turns: Vec<StructuredTurn> = summary_text(plan)
-        .map(|text| StructuredTurn {
-            role: ChatRole::User,
-            name: None,
-            text,
-            tool_calls: Vec::new(),
-            tool_results: Vec::new(),
-        })
+    let user = |text| StructuredTurn {
+        role: ChatRole::User,
+        name: None,
+        text,
+        tool_calls: Vec::new(),
+        tool_results: Vec::new(),
+    };
+    summary_text(plan)
+        .map(user)
         .into_iter()
-        .chain(plan.history.iter().map(|i| structured(agent, i)))
-        .collect();
-    let mut last = structured(agent, &plan.new_message);
-    let lead = lead_in(plan, status);
-    if last.role == ChatRole::Assistant && !lead.is_empty() {
-        // As in [`chat_turns`]: the agent's own message keeps its role, the lead-in follows it.
-        turns.push(last);
-        turns.push(StructuredTurn {
-            role: ChatRole::User,
-            name: None,
-            text: lead.trim_end().to_owned(),
-            tool_calls: Vec::new(),
-            tool_results: Vec::new(),
-        });
-        return turns;
-    }
-    last.text = format!("{lead}{}", last.text);
-    turns.push(last);
-    turns
+        .chain(plan.messages().map(|i| structured(agent, i)))
+        .chain(volatile_tail(plan, status).map(user))
+        .collect()
 }

@@ -17,6 +17,11 @@
 //!    delta item fails 4.)
 //! 5. every provider session receives every message visible to its agent from its bootstrap's
 //!    window on (its own replies aside), at least once.
+//!
+//! For stateless providers, with a window that does not bind (the window's slide is the one
+//! place a start may move between compactions): 1 and 2, and every request's chat turns, less
+//! its volatile tail (notice and status block), are the start of the agent's next request in
+//! that conversation: a stateless transcript is append-only, whatever crashed or failed between.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
@@ -25,7 +30,7 @@ use futures_util::future::join_all;
 use legio_core::{
     can_see, Audience, DeliveryMode, Event, History, Message, Participant, Seq, Viewer,
 };
-use legio_llm::{Fault, RecordedRequest};
+use legio_llm::{chat_turns, volatile_tail, ChatTurn, Fault, RecordedRequest};
 use legio_runtime::Activity;
 use proptest::prelude::*;
 
@@ -34,6 +39,8 @@ use super::Legion;
 const AGENTS: [&str; 3] = ["lead", "ann", "bob"];
 const CONVS: [&str; 2] = ["test:1", "test:2"];
 const WINDOW: usize = 4;
+/// A history window no test run fills: it never moves a context's start.
+const UNBOUNDED: usize = 1_000;
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -153,9 +160,9 @@ async fn crash_during(legion: &mut Legion, posts: &[(usize, u8)], n: usize, step
     legion.crash_and_restart().await;
 }
 
-async fn run(history: History, ops: Vec<Op>) {
+async fn run(history: History, ops: Vec<Op>, window: usize) {
     let runtime = format!(
-        "history_window = {WINDOW}\nrestart_max = 100\nrestart_backoff_ms = 1\nrestart_backoff_max_ms = 5"
+        "history_window = {window}\nrestart_max = 100\nrestart_backoff_ms = 1\nrestart_backoff_max_ms = 5"
     );
     let mut legion = Legion::with_provider(history, &runtime, "latency_ms = 2").await;
     for (n, op) in ops.into_iter().enumerate() {
@@ -184,7 +191,7 @@ async fn run(history: History, ops: Vec<Op>) {
             ),
         }
     }
-    check(&legion, history);
+    check(&legion, history, window);
     legion.crash_and_restart().await; // leave nothing running
 }
 
@@ -259,11 +266,14 @@ fn starts_turn(agent: &legio_core::AgentName, m: &Message) -> bool {
         }
 }
 
-fn check(legion: &Legion, history: History) {
+fn check(legion: &Legion, history: History, window: usize) {
     let facts = Facts::read(legion);
     let requests = legion.provider.requests();
     for r in &requests {
-        check_visibility_and_window(&facts, r);
+        check_visibility_and_window(&facts, r, window);
+    }
+    if history == History::Stateless && window >= UNBOUNDED {
+        check_append_only(&requests);
     }
     for r in requests.iter().filter(|r| facts.completed(r)) {
         check_marks_are_justified(&facts, r);
@@ -281,8 +291,36 @@ fn check(legion: &Legion, history: History) {
     }
 }
 
+/// Stateless renders only grow: each request's chat turns less its volatile tail start the
+/// next request of the same agent in the same conversation.
+fn check_append_only(requests: &[RecordedRequest]) {
+    let mut last: HashMap<(String, String), Vec<ChatTurn>> = HashMap::new();
+    for r in requests {
+        let mut turns = chat_turns(&r.agent, &r.plan, r.status.as_deref());
+        let key = (r.conversation.to_string(), r.agent.to_string());
+        if let Some(before) = last.get(&key) {
+            assert!(
+                turns.starts_with(before),
+                "{} {}: the request for {} rewrites the previous one:\n{before:#?}\nthen\n{turns:#?}",
+                r.agent,
+                r.conversation,
+                r.plan.up_to
+            );
+        }
+        if let Some(tail) = volatile_tail(&r.plan, r.status.as_deref()) {
+            let last = turns.pop().map(|t| t.text);
+            assert_eq!(
+                last,
+                Some(tail),
+                "the volatile tail is a turn of its own, last"
+            );
+        }
+        last.insert(key, turns);
+    }
+}
+
 /// Properties 1 and 2.
-fn check_visibility_and_window(facts: &Facts, r: &RecordedRequest) {
+fn check_visibility_and_window(facts: &Facts, r: &RecordedRequest, window: usize) {
     for item in r.plan.messages() {
         assert!(
             can_see(viewer(&r.agent), &item.message),
@@ -303,12 +341,12 @@ fn check_visibility_and_window(facts: &Facts, r: &RecordedRequest) {
             .map(|(s, _)| *s)
             .filter(|s| *s < r.plan.up_to)
             .collect();
-        let want = &before[before.len().saturating_sub(WINDOW)..];
+        let want = &before[before.len().saturating_sub(window)..];
         let got: Vec<Seq> = r.plan.history.iter().map(|i| i.seq).collect();
         assert_eq!(
             got,
             want,
-            "{} {}: a {} context holds the last {WINDOW} visible messages",
+            "{} {}: a {} context holds the last {window} visible messages",
             r.agent,
             r.conversation,
             r.plan.mode.as_str()
@@ -410,12 +448,16 @@ fn check_thread(facts: &Facts, session: &str, turns: &[&RecordedRequest]) {
 }
 
 fn block_on(history: History, ops: Vec<Op>) {
+    block_on_with(history, ops, WINDOW);
+}
+
+fn block_on_with(history: History, ops: Vec<Op>, window: usize) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(run(history, ops));
+    rt.block_on(run(history, ops, window));
 }
 
 proptest! {
@@ -440,6 +482,12 @@ proptest! {
     #[test]
     fn stateless_requests_respect_visibility(ops in proptest::collection::vec(op(), 1..16)) {
         block_on(History::Stateless, ops);
+    }
+
+    /// With a window that never binds, a stateless transcript only grows.
+    #[test]
+    fn stateless_requests_only_grow(ops in proptest::collection::vec(op(), 1..16)) {
+        block_on_with(History::Stateless, ops, UNBOUNDED);
     }
 }
 

@@ -1,6 +1,7 @@
 //! Runtime tests: scenarios for every session boundary, parallel dispatch with failures, restart
 //! intensity, and a property test of exactly-once context delivery.
 
+mod append_only;
 mod approvals;
 mod behaviours;
 mod compaction;
