@@ -119,6 +119,7 @@ fn every_golden_sample_and_golden_record_decodes_the_same() {
     let mut records = golden_records(&format!("{dir}/events-v1.bin"));
     records.extend(golden_records(&format!("{dir}/events-v1-memory.bin")));
     records.extend(golden_records(&format!("{dir}/events-v1-tools.bin")));
+    records.extend(golden_records(&format!("{dir}/events-v1-instructions.bin")));
     assert_eq!(records.len(), all.len());
     for bytes in &records {
         assert!(same_outcome(bytes));

@@ -4,6 +4,7 @@
 //! the dashboard in headless Chromium where it is installed. (The file lives in the top-level
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
+mod agents_sdk;
 mod behaviours;
 mod cluster;
 mod door;

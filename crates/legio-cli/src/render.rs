@@ -146,6 +146,8 @@ fn detail(out: &mut String, event: &Event) {
             tools_declared(out, e);
             Ok(())
         }
+        Event::InstructionsGiven(e) => write!(out, "host instructions for {}'s turn: ", e.agent)
+            .map(|()| push_cut(out, &[&e.text])),
     };
 }
 

@@ -348,6 +348,25 @@ pub struct DeclaredTool {
     pub parameters: String,
 }
 
+/// The host's instructions for one turn of an agent (the OpenAI door's `instructions`, or its
+/// chat `system` / `developer` messages), recorded right before the message they came with (at
+/// `for_message`). The agent's turn for that message is sent them with its configured prompt;
+/// no later turn is. Not a message and outside every session: it is in the log so an operator
+/// sees what the host asked (`legio replay`, `legio context`).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct InstructionsGiven {
+    /// The conversation.
+    pub conversation: ConversationKey,
+    /// The agent they are for.
+    pub agent: AgentName,
+    /// The message whose turn they are for.
+    pub for_message: MessageId,
+    /// When.
+    pub at: Timestamp,
+    /// The instructions, as the host sent them.
+    pub text: String,
+}
+
 /// Everything the log records. Append new variants at the end only (see the module docs).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum Event {
@@ -381,6 +400,8 @@ pub enum Event {
     HeartbeatRan(HeartbeatRan),
     /// The host declared the tools it runs (not a message).
     ToolsDeclared(ToolsDeclared),
+    /// The host gave an agent instructions for one turn (not a message).
+    InstructionsGiven(InstructionsGiven),
 }
 
 /// The kind of an event, without its data (for filters and metrics). Its word is the variant's
@@ -418,11 +439,13 @@ pub enum EventKind {
     HeartbeatRan,
     /// [`Event::ToolsDeclared`].
     ToolsDeclared,
+    /// [`Event::InstructionsGiven`].
+    InstructionsGiven,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 15] = [
+    pub const ALL: [EventKind; 16] = [
         Self::MessagePosted,
         Self::SessionOpened,
         Self::ContextDelivered,
@@ -438,6 +461,7 @@ impl EventKind {
         Self::NotebookEntryAppended,
         Self::HeartbeatRan,
         Self::ToolsDeclared,
+        Self::InstructionsGiven,
     ];
 
     /// The kind as a stable snake_case word.
@@ -506,6 +530,7 @@ impl Event {
             Self::NotebookEntryAppended(_) => EventKind::NotebookEntryAppended,
             Self::HeartbeatRan(_) => EventKind::HeartbeatRan,
             Self::ToolsDeclared(_) => EventKind::ToolsDeclared,
+            Self::InstructionsGiven(_) => EventKind::InstructionsGiven,
         }
     }
 
@@ -527,6 +552,7 @@ impl Event {
             | Self::NotebookEntryAppended(_) => ConversationKey::memory(),
             Self::HeartbeatRan(e) => &e.conversation,
             Self::ToolsDeclared(e) => &e.conversation,
+            Self::InstructionsGiven(e) => &e.conversation,
         }
     }
 
@@ -547,6 +573,7 @@ impl Event {
             Self::NotebookEntryAppended(e) => e.at,
             Self::HeartbeatRan(e) => e.at,
             Self::ToolsDeclared(e) => e.at,
+            Self::InstructionsGiven(e) => e.at,
         }
     }
 
@@ -560,7 +587,8 @@ impl Event {
             | Self::NoteWritten(_)
             | Self::NotebookEntryAppended(_)
             | Self::HeartbeatRan(_)
-            | Self::ToolsDeclared(_) => None,
+            | Self::ToolsDeclared(_)
+            | Self::InstructionsGiven(_) => None,
             Self::SessionOpened(e) => Some(&e.agent),
             Self::ContextDelivered(e) => Some(&e.agent),
             Self::TurnCompleted(e) => Some(&e.agent),
@@ -576,6 +604,7 @@ impl Event {
     pub fn agent(&self) -> Option<&AgentName> {
         match self {
             Self::HeartbeatRan(e) => Some(&e.agent),
+            Self::InstructionsGiven(e) => Some(&e.agent),
             _ => self.session_agent(),
         }
     }
@@ -621,6 +650,7 @@ mod tests {
             (EventKind::NotebookEntryAppended, "notebook_entry_appended"),
             (EventKind::HeartbeatRan, "heartbeat_ran"),
             (EventKind::ToolsDeclared, "tools_declared"),
+            (EventKind::InstructionsGiven, "instructions_given"),
         ];
         assert_eq!(words.map(|(kind, _)| kind), EventKind::ALL);
         for (kind, word) in words {

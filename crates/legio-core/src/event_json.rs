@@ -46,6 +46,7 @@ impl Serialize for Inner<'_> {
             Event::NotebookEntryAppended(e) => e.serialize(s),
             Event::HeartbeatRan(e) => e.serialize(s),
             Event::ToolsDeclared(e) => e.serialize(s),
+            Event::InstructionsGiven(e) => e.serialize(s),
         }
     }
 }
@@ -152,6 +153,9 @@ pub fn record_from_json(value: Value) -> Result<Record, JsonEventError> {
         }
         EventKind::ToolsDeclared => {
             Event::ToolsDeclared(serde_json::from_value(fields).map_err(fail)?)
+        }
+        EventKind::InstructionsGiven => {
+            Event::InstructionsGiven(serde_json::from_value(fields).map_err(fail)?)
         }
     };
     Ok(Record {

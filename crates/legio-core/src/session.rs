@@ -159,7 +159,8 @@ impl AgentSessionState {
             | Event::NoteWritten(_)
             | Event::NotebookEntryAppended(_)
             | Event::HeartbeatRan(_)
-            | Event::ToolsDeclared(_) => return false,
+            | Event::ToolsDeclared(_)
+            | Event::InstructionsGiven(_) => return false,
             Event::SessionSuspended(e) => self.end(&e.session, SessionStatus::Suspended, e.why),
             Event::SessionClosed(e) => {
                 self.end(&e.session, SessionStatus::Closed, e.why);

@@ -89,6 +89,8 @@ struct Setup {
     /// The tools' estimated tokens (`legio_ops::tool_tokens`).
     tool_tokens: u64,
     deadline: Instant,
+    /// The host's instructions for this turn (instructions.rs), sent in each step.
+    instructions: Option<String>,
 }
 
 /// Runs one turn and answers it: the reply, or an error reply (a store or prompt failure is
@@ -143,7 +145,9 @@ async fn tool_loop(
             Taken::MovedOn | Taken::Open => {}
         }
     }
-    let setup = setup(agent, state, request)?;
+    let mut setup = setup(agent, state, request)?;
+    setup.instructions =
+        super::instructions::for_turn(&agent.shared, &agent.name, request.seq, request.id).await?;
     let max_steps = agent.shared.config.runtime.max_tool_steps;
     let mut answering = request.seq;
     let mut steps = 0;
@@ -225,6 +229,7 @@ fn setup(
         tools,
         tool_tokens,
         deadline,
+        instructions: None,
     })
 }
 
@@ -340,6 +345,14 @@ impl Prompt {
         let (system, hash) = agent.shared.system_prompt(&setup.spec)?;
         let status = (first && setup.spec.role == Role::Orchestrator)
             .then(|| agent.shared.status_block(&agent.conversation));
+        let given = setup
+            .instructions
+            .as_deref()
+            .map(super::instructions::lead_in);
+        let status = match (given, status) {
+            (Some(given), Some(status)) => Some(format!("{given}{status}")),
+            (given, status) => given.or(status),
+        };
         Ok(Self {
             system,
             hash,
