@@ -1,7 +1,8 @@
 //! Golden files: the stored v1 encoding must keep decoding. If this test fails, a change broke the
 //! format of existing logs: add a new format version and an upcast instead (docs/storage.md).
 //! `events-v1.bin` holds the first variants; `events-v1-memory.bin` the variants appended later
-//! (memory stores, heartbeats); `events-v1-tools.bin` the host's tool declarations; `events-v1-approvals.bin` the approvals of tool calls. To write a file after adding events to its samples (new variants
+//! (memory stores, heartbeats); `events-v1-tools.bin` the host's tool declarations; `events-v1-approvals.bin` the approvals of tool calls; `events-v1-instructions.bin` the
+//! host's instructions for a turn. To write a file after adding events to its samples (new variants
 //! only), run with `LEGIO_BLESS=1` and commit the file.
 //!
 //! Session states (the `sessions` index) have their own versions: `session-state-v1.bin` holds
@@ -12,8 +13,8 @@
 use legio_core::AgentSessionState;
 use legio_core::{
     AgentFailed, BoundaryReason, DeclaredTool, DeliveryMode, DirectivePublished, DirectiveRevoked,
-    Event, EventKind, HeartbeatRan, NoteWritten, NotebookEntryAppended, OpenReason, Seq,
-    SessionStart, SummaryRecorded, TokenUsage, ToolsDeclared, TurnFailed,
+    Event, EventKind, HeartbeatRan, InstructionsGiven, NoteWritten, NotebookEntryAppended,
+    OpenReason, Seq, SessionStart, SummaryRecorded, TokenUsage, ToolsDeclared, TurnFailed,
 };
 use legio_store::testing::{decode_session_state, encode_session_state, STATE_FORMAT_VERSION};
 use legio_store::{decode_event, encode_event, FORMAT_VERSION};
@@ -31,6 +32,10 @@ const GOLDEN_TOOLS: &str = concat!(
 const GOLDEN_APPROVALS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/golden/events-v1-approvals.bin"
+);
+const GOLDEN_INSTRUCTIONS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/golden/events-v1-instructions.bin"
 );
 const GOLDEN_STATE_V1: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -234,12 +239,24 @@ pub(crate) fn approvals_samples() -> Vec<Event> {
     ]
 }
 
+/// One sample of every variant appended after `events-v1-approvals.bin` was written.
+pub(crate) fn instructions_samples() -> Vec<Event> {
+    vec![Event::InstructionsGiven(InstructionsGiven {
+        conversation: conv("golden:1"),
+        agent: agent("ann"),
+        for_message: legio_core::MessageId::from_parts(ts(29), [7; 10]),
+        at: ts(29),
+        text: "Answer in one short line.".into(),
+    })]
+}
+
 /// Every sample, of every golden file, in file order.
 pub(crate) fn all_samples() -> Vec<Event> {
     let mut all = samples();
     all.extend(memory_samples());
     all.extend(tools_samples());
     all.extend(approvals_samples());
+    all.extend(instructions_samples());
     all
 }
 
@@ -319,6 +336,11 @@ fn v1_tool_declaration_records_still_decode_and_encode_identically() {
 #[test]
 fn v1_approval_records_still_decode_and_encode_identically() {
     check_golden(GOLDEN_APPROVALS, approvals_samples());
+}
+
+#[test]
+fn v1_instructions_records_still_decode_and_encode_identically() {
+    check_golden(GOLDEN_INSTRUCTIONS, instructions_samples());
 }
 
 #[test]

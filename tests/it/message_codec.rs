@@ -120,6 +120,7 @@ fn every_golden_sample_and_golden_record_decodes_the_same() {
     records.extend(golden_records(&format!("{dir}/events-v1-memory.bin")));
     records.extend(golden_records(&format!("{dir}/events-v1-tools.bin")));
     records.extend(golden_records(&format!("{dir}/events-v1-approvals.bin")));
+    records.extend(golden_records(&format!("{dir}/events-v1-instructions.bin")));
     assert_eq!(records.len(), all.len());
     for bytes in &records {
         assert!(same_outcome(bytes));

@@ -5,6 +5,7 @@
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
 mod approvals;
+mod agents_sdk;
 mod behaviours;
 mod cluster;
 mod door;

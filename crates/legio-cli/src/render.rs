@@ -163,6 +163,8 @@ fn detail(out: &mut String, event: &Event) {
                 push_cut(out, &[reason]);
             }
         }),
+        Event::InstructionsGiven(e) => write!(out, "host instructions for {}'s turn: ", e.agent)
+            .map(|()| push_cut(out, &[&e.text])),
     };
 }
 

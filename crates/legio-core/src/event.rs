@@ -349,6 +349,25 @@ pub struct DeclaredTool {
     pub parameters: String,
 }
 
+/// The host's instructions for one turn of an agent (the OpenAI door's `instructions`, or its
+/// chat `system` / `developer` messages), recorded right before the message they came with (at
+/// `for_message`). The agent's turn for that message is sent them with its configured prompt;
+/// no later turn is. Not a message and outside every session: it is in the log so an operator
+/// sees what the host asked (`legio replay`, `legio context`).
+#[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
+pub struct InstructionsGiven {
+    /// The conversation.
+    pub conversation: ConversationKey,
+    /// The agent they are for.
+    pub agent: AgentName,
+    /// The message whose turn they are for.
+    pub for_message: MessageId,
+    /// When.
+    pub at: Timestamp,
+    /// The instructions, as the host sent them.
+    pub text: String,
+}
+
 /// Everything the log records. Append new variants at the end only (see the module docs).
 #[derive(Clone, PartialEq, Eq, Debug, Serialize, Deserialize)]
 pub enum Event {
@@ -386,6 +405,8 @@ pub enum Event {
     ApprovalRequested(ApprovalRequested),
     /// A tool call's approval was answered (not a message).
     ApprovalAnswered(ApprovalAnswered),
+    /// The host gave an agent instructions for one turn (not a message).
+    InstructionsGiven(InstructionsGiven),
 }
 
 /// The kind of an event, without its data (for filters and metrics). Its word is the variant's
@@ -427,11 +448,13 @@ pub enum EventKind {
     ApprovalRequested,
     /// [`Event::ApprovalAnswered`].
     ApprovalAnswered,
+    /// [`Event::InstructionsGiven`].
+    InstructionsGiven,
 }
 
 impl EventKind {
     /// Every kind, in declaration order.
-    pub const ALL: [EventKind; 17] = [
+    pub const ALL: [EventKind; 18] = [
         Self::MessagePosted,
         Self::SessionOpened,
         Self::ContextDelivered,
@@ -449,6 +472,7 @@ impl EventKind {
         Self::ToolsDeclared,
         Self::ApprovalRequested,
         Self::ApprovalAnswered,
+        Self::InstructionsGiven,
     ];
 
     /// The kind as a stable snake_case word.
@@ -519,6 +543,7 @@ impl Event {
             Self::ToolsDeclared(_) => EventKind::ToolsDeclared,
             Self::ApprovalRequested(_) => EventKind::ApprovalRequested,
             Self::ApprovalAnswered(_) => EventKind::ApprovalAnswered,
+            Self::InstructionsGiven(_) => EventKind::InstructionsGiven,
         }
     }
 
@@ -542,6 +567,7 @@ impl Event {
             Self::ToolsDeclared(e) => &e.conversation,
             Self::ApprovalRequested(e) => &e.conversation,
             Self::ApprovalAnswered(e) => &e.conversation,
+            Self::InstructionsGiven(e) => &e.conversation,
         }
     }
 
@@ -564,6 +590,7 @@ impl Event {
             Self::ToolsDeclared(e) => e.at,
             Self::ApprovalRequested(e) => e.at,
             Self::ApprovalAnswered(e) => e.at,
+            Self::InstructionsGiven(e) => e.at,
         }
     }
 
@@ -580,6 +607,7 @@ impl Event {
             | Self::ToolsDeclared(_)
             | Self::ApprovalRequested(_)
             | Self::ApprovalAnswered(_) => None,
+            | Self::InstructionsGiven(_) => None,
             Self::SessionOpened(e) => Some(&e.agent),
             Self::ContextDelivered(e) => Some(&e.agent),
             Self::TurnCompleted(e) => Some(&e.agent),
@@ -597,6 +625,7 @@ impl Event {
             Self::HeartbeatRan(e) => Some(&e.agent),
             Self::ApprovalRequested(e) => Some(&e.agent),
             Self::ApprovalAnswered(e) => Some(&e.agent),
+            Self::InstructionsGiven(e) => Some(&e.agent),
             _ => self.session_agent(),
         }
     }
@@ -644,6 +673,7 @@ mod tests {
             (EventKind::ToolsDeclared, "tools_declared"),
             (EventKind::ApprovalRequested, "approval_requested"),
             (EventKind::ApprovalAnswered, "approval_answered"),
+            (EventKind::InstructionsGiven, "instructions_given"),
         ];
         assert_eq!(words.map(|(kind, _)| kind), EventKind::ALL);
         for (kind, word) in words {

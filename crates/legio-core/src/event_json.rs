@@ -48,6 +48,7 @@ impl Serialize for Inner<'_> {
             Event::ToolsDeclared(e) => e.serialize(s),
             Event::ApprovalRequested(e) => e.serialize(s),
             Event::ApprovalAnswered(e) => e.serialize(s),
+            Event::InstructionsGiven(e) => e.serialize(s),
         }
     }
 }
@@ -160,6 +161,9 @@ pub fn record_from_json(value: Value) -> Result<Record, JsonEventError> {
         }
         EventKind::ApprovalAnswered => {
             Event::ApprovalAnswered(serde_json::from_value(fields).map_err(fail)?)
+        }
+        EventKind::InstructionsGiven => {
+            Event::InstructionsGiven(serde_json::from_value(fields).map_err(fail)?)
         }
     };
     Ok(Record {

@@ -47,8 +47,8 @@ pub use context::{
 pub use error::{MentionError, NameError, TimestampError};
 pub use event::{
     AgentFailed, BoundaryReason, ContextDelivered, DeclaredTool, DeliveryMode, Event, EventKind,
-    HeartbeatRan, OpenReason, Record, SessionEnded, SessionId, SessionOpened, SessionStart,
-    SummaryRecorded, TokenUsage, ToolsDeclared, TurnCompleted, TurnFailed,
+    HeartbeatRan, InstructionsGiven, OpenReason, Record, SessionEnded, SessionId, SessionOpened,
+    SessionStart, SummaryRecorded, TokenUsage, ToolsDeclared, TurnCompleted, TurnFailed,
 };
 pub use event_json::{record_from_json, record_to_json, JsonEventError, RecordJson};
 pub use idempotency::{IdempotencyKey, IdempotencyKeyError, MAX_IDEMPOTENCY_KEY_BYTES};

@@ -162,6 +162,7 @@ impl AgentSessionState {
             | Event::ToolsDeclared(_)
             | Event::ApprovalRequested(_)
             | Event::ApprovalAnswered(_) => return false,
+            | Event::InstructionsGiven(_) => return false,
             Event::SessionSuspended(e) => self.end(&e.session, SessionStatus::Suspended, e.why),
             Event::SessionClosed(e) => {
                 self.end(&e.session, SessionStatus::Closed, e.why);

@@ -147,7 +147,7 @@ pub(crate) async fn start(
         tools: tools.into_iter().map(ToolBody::into_spec).collect(),
         idempotency_key,
     };
-    let run = state.start_run(key.clone(), turn);
+    let run = state.start_run(key.clone(), turn, None);
     follow(state, key, run, wants_stream(headers), Answers::Turn).await
 }
 

@@ -18,10 +18,16 @@ use crate::state::AppState;
 
 impl AppState {
     /// Posts `turn` on its own task (a client that goes away does not cancel it).
-    pub(crate) fn start_run(self: &Arc<Self>, key: ConversationKey, turn: HostTurn) -> Run {
+    pub(crate) fn start_run(
+        self: &Arc<Self>,
+        key: ConversationKey,
+        turn: HostTurn,
+        instructions: Option<String>,
+    ) -> Run {
         let runtime = Arc::clone(&self.runtime);
         self.run_on_task(|progress| async move {
             let posting = runtime.posting(&key, &turn.text).host_turn(turn);
+            let posting = posting.instructions(instructions);
             posting.progress(progress).send().await
         })
     }

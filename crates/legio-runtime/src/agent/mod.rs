@@ -10,6 +10,7 @@ pub(crate) mod compact;
 pub(crate) mod dispatch;
 pub(crate) mod fit;
 pub(crate) mod heartbeat;
+pub(crate) mod instructions;
 pub(crate) mod restart;
 pub(crate) mod root;
 pub(crate) mod supervisor;

@@ -90,6 +90,8 @@ struct Setup {
     /// The tools' estimated tokens (`legio_ops::tool_tokens`).
     tool_tokens: u64,
     deadline: Instant,
+    /// The host's instructions for this turn (instructions.rs), sent in each step.
+    instructions: Option<String>,
 }
 
 /// Runs one turn and answers it: the reply, or an error reply (a store or prompt failure is
@@ -144,7 +146,9 @@ async fn tool_loop(
             Taken::MovedOn | Taken::Open => {}
         }
     }
-    let setup = setup(agent, state, request)?;
+    let mut setup = setup(agent, state, request)?;
+    setup.instructions =
+        super::instructions::for_turn(&agent.shared, &agent.name, request.seq, request.id).await?;
     run_steps(agent, state, &setup, request, request.seq, 0).await
 }
 
@@ -275,7 +279,9 @@ async fn resume_loop(
         host_tools: None,
         replayed: false,
     };
-    let setup = setup(agent, state, &request)?;
+    let mut setup = setup(agent, state, &request)?;
+    setup.instructions =
+        super::instructions::for_turn(&agent.shared, &agent.name, seq, id).await?;
     let calls = approval::step_calls(&read, call_message);
     let ctx = call_context(agent, &setup, &request, call_message);
     let outcomes = approval::outcomes(&ctx, &read, call_message, &calls).await;
@@ -321,6 +327,7 @@ fn setup(
         tools,
         tool_tokens,
         deadline,
+        instructions: None,
     })
 }
 
@@ -436,6 +443,14 @@ impl Prompt {
         let (system, hash) = agent.shared.system_prompt(&setup.spec)?;
         let status = (first && setup.spec.role == Role::Orchestrator)
             .then(|| agent.shared.status_block(&agent.conversation));
+        let given = setup
+            .instructions
+            .as_deref()
+            .map(super::instructions::lead_in);
+        let status = match (given, status) {
+            (Some(given), Some(status)) => Some(format!("{given}{status}")),
+            (given, status) => given.or(status),
+        };
         Ok(Self {
             system,
             hash,

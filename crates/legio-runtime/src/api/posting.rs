@@ -25,6 +25,7 @@ pub struct Posting<'r> {
     sender: Result<Participant, RuntimeError>,
     to: Option<Result<AgentName, RuntimeError>>,
     host_tools: Option<Vec<ToolSpec>>,
+    instructions: Option<String>,
     key: Option<IdempotencyKey>,
     progress: Option<ProgressSink>,
 }
@@ -53,6 +54,7 @@ impl Runtime {
             sender: Ok(Participant::User),
             to: None,
             host_tools: None,
+            instructions: None,
             key: None,
             progress: None,
         }
@@ -166,6 +168,15 @@ impl Posting<'_> {
         self
     }
 
+    /// The host's instructions for this turn of the agent it is for (with [`Posting::to`]):
+    /// recorded in the log right before the message (an `InstructionsGiven` event) and sent in
+    /// front of the message's text in each step of that turn, never in a later turn. `None` or
+    /// blank text gives none.
+    pub fn instructions(mut self, instructions: impl Into<Option<String>>) -> Self {
+        self.instructions = instructions.into().filter(|i| !i.trim().is_empty());
+        self
+    }
+
     /// With a key, stored at most once per `key` in the conversation (see
     /// [`Runtime::post_once`]); `None` leaves the posting as it was.
     pub fn key(mut self, key: impl Into<Option<IdempotencyKey>>) -> Self {
@@ -214,6 +225,7 @@ impl Posting<'_> {
             to,
             tools,
             key: self.key,
+            instructions: self.instructions,
         };
         post.check(runtime)?;
         runtime.run(post, self.progress).await

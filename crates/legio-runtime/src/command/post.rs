@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use legio_config::UnknownMentions;
 use legio_core::{
-    find_mentions, AgentName, Audience, ConversationKey, Event, IdempotencyKey, Message, MessageId,
-    Participant, Seq,
+    find_mentions, AgentName, Audience, ConversationKey, Event, IdempotencyKey, InstructionsGiven,
+    Message, MessageId, Participant, Seq,
 };
 use serde::{Deserialize, Serialize};
 
@@ -45,6 +45,9 @@ pub(crate) struct Post {
     /// The host's idempotency key (keyed.rs).
     #[serde(default)]
     pub(crate) key: Option<IdempotencyKey>,
+    /// A host's turn: its instructions for the agent it is for (agent/instructions.rs).
+    #[serde(default)]
+    pub(crate) instructions: Option<String>,
 }
 
 impl Command for Post {
@@ -83,11 +86,14 @@ impl Command for Post {
             text,
             tools,
             key,
-            ..
+            instructions,
+            to,
         } = self;
         let message = Message::text(turns.id, conversation, sender, audience, &text, now());
         let tools = (!tools.is_empty()).then(|| tools.into());
-        post_here(runtime, message, turns, progress, tools, key).await
+        let given = to.zip(instructions);
+        let extra = Extra { tools, key, given };
+        post_here(runtime, message, turns, progress, extra).await
     }
 }
 
@@ -127,6 +133,32 @@ impl Turns {
     }
 }
 
+/// What a host's post carries besides its message: the host's tools, its idempotency key, and
+/// its instructions for the agent it is for.
+struct Extra {
+    tools: Option<Arc<[ToolSpec]>>,
+    key: Option<IdempotencyKey>,
+    given: Option<(AgentName, String)>,
+}
+
+/// The message's events: the host's instructions for it (agent/instructions.rs), then the
+/// message, in one batch (so at consecutive seqs; the message's is the batch's last).
+fn message_events(message: Message, given: Option<(AgentName, String)>) -> Vec<Event> {
+    let instructions = given.map(|(agent, text)| {
+        Event::InstructionsGiven(InstructionsGiven {
+            conversation: message.conversation.clone(),
+            agent,
+            for_message: message.id,
+            at: message.at,
+            text,
+        })
+    });
+    instructions
+        .into_iter()
+        .chain([Event::MessagePosted(message)])
+        .collect()
+}
+
 /// The post path on the node that runs the conversation: the message appended, then its turns
 /// sent (see the module docs for a keyed post).
 async fn post_here(
@@ -134,9 +166,9 @@ async fn post_here(
     mut message: Message,
     mut turns: Turns,
     progress: Option<ProgressSink>,
-    tools: Option<Arc<[ToolSpec]>>,
-    key: Option<IdempotencyKey>,
+    extra: Extra,
 ) -> Result<Posted, RuntimeError> {
+    let Extra { tools, key, given } = extra;
     let shared = &runtime.shared;
     let conversation = message.conversation.clone();
     let mut gate = None;
@@ -166,20 +198,20 @@ async fn post_here(
         }
         gate = Some(entered);
     }
-    let events = vec![Event::MessagePosted(message)];
+    let events = message_events(message, given);
     if turns.targets.is_empty() {
         let range = shared.append(events).await?;
         if let Some(gate) = &mut gate {
-            gate.stored(turns.id, range.first);
+            gate.stored(turns.id, range.last);
         }
         return Ok(turns.posted(Vec::new()));
     }
     let (range, ticket) = shared.append_for_dispatch(&conversation, events).await?;
     if let Some(gate) = &mut gate {
-        gate.stored(turns.id, range.first);
+        gate.stored(turns.id, range.last);
     }
     drop(gate);
-    turns.seq = range.first;
+    turns.seq = range.last;
     Ok(send_turns(runtime, &conversation, turns, progress, tools, ticket).await)
 }
 

@@ -119,6 +119,7 @@ mod tests {
             to: None,
             tools: Vec::new(),
             key: None,
+            instructions: None,
         });
         crosses(Post {
             conversation: conversation.clone(),
@@ -127,6 +128,7 @@ mod tests {
             to: Some(agent.clone()),
             tools: vec![tool()],
             key: Some(legio_core::IdempotencyKey::new("retry-1").unwrap()),
+            instructions: Some("answer in one line".into()),
         });
         crosses(Reset {
             conversation: conversation.clone(),

@@ -239,7 +239,13 @@ async fn start(
         tools,
         idempotency_key: idempotency,
     };
-    Ok(state.start_run(key.clone(), turn))
+    let instructions = super::instructions(
+        messages
+            .iter()
+            .filter(|m| matches!(m.role.as_str(), "system" | "developer"))
+            .filter_map(|m| m.content.as_ref().and_then(text_of)),
+    );
+    Ok(state.start_run(key.clone(), turn, instructions))
 }
 
 /// An earlier message that is checked against the log (user and assistant text only).

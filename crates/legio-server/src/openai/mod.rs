@@ -166,6 +166,15 @@ pub(crate) fn text_of(content: &Value) -> Option<String> {
     }
 }
 
+/// The host's instructions for the turn a request posts (Responses' `instructions`, the `system`
+/// and `developer` messages of either API), joined by blank lines: recorded in the log before
+/// the message and sent with that turn only (legio-runtime's `Posting::instructions`), on top
+/// of the agent's configured prompt. `None` when there are none.
+pub(crate) fn instructions(texts: impl Iterator<Item = String>) -> Option<String> {
+    let texts: Vec<String> = texts.filter(|t| !t.trim().is_empty()).collect();
+    (!texts.is_empty()).then(|| texts.join("\n\n"))
+}
+
 /// The door's error for an agent's failed turn. Its message is in the log by then, and the
 /// official SDKs retry a 5xx (twice by default), each retry storing the message again: a turn
 /// that cannot fit the agent's window, which a retry cannot mend, is 413 `context_too_large`

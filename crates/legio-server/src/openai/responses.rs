@@ -96,13 +96,6 @@ pub(crate) async fn create(
 ) -> Result<Response, ApiError> {
     let Json(body) = body?;
     let idempotency = idempotency_key(&headers)?;
-    if body.instructions.is_some() {
-        return Err(ApiError::new(
-            ErrorCode::BadRequest,
-            "instructions are not taken: an agent's instructions are its prompt in legio's configuration",
-        )
-        .with_param("instructions"));
-    }
     let agent = agent_for_model(&state, &body.model)?;
     let key = conversation(
         &state,
@@ -117,7 +110,8 @@ pub(crate) async fn create(
         Ok(slot) => slot,
         Err(too_many) => return Ok(too_many.into_response()),
     };
-    let run = start(&state, &key, &agent, &body.input, (tools, idempotency)).await?;
+    let asked = (tools, idempotency, body.instructions);
+    let run = start(&state, &key, &agent, &body.input, asked).await?;
     let shape = Shape {
         model: body.model,
         created: unix_now(),
@@ -192,7 +186,7 @@ async fn start(
     key: &ConversationKey,
     agent: &AgentName,
     input: &Value,
-    (tools, idempotency): (Vec<ToolSpec>, Option<IdempotencyKey>),
+    (tools, idempotency, instructions): (Vec<ToolSpec>, Option<IdempotencyKey>, Option<String>),
 ) -> Result<Run, ApiError> {
     let bad = |why: &str| ApiError::new(ErrorCode::BadRequest, why.to_owned()).with_param("input");
     let items: Vec<Value> = match input {
@@ -200,19 +194,17 @@ async fn start(
         Value::Array(items) => items.clone(),
         _ => return Err(bad("input must be a string or a list of items")),
     };
-    let outputs: Vec<HostToolResult> = items
+    // The trailing `function_call_output` items answer the previous response's calls; earlier
+    // `function_call` and `function_call_output` items are tool traffic the log holds already
+    // (a session resends it), not compared, as chat's tool messages are not.
+    let is_output =
+        |i: &Value| i.get("type").and_then(Value::as_str) == Some("function_call_output");
+    let results_from = items
         .iter()
-        .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call_output"))
-        .map(|i| HostToolResult {
-            call_id: i["call_id"].as_str().unwrap_or_default().to_owned(),
-            content: i.get("output").and_then(text_of).unwrap_or_default(),
-            is_error: false,
-        })
-        .collect();
-    if !outputs.is_empty() {
-        return state.resume(key, outputs).await;
-    }
-    let said: Vec<(usize, &str, Option<String>)> = items
+        .rposition(|i| !is_output(i))
+        .map_or(0, |i| i + 1);
+    let posts = results_from == items.len();
+    let said: Vec<(usize, &str, Option<String>)> = items[..results_from]
         .iter()
         .enumerate()
         .filter(|(_, i)| i.get("type").is_none_or(|t| t == "message"))
@@ -221,10 +213,15 @@ async fn start(
             (index, role, i.get("content").and_then(text_of))
         })
         .collect();
-    let Some((_, "user", Some(text))) = said.last().cloned() else {
-        return Err(bad("the last input item must be the new user message (text), or function_call_output items"));
+    let (text, before) = if posts {
+        let Some((_, "user", Some(text))) = said.last().cloned() else {
+            return Err(bad("the last input item must be the new user message (text), or function_call_output items"));
+        };
+        (Some(text), &said[..said.len() - 1])
+    } else {
+        (None, &said[..])
     };
-    let earlier: Vec<Earlier> = said[..said.len() - 1]
+    let earlier: Vec<Earlier> = before
         .iter()
         .filter_map(|(index, role, text)| {
             let role = match *role {
@@ -239,7 +236,19 @@ async fn start(
             })
         })
         .collect();
-    transcript::check(state, key, &earlier, idempotency.as_ref()).await?;
+    // Tool results post no message, so a key names none: checked against the whole log.
+    transcript::check(state, key, &earlier, idempotency.as_ref().filter(|_| posts)).await?;
+    let Some(text) = text else {
+        let outputs = items[results_from..]
+            .iter()
+            .map(|i| HostToolResult {
+                call_id: i["call_id"].as_str().unwrap_or_default().to_owned(),
+                content: i.get("output").and_then(text_of).unwrap_or_default(),
+                is_error: false,
+            })
+            .collect();
+        return state.resume(key, outputs).await;
+    };
     let turn = HostTurn {
         sender: Participant::User,
         to: Some(agent.clone()),
@@ -247,7 +256,19 @@ async fn start(
         tools,
         idempotency_key: idempotency,
     };
-    Ok(state.start_run(key.clone(), turn))
+    // `instructions`, then any system or developer message items: chat's rule (mod.rs).
+    let given = items
+        .iter()
+        .filter(|i| i.get("type").is_none_or(|t| t == "message"))
+        .filter(|i| {
+            matches!(
+                i.get("role").and_then(Value::as_str),
+                Some("system" | "developer")
+            )
+        })
+        .filter_map(|i| i.get("content").and_then(text_of));
+    let instructions = super::instructions(instructions.into_iter().chain(given));
+    Ok(state.start_run(key.clone(), turn, instructions))
 }
 
 fn function_call_item(call: &HostToolCall) -> Value {
