@@ -64,6 +64,7 @@ fn log_with_every_kind() -> (Fixture, Seq) {
     events.extend(golden_events("events-v1-memory.bin"));
     events.extend(golden_events("events-v1-tools.bin"));
     events.extend(golden_events("events-v1-approvals.bin"));
+    events.extend(golden_events("events-v1-instructions.bin"));
     log.append(events).unwrap();
     let mut kinds: Vec<EventKind> = Vec::new();
     for record in log.read_range(Seq::FIRST, log.last_seq(), 100_000).unwrap() {
