@@ -4,8 +4,8 @@
 //! the dashboard in headless Chromium where it is installed. (The file lives in the top-level
 //! `tests/`; `crates/legio-server/Cargo.toml` declares it as that package's test.)
 
-mod approvals;
 mod agents_sdk;
+mod approvals;
 mod behaviours;
 mod cluster;
 mod door;

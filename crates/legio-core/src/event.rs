@@ -606,7 +606,7 @@ impl Event {
             | Self::HeartbeatRan(_)
             | Self::ToolsDeclared(_)
             | Self::ApprovalRequested(_)
-            | Self::ApprovalAnswered(_) => None,
+            | Self::ApprovalAnswered(_)
             | Self::InstructionsGiven(_) => None,
             Self::SessionOpened(e) => Some(&e.agent),
             Self::ContextDelivered(e) => Some(&e.agent),

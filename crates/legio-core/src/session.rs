@@ -161,7 +161,7 @@ impl AgentSessionState {
             | Event::HeartbeatRan(_)
             | Event::ToolsDeclared(_)
             | Event::ApprovalRequested(_)
-            | Event::ApprovalAnswered(_) => return false,
+            | Event::ApprovalAnswered(_)
             | Event::InstructionsGiven(_) => return false,
             Event::SessionSuspended(e) => self.end(&e.session, SessionStatus::Suspended, e.why),
             Event::SessionClosed(e) => {

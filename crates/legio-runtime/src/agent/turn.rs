@@ -280,8 +280,7 @@ async fn resume_loop(
         replayed: false,
     };
     let mut setup = setup(agent, state, &request)?;
-    setup.instructions =
-        super::instructions::for_turn(&agent.shared, &agent.name, seq, id).await?;
+    setup.instructions = super::instructions::for_turn(&agent.shared, &agent.name, seq, id).await?;
     let calls = approval::step_calls(&read, call_message);
     let ctx = call_context(agent, &setup, &request, call_message);
     let outcomes = approval::outcomes(&ctx, &read, call_message, &calls).await;
