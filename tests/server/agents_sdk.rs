@@ -18,25 +18,13 @@ use super::{Harness, TOKEN};
 /// The venv's Python with the SDK: `LEGIO_OPENAI_AGENTS_PYTHON`, or the install script's
 /// default path.
 fn agents_python() -> Option<PathBuf> {
-    let python = std::env::var_os("LEGIO_OPENAI_AGENTS_PYTHON").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/openai-agents-venv/bin/python")
-        },
-        PathBuf::from,
-    );
-    let works = Command::new(&python)
-        .args(["-c", "import agents"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if works {
-        return Some(python);
-    }
-    legio_tests::component_missing(
+    super::sdk::venv_python(
+        "LEGIO_OPENAI_AGENTS_PYTHON",
+        "openai-agents-venv",
+        "agents",
         "the OpenAI Agents SDK",
         "run scripts/install-openai-agents.sh (PyPI's openai-agents in a venv under target/; .ci/run does)",
-    );
-    None
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

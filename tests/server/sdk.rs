@@ -12,27 +12,42 @@ use legio_llm::Fault;
 
 use super::{messages_of, Harness, TOKEN};
 
-/// The venv's Python with the SDK: `LEGIO_OPENAI_PYTHON`, or the install script's default path.
-fn sdk_python() -> Option<PathBuf> {
-    let python = std::env::var_os("LEGIO_OPENAI_PYTHON").map_or_else(
+/// A venv's Python that imports `imports`: the variable `var`, or `venv` under target/ (where
+/// the install script puts it); `None` after saying `what` is missing and `how` to install it.
+pub(crate) fn venv_python(
+    var: &str,
+    venv: &str,
+    imports: &str,
+    what: &str,
+    how: &str,
+) -> Option<PathBuf> {
+    let python = std::env::var_os(var).map_or_else(
         || {
             PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/openai-sdk-venv/bin/python")
+                .join(format!("../../target/{venv}/bin/python"))
         },
         PathBuf::from,
     );
     let works = Command::new(&python)
-        .args(["-c", "import openai, pydantic"])
+        .args(["-c", &format!("import {imports}")])
         .output()
         .is_ok_and(|o| o.status.success());
     if works {
         return Some(python);
     }
-    legio_tests::component_missing(
+    legio_tests::component_missing(what, how);
+    None
+}
+
+/// The venv's Python with the SDK: `LEGIO_OPENAI_PYTHON`, or the install script's default path.
+fn sdk_python() -> Option<PathBuf> {
+    venv_python(
+        "LEGIO_OPENAI_PYTHON",
+        "openai-sdk-venv",
+        "openai, pydantic",
         "the openai Python SDK",
         "run scripts/install-openai-sdk.sh (PyPI's openai in a venv under target/; .ci/run does)",
-    );
-    None
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
