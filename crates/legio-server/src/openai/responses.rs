@@ -221,8 +221,28 @@ async fn start(
     } else {
         (None, &said[..])
     };
-    let earlier: Vec<Earlier> = before
-        .iter()
+    let earlier = earlier_messages(before);
+    // Tool results post no message, so a key names none: checked against the whole log.
+    transcript::check(state, key, &earlier, idempotency.as_ref().filter(|_| posts)).await?;
+    let Some(text) = text else {
+        let outputs = tool_outputs(&items[results_from..]);
+        return state.resume(key, outputs).await;
+    };
+    let turn = HostTurn {
+        sender: Participant::User,
+        to: Some(agent.clone()),
+        text,
+        tools,
+        idempotency_key: idempotency,
+    };
+    let instructions = given_instructions(&items, instructions);
+    Ok(state.start_run(key.clone(), turn, instructions))
+}
+
+/// The user and assistant messages with text among the earlier input items (what the resent
+/// history check compares).
+fn earlier_messages(said: &[(usize, &str, Option<String>)]) -> Vec<Earlier> {
+    said.iter()
         .filter_map(|(index, role, text)| {
             let role = match *role {
                 "user" => "user",
@@ -235,28 +255,23 @@ async fn start(
                 text: text.clone()?,
             })
         })
-        .collect();
-    // Tool results post no message, so a key names none: checked against the whole log.
-    transcript::check(state, key, &earlier, idempotency.as_ref().filter(|_| posts)).await?;
-    let Some(text) = text else {
-        let outputs = items[results_from..]
-            .iter()
-            .map(|i| HostToolResult {
-                call_id: i["call_id"].as_str().unwrap_or_default().to_owned(),
-                content: i.get("output").and_then(text_of).unwrap_or_default(),
-                is_error: false,
-            })
-            .collect();
-        return state.resume(key, outputs).await;
-    };
-    let turn = HostTurn {
-        sender: Participant::User,
-        to: Some(agent.clone()),
-        text,
-        tools,
-        idempotency_key: idempotency,
-    };
-    // `instructions`, then any system or developer message items: chat's rule (mod.rs).
+        .collect()
+}
+
+/// The trailing `function_call_output` items as the host's tool results.
+fn tool_outputs(items: &[Value]) -> Vec<HostToolResult> {
+    items
+        .iter()
+        .map(|i| HostToolResult {
+            call_id: i["call_id"].as_str().unwrap_or_default().to_owned(),
+            content: i.get("output").and_then(text_of).unwrap_or_default(),
+            is_error: false,
+        })
+        .collect()
+}
+
+/// `instructions`, then any system or developer message items: chat's rule (mod.rs).
+fn given_instructions(items: &[Value], instructions: Option<String>) -> Option<String> {
     let given = items
         .iter()
         .filter(|i| i.get("type").is_none_or(|t| t == "message"))
@@ -267,8 +282,7 @@ async fn start(
             )
         })
         .filter_map(|i| i.get("content").and_then(text_of));
-    let instructions = super::instructions(instructions.into_iter().chain(given));
-    Ok(state.start_run(key.clone(), turn, instructions))
+    super::instructions(instructions.into_iter().chain(given))
 }
 
 fn function_call_item(call: &HostToolCall) -> Value {
